@@ -1,0 +1,3 @@
+from poslab.cli import main
+
+main()

@@ -1,0 +1,104 @@
+"""One attention function for every encoding.
+
+    logits_ij = (q_i^T k_j / sqrt(d) + bias_ij) / tau          (q, k after rotate_qk)
+    weights   = softmax_j(logits + log gate_j + mask)            (softmax attention)
+              = logits * gate_j * mask                            (linear: no normalization,
+                                                                   the seed paper's Section 7)
+    out_i     = sum_j weights_ij v_j + value_bias_i
+
+Every hook of the encoding is called unconditionally; ``None`` from ``score_bias`` or
+``value_bias`` means "nothing to add". When no value bias is returned, the attention is softmax
+and the weights are not asked for, the fused ``scaled_dot_product_attention`` computes it (a
+score bias, mask and key gate travel as its float ``attn_mask``).
+
+Notation: b batch, h head, i query index, j key index, d head dim.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from poslab.errors import check_choice
+from poslab.positional.base import PositionalEncoding
+
+KINDS = ("softmax", "linear")
+
+
+@dataclass
+class AttentionOutput:
+    out: Tensor  # [b, h, i, d]
+    attn_scores: Tensor | None = None  # logits before masking, [b, h, i, j]
+    pattern: Tensor | None = None  # attention weights, [b, h, i, j]
+    rot_q: Tensor | None = None  # queries after rotate_qk, [b, h, i, d]
+    rot_k: Tensor | None = None  # keys after rotate_qk, [b, h, j, d]
+
+
+def build_mask(n_q: int, n_k: int, *, causal: bool = False, window: int | None = None,
+               key_padding: Tensor | None = None, device=None) -> Tensor | None:
+    """Boolean keep-mask broadcastable to [b, h, i, j], or None when everything is kept.
+
+    Causal and window masks use sequence indices, aligned at the end (query i is key
+    i + n_k - n_q), so a cached prefix of keys works. ``key_padding`` [b, j] is True where a key
+    is real.
+    """
+    mask = None
+    if causal or window is not None:
+        i = torch.arange(n_q, device=device)[:, None] + (n_k - n_q)
+        j = torch.arange(n_k, device=device)[None, :]
+        mask = j <= i if causal else torch.ones(n_q, n_k, dtype=torch.bool, device=device)
+        if window is not None:
+            mask = mask & (i - j < window)
+    if key_padding is not None:
+        pad = key_padding[:, None, None, :]
+        mask = pad if mask is None else mask & pad
+    return mask
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_pos: Tensor, k_pos: Tensor,
+              *, mask: Tensor | None = None, kind: str = "softmax", temperature: float = 1.0,
+              key_gate: Tensor | None = None, need_weights: bool = False) -> AttentionOutput:
+    """q [b, h, i, d], k and v [b, h, j, d]; mask boolean keep-mask broadcastable to [b, h, i, j];
+    key_gate positive weights on keys broadcastable to [b, h, 1, j]."""
+    check_choice("attention", kind, KINDS)
+    d = q.shape[-1]
+    q, k = encoding.rotate_qk(q, k, q_pos, k_pos)
+    bias = encoding.score_bias(q, k, q_pos, k_pos)
+
+    if kind == "softmax" and not need_weights and not _has_value_bias(encoding):
+        extra = None if bias is None else bias / temperature
+        if key_gate is not None:
+            extra = key_gate.log() if extra is None else extra + key_gate.log()
+        if mask is not None:
+            neg = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, -math.inf)
+            extra = neg if extra is None else extra + neg
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=extra, scale=1.0 / (math.sqrt(d) * temperature))
+        return AttentionOutput(out=out)
+
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d)  # [b, h, i, j]
+    if bias is not None:
+        scores = scores + bias
+    scores = scores / temperature
+    if kind == "softmax":
+        logits = scores if key_gate is None else scores + key_gate.log()
+        if mask is not None:
+            logits = logits.masked_fill(~mask, -math.inf)
+        weights = logits.softmax(dim=-1)
+    else:
+        weights = scores if key_gate is None else scores * key_gate
+        if mask is not None:
+            weights = weights.masked_fill(~mask, 0.0)
+    out = weights @ v
+    extra_v = encoding.value_bias(weights, q_pos, k_pos)
+    if extra_v is not None:
+        out = out + extra_v
+    return AttentionOutput(out=out, attn_scores=scores, pattern=weights, rot_q=q, rot_k=k)
+
+
+def _has_value_bias(encoding: PositionalEncoding) -> bool:
+    # The value hook needs the weights, so it is declared in the metadata rather than probed.
+    return "value_bias" in encoding.meta.sites

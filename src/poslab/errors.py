@@ -1,0 +1,27 @@
+"""One error type for bad input.
+
+Every check on user input raises :class:`ConfigError` before any work is done. The message names
+the offending field, the value given and what is allowed, so a researcher can fix the command
+line without reading code. The command line turns it into one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class ConfigError(ValueError):
+    """Bad input, caught before any training starts or anything is written."""
+
+    def __init__(self, field: str, value: object, allowed: str | Iterable[object]):
+        if not isinstance(allowed, str):
+            allowed = ", ".join(str(a) for a in allowed)
+        self.field, self.value, self.allowed = field, value, allowed
+        super().__init__(f"{field}: got {value!r}; allowed: {allowed}")
+
+
+def check_choice(field: str, value: object, allowed: Iterable[object]) -> None:
+    """Raise ConfigError unless ``value`` is one of ``allowed``."""
+    allowed = list(allowed)
+    if value not in allowed:
+        raise ConfigError(field, value, allowed)

@@ -1,0 +1,110 @@
+"""The four-hook protocol every positional encoding implements.
+
+Notation: ``b`` batch, ``h`` head, ``i``/``j`` query/key index, ``s`` sequence index,
+``d`` head dim, ``D`` model width.
+
+Attention calls every hook unconditionally (see :mod:`poslab.attention`)::
+
+    x   = enc.embed(x, pos)                          # [b, s, D]   add position to the stream
+    q,k = enc.rotate_qk(q, k, q_pos, k_pos)          # [b, h, i|j, d] transform by position
+    l   = q k^T / sqrt(d) + enc.score_bias(q, k, q_pos, k_pos)      # [b, h, i, j]
+    o   = softmax(l / tau) v + enc.value_bias(weights, q_pos, k_pos)  # [b, h, i, d]
+
+A hook that does not apply returns its input unchanged (``embed``, ``rotate_qk``) or ``None``
+(``score_bias``, ``value_bias``), which lets attention take the fused
+``scaled_dot_product_attention`` path when no per-pair tensor is needed.
+
+Positions are explicit integer or float tensors of shape ``[s]`` (shared by the batch) or
+``[b, s]``; nothing assumes ``arange``. Hooks must be pure: no buffer writes, no ``.item()``,
+no Python branches on tensor values, so ``torch.func.vmap`` can map them over ensemble members.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from poslab.errors import ConfigError
+
+SITES = ("embed", "rotate_qk", "score_bias", "value_bias")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metadata:
+    """What the survey's comparison table says about an encoding."""
+
+    sites: tuple[str, ...]  # which hooks act: a subset of SITES
+    kind: str  # "none" | "absolute" | "relative" | "rotary" | "hybrid"
+    parameters: str  # extra learned parameters, as a formula in the config's names
+    cost: str  # extra cost class per attention layer
+    kv_cache: bool  # cached keys stay valid as the sequence grows
+    reference: str  # paper the formula comes from
+
+
+class PositionalEncoding(nn.Module):
+    """Base class: every hook is the identity. Subclasses override the hooks they use.
+
+    Every encoding is built with the same geometry keywords, ``d_model``, ``n_heads``,
+    ``d_head`` and ``max_len`` (the longest position a table must hold), plus its own options.
+    """
+
+    meta: ClassVar[Metadata]
+
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int):
+        super().__init__()
+        self.d_model, self.n_heads, self.d_head, self.max_len = d_model, n_heads, d_head, max_len
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        """x [b, s, D], pos [s] | [b, s] -> [b, s, D]."""
+        return x
+
+    def rotate_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        """q [b, h, i, d], k [b, h, j, d] -> the same shapes."""
+        return q, k
+
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Added to the scaled logits: broadcastable to [b, h, i, j], or None."""
+        return None
+
+    def value_bias(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """weights [b, h, i, j] -> added to the attention output [b, h, i, d], or None."""
+        return None
+
+    def check_positions(self, max_position: int) -> None:
+        """Raise ConfigError if positions up to ``max_position`` cannot be encoded."""
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def relative_positions(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    """Query minus key position with a head axis: [s]|[b, s] -> [1, i, j] | [b, 1, i, j]."""
+    rel = q_pos[..., :, None] - k_pos[..., None, :]
+    return rel.unsqueeze(-3)
+
+
+def head_axis(pos: Tensor) -> Tensor:
+    """[s] -> [1, s]; [b, s] -> [b, 1, s]: positions that broadcast against [b, h, s, ...]."""
+    return pos.unsqueeze(-2)
+
+
+def require_even(field: str, value: int) -> None:
+    if value % 2:
+        raise ConfigError(field, value, "an even number (rotary pairs channels)")
+
+
+def require_positive(field: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(field, value, "a positive number")
+
+
+def sinusoid_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """Vaswani et al. (2017): PE[p, 2i] = sin(p / base^(2i/dim)), PE[p, 2i+1] = cos(...).
+
+    positions [...] -> [..., dim]. ``dim`` must be even.
+    """
+    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device) / dim)
+    angles = positions.to(torch.float32)[..., None] * inv_freq  # [..., dim/2]
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # [..., dim]

@@ -1,0 +1,83 @@
+"""Rotary position embedding (Su et al., 2021, "RoFormer").
+
+Each pair of channels (x1, x2) of a query or key at position p is rotated by the angle
+p * theta_i:
+
+    (x1, x2) -> (x1 cos(p theta_i) - x2 sin(p theta_i),  x1 sin(p theta_i) + x2 cos(p theta_i))
+
+so q_n^T k_t = (W_Q x_n)^T R_{t-n} (W_K x_t) depends on positions only through the offset
+t - n (the seed paper's Lemma 1). ``theta`` and the attention factor come from
+:func:`poslab.positional.rope_frequencies`, so every context-extension schedule is RoPE with
+another frequency table, never a subclass.
+
+Pair layouts: ``interleaved`` pairs channels (2i, 2i+1) — the seed paper's 2x2 blocks;
+``half`` pairs (i, i + r/2) — the Llama / Hugging Face convention (r = rotated width).
+With ``rotary_fraction`` < 1 only the first r = fraction * d channels rotate.
+
+Notation: b batch, h head, s position index, d head dim, r rotated channels.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from poslab.errors import check_choice, ConfigError
+from poslab.positional.base import Metadata, PositionalEncoding, head_axis, require_even
+from poslab.positional.rope_scaling import rope_frequencies
+
+LAYOUTS = ("interleaved", "half")
+
+
+def rotate(x: Tensor, pos: Tensor, inv_freq: Tensor, layout: str, factor: Tensor | float = 1.0) -> Tensor:
+    """Rotate the first 2 * len(inv_freq) channels of x [..., h, s, d] by pos [s] | [b, s].
+
+    ``inv_freq`` is [r/2] or, for position-dependent schedules, [..., s, r/2].
+    """
+    r = 2 * inv_freq.shape[-1]
+    angles = head_axis(pos).to(inv_freq.dtype)[..., None] * inv_freq  # [..., 1, s, r/2]
+    cos, sin = angles.cos() * factor, angles.sin() * factor
+    x_rot, x_pass = x[..., :r], x[..., r:]
+    if layout == "interleaved":
+        x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]  # [..., s, r/2]
+        out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    else:
+        x1, x2 = x_rot[..., : r // 2], x_rot[..., r // 2 :]
+        out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return torch.cat((out, x_pass), dim=-1) if x_pass.shape[-1] else out
+
+
+class RoPE(PositionalEncoding):
+    meta = Metadata(
+        sites=("rotate_qk",),
+        kind="rotary",
+        parameters="none",
+        cost="O(s d) per layer (element-wise rotation of q and k)",
+        kv_cache=True,
+        reference="Su et al. 2021, RoFormer",
+    )
+
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int,
+                 base: float = 10000.0, rotary_fraction: float = 1.0, layout: str = "interleaved",
+                 scaling: dict | None = None):
+        super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)
+        require_even("d_head", d_head)
+        check_choice("layout", layout, LAYOUTS)
+        if not 0.0 < rotary_fraction <= 1.0:
+            raise ConfigError("rotary_fraction", rotary_fraction, "a number in (0, 1]")
+        scaling = dict(scaling or {})
+        if rotary_fraction != 1.0:
+            scaling.setdefault("partial_rotary_factor", rotary_fraction)
+        self.layout, self.base, self.scaling = layout, base, scaling
+        inv_freq, factor = rope_frequencies(d_head, base, scaling or None, seq_len=max_len)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # theta_i, [r/2]
+        self.attention_factor = float(factor)
+
+    @property
+    def theta(self) -> Tensor:
+        return self.inv_freq
+
+    def rotate_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        f = self.attention_factor
+        return (rotate(q, q_pos, self.inv_freq, self.layout, f),
+                rotate(k, k_pos, self.inv_freq, self.layout, f))
