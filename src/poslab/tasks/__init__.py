@@ -1,0 +1,41 @@
+"""Synthetic tasks: pure samplers with worked examples, a plain-dict registry.
+
+``TASKS`` maps the names used on the command line to task classes (frozen dataclasses whose
+fields are the task's options). Build one with :func:`build_task`; draw a fixed evaluation set
+with :func:`eval_batch`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from poslab.errors import ConfigError
+from poslab.tasks.base import Batch, Length, Task, eval_batch, eval_seed, length_range
+from poslab.tasks.retrieval import ContentConditioned, FixedOffset
+from poslab.tasks.shift import Shift
+
+TASKS: dict[str, type] = {
+    "fixed_offset": FixedOffset,
+    "content_conditioned": ContentConditioned,
+    "shift": Shift,
+}
+
+
+def task_options(name: str) -> dict[str, object]:
+    """The options a task takes, with their defaults."""
+    if name not in TASKS:
+        raise ConfigError("task", name, sorted(TASKS))
+    return {f.name: f.default for f in dataclasses.fields(TASKS[name])}
+
+
+def build_task(name: str, **options) -> Task:
+    """Validate the name and option names, then build; option values are checked by the task."""
+    allowed = task_options(name)
+    for key in options:
+        if key not in allowed:
+            raise ConfigError(f"task.{key}", key, sorted(allowed) or "no options")
+    return TASKS[name](**options)
+
+
+__all__ = ["TASKS", "Batch", "ContentConditioned", "FixedOffset", "Length", "Shift", "Task", "build_task",
+           "eval_batch", "eval_seed", "length_range", "task_options"]

@@ -1,0 +1,129 @@
+"""What every task shares: the batch it returns, length handling, and fixed evaluation sets.
+
+A task is a frozen dataclass (its config) with a pure sampler::
+
+    batch = task.sample(generator, batch_size, length)   # length: L, or (L_min, L_max) inclusive
+
+Every random number comes from the ``torch.Generator`` passed in, so the same generator state
+gives the same batch, whether one seed trains alone or inside an ensemble. Sampling is two
+``randint`` calls (tokens first, then lengths) plus indexing; no Python loop over the batch.
+
+Sequences are right-padded to the longest length with token 0; ``lengths`` says where each one
+ends, and ``loss_mask`` is False wherever a target is undefined. Because tokens are drawn before
+lengths, ``length=L`` and ``length=(L, L)`` give the same tokens from the same generator state.
+
+Notation: b batch, s sequence index (padded length), L a sequence's real length.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from poslab.errors import ConfigError
+
+Length = int | tuple[int, int]
+
+
+@dataclass
+class Batch:
+    tokens: Tensor  # [b, s] int64 in [0, vocab_size); positions >= lengths are padding (value 0)
+    targets: Tensor  # [b] for last-position tasks, [b, s] for full-sequence tasks, int64
+    loss_mask: Tensor  # bool, same shape as targets
+    lengths: Tensor  # [b] int64, real length of each sequence
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(tokens=self.tokens.to(device), targets=self.targets.to(device),
+                     loss_mask=self.loss_mask.to(device), lengths=self.lengths.to(device))
+
+
+class Task(Protocol):
+    """What the trainer and the probes rely on; the concrete tasks are plain frozen dataclasses."""
+
+    name: str
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def chance(self) -> float: ...
+
+    @property
+    def target_kind(self) -> str: ...  # "last": one target at L - 1, [b]; "sequence": [b, s]
+
+    def validate(self, min_length: int) -> None: ...
+
+    def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch: ...
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def length_range(length: Length) -> tuple[int, int]:
+    """``L`` -> (L, L); ``(lo, hi)`` -> (lo, hi), checked: 1 <= lo <= hi."""
+    if isinstance(length, (tuple, list)):
+        if len(length) != 2:
+            raise ConfigError("length", length, "an integer L or a pair (L_min, L_max)")
+        lo, hi = length
+    else:
+        lo = hi = length
+    if not (_is_int(lo) and _is_int(hi) and 1 <= lo <= hi):
+        raise ConfigError("length", length, "a positive integer L or a pair (L_min, L_max) with 1 <= L_min <= L_max")
+    return int(lo), int(hi)
+
+
+def uniform_sequences(generator: torch.Generator, batch_size: int, length: Length,
+                      vocab_size: int) -> tuple[Tensor, Tensor]:
+    """I.i.d. uniform tokens, right-padded with 0 past each sequence's length.
+
+    Returns tokens [b, hi] and lengths [b], lengths uniform in [lo, hi] (drawn only when lo < hi).
+    """
+    lo, hi = length_range(length)
+    device = generator.device
+    tokens = torch.randint(0, vocab_size, (batch_size, hi), generator=generator, device=device)
+    if lo == hi:
+        return tokens, torch.full((batch_size,), hi, dtype=torch.long, device=device)
+    lengths = torch.randint(lo, hi + 1, (batch_size,), generator=generator, device=device)
+    pad = torch.arange(hi, device=device) >= lengths[:, None]  # [b, s]
+    return tokens.masked_fill(pad, 0), lengths
+
+
+def check_offset(field: str, K: int, min_length: int | None = None) -> None:
+    """An offset must be a positive integer, and smaller than the shortest length it is posed at."""
+    if not _is_int(K) or K < 1:
+        raise ConfigError(field, K, "a positive integer")
+    if min_length is not None and K >= min_length:
+        raise ConfigError(field, K, f"an integer in [1, {min_length - 1}] for a shortest training length "
+                                    f"of {min_length}")
+
+
+def check_vocab(m: int, least: int = 1) -> None:
+    if not _is_int(m) or m < least:
+        raise ConfigError("m", m, f"an integer >= {least}")
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+# ----------------------------------------------------------------------------- evaluation sets
+
+def eval_seed(seed: int, length: Length) -> int:
+    """A 63-bit generator seed fixed by (evaluation seed, length), the same in every process."""
+    lo, hi = length_range(length)
+    digest = hashlib.sha256(f"poslab-eval:{seed}:{lo}:{hi}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def eval_batch(task: Task, length: Length, n: int, seed: int, *, device: torch.device | str = "cpu") -> Batch:
+    """The evaluation set of ``n`` sequences fixed by (task, length, evaluation seed).
+
+    Drawn on the CPU from a fresh generator, then moved, so it is the same on every device.
+    Different lengths get unrelated sets; the same (seed, length) gives the same tokens for
+    every task with the same vocabulary.
+    """
+    generator = torch.Generator(device="cpu").manual_seed(eval_seed(seed, length))
+    return task.sample(generator, n, length).to(device)
