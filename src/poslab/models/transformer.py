@@ -1,0 +1,207 @@
+"""A small pre-LN transformer with full-sequence outputs (the seed paper's Section 5.2 model).
+
+    x      = embed(W_E[s_t], t)                      position enters the stream (APE, sinusoidal)
+    for each layer:
+        a      = LN_attn(x)
+        q,k,v  = W_Q a, W_K a, W_V a                  split into h heads of width d
+        o      = attention(q, k, v, encoding, t, t)   rotate_qk, score_bias, value_bias inside
+        x      = x + W_O o
+        x      = x + MLP(LN_mlp(x))
+    logits = U LN_final(x)
+
+Used for the shift task, the character-level language model, context extension and the leakage
+studies. The mask is causal and/or a sliding window, plus key padding when ``lengths`` is given.
+
+One positional-encoding module serves the whole model: ``embed`` is called once at the input,
+``rotate_qk``, ``score_bias`` and ``value_bias`` in every layer, all with the same parameters.
+Sharing is what T5 does with its relative bias, keeps RoPE-family tables in one place, and leaves
+no dead parameters (a per-layer copy of an embed-site encoding would never be called past layer
+0). An experiment that wants per-layer positional parameters needs a new config field, not a
+change here.
+
+With ``bos`` a learned vector ``W_bos`` is prepended at position 0 and the real tokens sit at
+positions 1 .. s (explicit ``positions`` are those of the real tokens; BOS keeps 0). Logits are
+returned for the real tokens only; intermediates cover the whole internal sequence, BOS at index
+0, so sink-reading probes can see it.
+
+Energy gate (optional, ``energy_gate=True``): each layer scores every key with one gate per head,
+``gate_hj = sigmoid(w_h . a_j + b_h)`` from the layer's normalized input ``a``, passed to
+attention as ``key_gate`` (softmax: weights_ij ∝ gate_j exp(l_ij); linear: l_ij gate_j). A key
+the gate closes is ignored by every query, whatever its position.
+
+The forward is pure — no ``.item()``, no branches on tensor values, no buffer writes — so an
+ensemble is ``torch.func.functional_call`` + ``vmap`` over stacked parameters.
+
+Notation: b batch, s tokens, n internal sequence (s, or s + 1 with BOS), h head, d head dim,
+D d_model, F MLP width, m vocab.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from poslab.attention import KINDS, attention, build_mask
+from poslab.errors import ConfigError, check_choice
+from poslab.models.intermediates import Intermediates, LayerIntermediates
+from poslab.positional import PositionalEncoding, build_encoding, check_encoding
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerConfig:
+    vocab_size: int  # m
+    d_model: int = 64  # D
+    n_layers: int = 2
+    n_heads: int = 4  # h; each head has d_head = d_model // n_heads channels
+    d_mlp: int | None = None  # MLP hidden width F; None -> 4 * d_model
+    encoding: str = "rope"  # key of poslab.positional.ENCODINGS
+    encoding_options: dict = field(default_factory=dict)  # the encoding's own options
+    max_len: int = 64  # longest position any table must hold, BOS included
+    causal: bool = True  # query i sees keys j <= i
+    window: int | None = None  # sliding window: query i sees keys with i - j < window
+    bos: bool = False  # prepend a learned BOS vector at position 0
+    attention: str = "softmax"  # "softmax" | "linear" (no normalization; seed paper §7)
+    temperature: float = 1.0  # logits are divided by it before the softmax
+    energy_gate: bool = False  # per-head sigmoid gate on keys (see module docstring)
+    layer_norm: bool = True  # pre-LN before attention, MLP and readout; False: identity
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
+            _require_positive_int(name, getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise ConfigError("n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
+        if self.d_mlp is not None:
+            _require_positive_int("d_mlp", self.d_mlp)
+        if self.window is not None:
+            _require_positive_int("window", self.window)
+        check_choice("attention", self.attention, KINDS)
+        if not self.temperature > 0:
+            raise ConfigError("temperature", self.temperature, "a positive number")
+        check_encoding(self.encoding, self.encoding_options)
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def mlp_width(self) -> int:
+        return self.d_mlp or 4 * self.d_model
+
+
+class Block(nn.Module):
+    """One pre-LN layer: x + W_O attn(LN_attn x), then x + MLP(LN_mlp x)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        D, hd = cfg.d_model, cfg.n_heads * cfg.d_head
+        self.ln_attn = nn.LayerNorm(D) if cfg.layer_norm else nn.Identity()
+        # Projections act as y = W x (the paper's convention): [out, in]; head r owns rows r d .. (r+1) d.
+        self.W_Q = nn.Parameter(_uniform(hd, D))
+        self.W_K = nn.Parameter(_uniform(hd, D))
+        self.W_V = nn.Parameter(_uniform(hd, D))
+        self.W_O = nn.Parameter(_uniform(D, hd))
+        if cfg.energy_gate:
+            self.W_gate = nn.Parameter(_uniform(cfg.n_heads, D))  # w_h
+            self.b_gate = nn.Parameter(torch.zeros(cfg.n_heads))  # b_h
+        self.ln_mlp = nn.LayerNorm(D) if cfg.layer_norm else nn.Identity()
+        self.MLP = nn.Sequential(nn.Linear(D, cfg.mlp_width), nn.GELU(), nn.Linear(cfg.mlp_width, D))
+
+    def forward(self, x: Tensor, encoding: PositionalEncoding, pos: Tensor, mask: Tensor | None,
+                need_weights: bool) -> tuple[Tensor, LayerIntermediates | None]:
+        """x [b, n, D], pos [n] | [b, n] -> x [b, n, D] and, on request, what the layer computed."""
+        a = self.ln_attn(x)
+        q, k, v = self._heads(a, self.W_Q), self._heads(a, self.W_K), self._heads(a, self.W_V)  # [b, h, n, d]
+        gate = None
+        if self.cfg.energy_gate:
+            gate = torch.sigmoid(a @ self.W_gate.T + self.b_gate).transpose(1, 2)[:, :, None, :]  # [b, h, 1, n]
+        att = attention(q, k, v, encoding, pos, pos, mask=mask, kind=self.cfg.attention,
+                        temperature=self.cfg.temperature, key_gate=gate, need_weights=need_weights)
+        b, h, n, d = att.out.shape
+        o = att.out.transpose(1, 2).reshape(b, n, h * d)  # heads concatenated, [b, n, h d]
+        resid_mid = x + o @ self.W_O.T
+        out = resid_mid + self.MLP(self.ln_mlp(resid_mid))
+        if not need_weights:
+            return out, None
+        return out, LayerIntermediates(attn_scores=att.attn_scores, pattern=att.pattern, rot_q=att.rot_q,
+                                       rot_k=att.rot_k, v=v, resid_pre=x, resid_post=out)
+
+    def _heads(self, x: Tensor, W: Tensor) -> Tensor:
+        """[b, n, D] -> [b, h, n, d]."""
+        b, n, _ = x.shape
+        return (x @ W.T).view(b, n, self.cfg.n_heads, self.cfg.d_head).transpose(1, 2)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        D, m = cfg.d_model, cfg.vocab_size
+        self.encoding = build_encoding(cfg.encoding, d_model=D, n_heads=cfg.n_heads, d_head=cfg.d_head,
+                                       max_len=cfg.max_len, **cfg.encoding_options)
+        self.W_E = nn.Parameter(torch.randn(m, D))  # token embedding, [m, D]
+        if cfg.bos:
+            self.W_bos = nn.Parameter(torch.randn(D))  # the BOS vector, embedded like a token
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_final = nn.LayerNorm(D) if cfg.layer_norm else nn.Identity()
+        self.U = nn.Parameter(_uniform(m, D))  # readout, [m, D]
+
+    def check_length(self, L: int) -> None:
+        """Raise ConfigError before any work if sequences of L tokens cannot be encoded.
+
+        Only the encoding knows its limit (RoPE has none; a learned table has max_len rows), so
+        this asks it about the largest default position, L - 1 (L with BOS).
+        """
+        _require_positive_int("length", L)
+        self.encoding.check_positions(L - 1 + int(self.cfg.bos))
+
+    def forward(self, tokens: Tensor, positions: Tensor | None = None, lengths: Tensor | None = None,
+                return_intermediates: bool = False):
+        """tokens [b, s] -> logits [b, s, m], or (logits, Intermediates) on request.
+
+        positions [s] | [b, s] of the tokens (default 0 .. s-1, or 1 .. s with BOS); lengths [b]
+        marks right padding: keys past a sequence's length are masked.
+        """
+        cfg = self.cfg
+        b, s = tokens.shape
+        dev = tokens.device
+        if positions is None:
+            positions = torch.arange(int(cfg.bos), s + int(cfg.bos), device=dev)
+        x = self.W_E[tokens]  # [b, s, D]
+        pos = positions
+        if cfg.bos:
+            x = torch.cat((self.W_bos.expand(b, 1, cfg.d_model), x), dim=1)  # [b, n, D]
+            pos = torch.cat((torch.zeros_like(positions[..., :1]), positions), dim=-1)  # BOS at 0, [n] | [b, n]
+        n = x.shape[1]
+
+        key_padding = None
+        if lengths is not None:
+            key_padding = torch.arange(n, device=dev) < (lengths + int(cfg.bos))[:, None]  # [b, n]
+        mask = build_mask(n, n, causal=cfg.causal, window=cfg.window, key_padding=key_padding, device=dev)
+        if lengths is not None:
+            # A padded query keeps itself so no softmax row is empty (its output is never read);
+            # real queries are unaffected, their own key is always kept.
+            mask = mask | torch.eye(n, dtype=torch.bool, device=dev)
+
+        x = self.encoding.embed(x, pos)  # [b, n, D]
+        inter = Intermediates(embed=x, positions=pos) if return_intermediates else None
+        for block in self.layers:
+            x, layer = block(x, self.encoding, pos, mask, need_weights=return_intermediates)
+            if inter is not None:
+                inter.layers.append(layer)
+        logits = self.ln_final(x[:, int(cfg.bos):]) @ self.U.T  # real tokens only, [b, s, m]
+        return (logits, inter) if return_intermediates else logits
+
+
+def _uniform(n_out: int, n_in: int) -> Tensor:
+    """U(-1/sqrt(n_in), 1/sqrt(n_in)), nn.Linear's scale, as a raw [n_out, n_in] matrix."""
+    bound = 1.0 / math.sqrt(n_in)
+    return torch.empty(n_out, n_in).uniform_(-bound, bound)
+
+
+def _require_positive_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(name, value, "a positive integer")
