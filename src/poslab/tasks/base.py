@@ -3,6 +3,7 @@
 A task is a frozen dataclass (its config) with a pure sampler::
 
     batch = task.sample(generator, batch_size, length)   # length: L, or (L_min, L_max) inclusive
+    targets, loss_mask = task.label(tokens, lengths)     # the rule alone, on any given tokens
 
 Every random number comes from the ``torch.Generator`` passed in, so the same generator state
 gives the same batch, whether one seed trains alone or inside an ensemble. Sampling is two
@@ -56,6 +57,8 @@ class Task(Protocol):
     def target_kind(self) -> str: ...  # "last": one target at L - 1, [b]; "sequence": [b, s]
 
     def validate(self, min_length: int) -> None: ...
+
+    def label(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]: ...  # targets, loss_mask
 
     def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch: ...
 

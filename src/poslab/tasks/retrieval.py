@@ -58,12 +58,16 @@ class FixedOffset:
     def validate(self, min_length: int) -> None:
         check_offset("K", self.K, min_length)
 
+    def label(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """tokens [b, s], lengths [b] -> targets [b] and loss mask [b]."""
+        targets = _at(tokens, lengths - 1 - self.K)
+        return targets, torch.ones_like(targets, dtype=torch.bool)
+
     def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch:
         self.validate(length_range(length)[0])
         tokens, lengths = uniform_sequences(generator, batch_size, length, self.m)
-        targets = _at(tokens, lengths - 1 - self.K)
-        return Batch(tokens=tokens, targets=targets, loss_mask=torch.ones_like(targets, dtype=torch.bool),
-                     lengths=lengths)
+        targets, loss_mask = self.label(tokens, lengths)
+        return Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, lengths=lengths)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,13 +115,17 @@ class ContentConditioned:
         check_offset("K1", self.K1, min_length)
         check_offset("K2", self.K2, min_length)
 
+    def label(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """tokens [b, s], lengths [b] -> targets [b] and loss mask [b]."""
+        query = _at(tokens, lengths - 1)  # [b]
+        targets = _at(tokens, lengths - 1 - self.offset(query))
+        return targets, torch.ones_like(targets, dtype=torch.bool)
+
     def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch:
         self.validate(length_range(length)[0])
         tokens, lengths = uniform_sequences(generator, batch_size, length, self.m)
-        query = _at(tokens, lengths - 1)  # [b]
-        targets = _at(tokens, lengths - 1 - self.offset(query))
-        return Batch(tokens=tokens, targets=targets, loss_mask=torch.ones_like(targets, dtype=torch.bool),
-                     lengths=lengths)
+        targets, loss_mask = self.label(tokens, lengths)
+        return Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, lengths=lengths)
 
 
 def _at(tokens: Tensor, index: Tensor) -> Tensor:

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from poslab.tasks.base import Batch, Length, check_offset, check_vocab, length_range, uniform_sequences
 
@@ -59,11 +60,16 @@ class Shift:
     def validate(self, min_length: int) -> None:
         check_offset("K", self.K, min_length)
 
-    def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch:
-        self.validate(length_range(length)[0])
-        tokens, lengths = uniform_sequences(generator, batch_size, length, self.m)
+    def label(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """tokens [b, s], lengths [b] -> targets [b, s] and loss mask [b, s]."""
         s = tokens.shape[1]
         t = torch.arange(s, device=tokens.device)
         loss_mask = (t >= self.K) & (t < lengths[:, None])  # [b, s]
         targets = F.pad(tokens[:, : s - self.K], (self.K, 0)).masked_fill(~loss_mask, 0)  # [b, s]
+        return targets, loss_mask
+
+    def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch:
+        self.validate(length_range(length)[0])
+        tokens, lengths = uniform_sequences(generator, batch_size, length, self.m)
+        targets, loss_mask = self.label(tokens, lengths)
         return Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, lengths=lengths)
