@@ -2,6 +2,12 @@
 
 ``ENCODINGS`` maps the names used on the command line and in the papers' tables to factories;
 per-entry defaults are bound with ``functools.partial``. Build one with :func:`build_encoding`.
+
+The scaled RoPE entries are RoPE with another frequency schedule (:mod:`rope_scaling`). Their
+defaults suit the small models of the seed experiments: a model trained on sequences of
+``original_max_position_embeddings = 16`` positions, extended by ``factor = 4`` (to 64).
+``rope_longrope`` uses one factor for every pair (short 1, long 4), the degenerate LongRoPE
+without a searched per-pair table; pass ``scaling=`` with a model card's lists to get the real one.
 """
 
 from __future__ import annotations
@@ -11,13 +17,39 @@ from functools import partial
 
 from poslab.errors import ConfigError
 from poslab.positional.base import SITES, Metadata, PositionalEncoding
+from poslab.positional.alibi import ALiBi, alibi_slopes
 from poslab.positional.learned import LearnedAPE
+from poslab.positional.mope import MoPE
+from poslab.positional.nope import NoPE
 from poslab.positional.rope import RoPE
 from poslab.positional.rope_scaling import rope_frequencies
+from poslab.positional.shaw import Shaw
+from poslab.positional.sinusoidal import Sinusoidal
+from poslab.positional.t5 import T5Bias, t5_relative_bucket
+from poslab.positional.transformer_xl import TransformerXL
+
+_SMALL = {"factor": 4.0, "original_max_position_embeddings": 16}  # trained on 16 positions, x4
 
 ENCODINGS: dict[str, type[PositionalEncoding] | partial] = {
+    "nope": NoPE,
+    "sinusoidal": Sinusoidal,
     "learned": LearnedAPE,
+    "shaw": Shaw,
+    "transformer_xl": TransformerXL,
+    "t5": T5Bias,
+    "alibi": ALiBi,
     "rope": RoPE,
+    "rope_pi": partial(RoPE, scaling={"rope_type": "linear", "factor": 4.0}),
+    "rope_ntk": partial(RoPE, scaling={"rope_type": "ntk", "factor": 4.0}),
+    "rope_dynamic": partial(RoPE, scaling={"rope_type": "dynamic", **_SMALL}),
+    "rope_ntk_by_parts": partial(RoPE, scaling={"rope_type": "ntk_by_parts", **_SMALL}),
+    "rope_yarn": partial(RoPE, scaling={"rope_type": "yarn", **_SMALL}),
+    "rope_llama3": partial(RoPE, scaling={"rope_type": "llama3", "low_freq_factor": 1.0,
+                                          "high_freq_factor": 4.0, **_SMALL}),
+    "rope_longrope": partial(RoPE, scaling={"rope_type": "longrope", "short_factor": 1.0,
+                                            "long_factor": 4.0, **_SMALL}),
+    "mope": MoPE,
+    "mope_additive": partial(MoPE, form="additive"),
 }
 
 GEOMETRY = ("d_model", "n_heads", "d_head", "max_len")
@@ -53,5 +85,5 @@ def build_encoding(name: str, *, d_model: int, n_heads: int, d_head: int, max_le
     return ENCODINGS[name](d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len, **options)
 
 
-__all__ = ["ENCODINGS", "SITES", "Metadata", "PositionalEncoding", "build_encoding", "check_encoding",
-           "encoding_class", "encoding_options", "rope_frequencies"]
+__all__ = ["ENCODINGS", "SITES", "Metadata", "PositionalEncoding", "alibi_slopes", "build_encoding",
+           "check_encoding", "encoding_class", "encoding_options", "rope_frequencies", "t5_relative_bucket"]

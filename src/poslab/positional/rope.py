@@ -14,7 +14,14 @@ Pair layouts: ``interleaved`` pairs channels (2i, 2i+1) — the seed paper's 2x2
 ``half`` pairs (i, i + r/2) — the Llama / Hugging Face convention (r = rotated width).
 With ``rotary_fraction`` < 1 only the first r = fraction * d channels rotate.
 
-Notation: b batch, h head, s position index, d head dim, r rotated channels.
+Length-dependent schedules (``dynamic``, ``longrope``: see :data:`LENGTH_DEPENDENT`) choose
+their frequencies from the sequence length L = (largest query or key position) + 1, taken per
+sequence (per row of ``[b, s]`` positions; Hugging Face takes the batch maximum). To keep
+``rotate_qk`` pure, a table of frequencies for every L in 0 .. max_len is built at construction
+and indexed with tensor ops; lengths past ``max_len`` are refused by ``check_positions`` and
+clamped to the last row in forward.
+
+Notation: b batch, h head, s position index, d head dim, r rotated channels, L sequence length.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from torch import Tensor
 
 from poslab.errors import check_choice, ConfigError
 from poslab.positional.base import Metadata, PositionalEncoding, head_axis, require_even
-from poslab.positional.rope_scaling import rope_frequencies
+from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies
 
 LAYOUTS = ("interleaved", "half")
 
@@ -32,7 +39,8 @@ LAYOUTS = ("interleaved", "half")
 def rotate(x: Tensor, pos: Tensor, inv_freq: Tensor, layout: str, factor: Tensor | float = 1.0) -> Tensor:
     """Rotate the first 2 * len(inv_freq) channels of x [..., h, s, d] by pos [s] | [b, s].
 
-    ``inv_freq`` is [r/2] or, for position-dependent schedules, [..., s, r/2].
+    ``inv_freq`` is [r/2] or anything that broadcasts against the angles [..., 1, s, r/2]
+    (a length-dependent schedule passes one row per sequence, [b, 1, 1, r/2]).
     """
     r = 2 * inv_freq.shape[-1]
     angles = head_axis(pos).to(inv_freq.dtype)[..., None] * inv_freq  # [..., 1, s, r/2]
@@ -70,14 +78,32 @@ class RoPE(PositionalEncoding):
             scaling.setdefault("partial_rotary_factor", rotary_fraction)
         self.layout, self.base, self.scaling = layout, base, scaling
         inv_freq, factor = rope_frequencies(d_head, base, scaling or None, seq_len=max_len)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # theta_i, [r/2]
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # theta_i at L = max_len, [r/2]
         self.attention_factor = float(factor)
+        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+        self.length_dependent = rope_type in LENGTH_DEPENDENT
+        if self.length_dependent:
+            by_length, _ = rope_frequencies(d_head, base, scaling, seq_len=torch.arange(max_len + 1))
+            self.register_buffer("inv_freq_by_length", by_length, persistent=False)  # [max_len + 1, r/2]
 
     @property
     def theta(self) -> Tensor:
+        """Rotary frequencies, [r/2] (for a length-dependent schedule: those at L = max_len)."""
         return self.inv_freq
+
+    def check_positions(self, max_position: int) -> None:
+        if self.length_dependent and max_position + 1 > self.max_len:
+            raise ConfigError(
+                "length", max_position + 1,
+                f"at most max_len={self.max_len} for the length-dependent rope_type "
+                f"(one of {', '.join(LENGTH_DEPENDENT)}): build the encoding with a larger max_len")
 
     def rotate_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         f = self.attention_factor
-        return (rotate(q, q_pos, self.inv_freq, self.layout, f),
-                rotate(k, k_pos, self.inv_freq, self.layout, f))
+        inv_freq = self.inv_freq
+        if self.length_dependent:  # a Python flag fixed at construction, not a tensor value
+            longest = torch.maximum(q_pos.amax(dim=-1), k_pos.amax(dim=-1))  # [] | [b]
+            length = (longest.long() + 1).clamp(0, self.max_len)  # L = floor(max position) + 1
+            inv_freq = self.inv_freq_by_length[length][..., None, None, :]  # [1, 1, r/2] | [b, 1, 1, r/2]
+        return (rotate(q, q_pos, inv_freq, self.layout, f),
+                rotate(k, k_pos, inv_freq, self.layout, f))

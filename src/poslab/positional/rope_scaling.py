@@ -1,30 +1,228 @@
 """Rotary frequency schedules for context extension, as pure functions.
 
-Entry point::
+    theta_i = base^(-2i / r),  i = 0 .. r/2 - 1          (Su et al. 2021; r = rotated width)
+
+and every schedule below rewrites ``theta`` (and possibly an attention factor ``A`` by which
+RoPE multiplies cos and sin, so the logits scale by ``A^2``)::
 
     rope_frequencies(head_dim, base=10000.0, scaling=None, *, max_position_embeddings=None,
-                     seq_len=None) -> (inv_freq, attention_factor)
+                     seq_len=None) -> (inv_freq [r/2] | [..., r/2], attention_factor)
 
 ``scaling`` takes the keys and meanings of a Hugging Face ``rope_parameters`` /
-``rope_scaling`` dict, so a config copied from a model card gives the model's own frequencies.
+``rope_scaling`` dict, so a config copied from a model card gives the model's own frequencies
+and attention factor (re-derived from the formulas of ``transformers``' ``ROPE_INIT_FUNCTIONS``).
+Notation: ``s`` = factor, ``L0`` = original_max_position_embeddings, ``L`` = seq_len,
+``r`` = rotated width = int(head_dim * partial_rotary_factor), ``lambda_i = 2 pi / theta_i``
+the wavelength of pair i.
+
+=============  ==============================================================================
+rope_type      theta'_i and A
+=============  ==============================================================================
+default        theta_i; A = 1
+linear         theta_i / s  (position interpolation, Chen et al. 2023); A = 1
+ntk            base' = base s^(r/(r-2)), theta'_i = base'^(-2i/r)  (NTK-aware, bloc97 2023); A = 1
+dynamic        as ntk with s replaced by max(s L / L0 - (s - 1), 1), so the base only grows once
+               L > L0 (Dynamic NTK, emozilla 2023). L0 here is ``max_position_embeddings`` as in
+               Hugging Face, falling back to the dict's ``original_max_position_embeddings``; A = 1
+ntk_by_parts   theta'_i = theta_i / s * gamma_i + theta_i * (1 - gamma_i) with the YaRN ramp
+               gamma_i = clamp((i - lo) / (hi - lo), 0, 1),
+               lo|hi = r ln(L0 / (2 pi beta_fast|beta_slow)) / (2 ln base)
+               (floored|ceiled when ``truncate``, clipped to [0, r - 1]); A = 1
+               (bloc97 2023; YaRN without the temperature)
+yarn           ntk_by_parts frequencies; A = 0.1 ln s + 1 (or, given mscale and mscale_all_dim,
+               (0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1); or attention_factor)
+               (Peng et al. 2023)
+longrope       theta'_i = theta_i / f_i with f = long_factor when L > L0 else short_factor;
+               A = sqrt(1 + ln s / ln L0) for s > 1, else 1 (Ding et al. 2024)
+llama3         lambda_i < L0/high_freq_factor: theta_i;  lambda_i > L0/low_freq_factor: theta_i/s;
+               between: (1 - a) theta_i / s + a theta_i,
+               a = (L0 / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor); A = 1
+=============  ==============================================================================
+
+Conventions kept from Hugging Face: ``type`` is an old spelling of ``rope_type``; ``rope_theta``
+in the dict overrides ``base``; ``beta_fast``/``beta_slow`` default to 32/1 (also when given as
+0 or None); ``truncate`` defaults to True; a missing ``factor`` for yarn / ntk_by_parts / longrope
+is ``max_position_embeddings / L0``; a missing ``L0`` for yarn / ntk_by_parts / longrope /
+llama3 is ``max_position_embeddings``. One extension: ``short_factor``/``long_factor`` may be a
+single number, meaning the same factor for every pair (so a registry default need not know
+``head_dim``). Unknown keys are refused (a misspelt key would otherwise be silently ignored).
+
+``dynamic`` and ``longrope`` depend on the sequence length. ``seq_len`` may be an int or an
+integer tensor of lengths ``[n]``; for those two types the result is then ``[n, r/2]``, one row
+per length, which is how :class:`poslab.positional.rope.RoPE` builds its per-length table.
 """
 
 from __future__ import annotations
 
+import math
+from numbers import Real
+
 import torch
 from torch import Tensor
 
-from poslab.errors import check_choice
+from poslab.errors import ConfigError, check_choice
 
-ROPE_TYPES = ("default",)
+ROPE_TYPES = ("default", "linear", "ntk", "dynamic", "ntk_by_parts", "yarn", "longrope", "llama3")
+LENGTH_DEPENDENT = ("dynamic", "longrope")  # frequencies change with the sequence length
+
+KEYS = ("rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
+        "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate",
+        "short_factor", "long_factor", "low_freq_factor", "high_freq_factor", "partial_rotary_factor")
+
+_FIELD = "rope_scaling"
 
 
 def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: dict | None = None, *,
                      max_position_embeddings: int | None = None,
-                     seq_len: int | None = None) -> tuple[Tensor, float]:
-    scaling = dict(scaling or {})
-    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-    check_choice("rope_type", rope_type, ROPE_TYPES)
-    dim = int(head_dim * scaling.get("partial_rotary_factor", 1.0))
-    inv_freq = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    return inv_freq.to(torch.float32), 1.0
+                     seq_len: int | Tensor | None = None) -> tuple[Tensor, float]:
+    """Inverse frequencies ``theta'`` (float32) and the attention factor ``A`` of a schedule.
+
+    ``inv_freq`` is ``[r/2]``, or ``[n, r/2]`` for a length-dependent type given ``seq_len [n]``.
+    Raises ConfigError for an unknown ``rope_type``, an unknown key or a missing required key.
+    """
+    cfg = dict(scaling or {})
+    for key in cfg:
+        check_choice(f"{_FIELD}.{key}", key, KEYS)
+    rope_type = cfg.get("rope_type", cfg.get("type", "default"))
+    check_choice(f"{_FIELD}.rope_type", rope_type, ROPE_TYPES)
+    base = float(cfg.get("rope_theta", base))
+    _positive("rope_theta", base)
+    dim = int(head_dim * cfg.get("partial_rotary_factor", 1.0))
+    if dim < 2:
+        raise ConfigError(f"{_FIELD}.partial_rotary_factor", cfg.get("partial_rotary_factor"),
+                          f"a fraction leaving at least 2 rotated channels of head_dim={head_dim}")
+    exponent = torch.arange(0, dim, 2, dtype=torch.float64) / dim  # 2i/r, [r/2]
+    theta = base ** -exponent  # [r/2]
+
+    if rope_type == "default":
+        return _f32(theta), 1.0
+
+    if rope_type == "linear":
+        return _f32(theta / _factor(cfg)), 1.0
+
+    if rope_type == "ntk":
+        return _f32((base * _factor(cfg) ** (dim / (dim - 2))) ** -exponent), 1.0
+
+    if rope_type == "dynamic":
+        factor = _factor(cfg)
+        ref = max_position_embeddings or cfg.get("original_max_position_embeddings")
+        if ref is None:
+            raise ConfigError(f"{_FIELD}.original_max_position_embeddings", None,
+                              "a positive integer (or pass max_position_embeddings)")
+        _positive("original_max_position_embeddings", ref)
+        if seq_len is None:
+            return _f32(theta), 1.0
+        length = torch.as_tensor(seq_len, dtype=torch.float64).clamp(min=ref)  # [] | [n]
+        scale = factor * length / ref - (factor - 1)  # 1 at L = L0
+        new_base = base * scale ** (dim / (dim - 2))  # [] | [n]
+        return _f32(new_base[..., None] ** -exponent), 1.0  # [r/2] | [n, r/2]
+
+    if rope_type in ("yarn", "ntk_by_parts"):
+        orig = _original(cfg, max_position_embeddings)
+        factor = _factor(cfg, max_position_embeddings, orig)
+        inv_freq = _ntk_by_parts(theta, dim, base, factor, orig, cfg)
+        if rope_type == "ntk_by_parts":
+            return inv_freq, float(cfg.get("attention_factor") or 1.0)
+        factor_a = cfg.get("attention_factor")
+        if factor_a is None:
+            mscale, mscale_all_dim = cfg.get("mscale"), cfg.get("mscale_all_dim")
+            if mscale and mscale_all_dim:
+                factor_a = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
+            else:
+                factor_a = _yarn_mscale(factor)
+        return inv_freq, float(factor_a)
+
+    if rope_type == "longrope":
+        orig = _original(cfg, max_position_embeddings)
+        factor = _factor(cfg, max_position_embeddings, orig)
+        short = theta / _pair_factors(cfg, "short_factor", dim)  # [r/2]
+        long = theta / _pair_factors(cfg, "long_factor", dim)
+        factor_a = cfg.get("attention_factor")
+        if factor_a is None:
+            factor_a = math.sqrt(1 + math.log(factor) / math.log(orig)) if factor > 1 else 1.0
+        if seq_len is None:
+            return _f32(short), float(factor_a)
+        is_long = torch.as_tensor(seq_len) > orig  # [] | [n]
+        return _f32(torch.where(is_long[..., None], long, short)), float(factor_a)
+
+    # llama3
+    factor = _factor(cfg)
+    orig = _original(cfg, max_position_embeddings)
+    low, high = _require(cfg, "low_freq_factor"), _require(cfg, "high_freq_factor")
+    if not high > low:
+        raise ConfigError(f"{_FIELD}.high_freq_factor", high, f"a number above low_freq_factor={low}")
+    wavelen = 2 * math.pi / theta  # lambda_i, [r/2]
+    smooth = (orig / wavelen - low) / (high - low)  # a, [r/2]
+    blended = (1 - smooth) * theta / factor + smooth * theta
+    inv_freq = torch.where(wavelen > orig / low, theta / factor,
+                           torch.where(wavelen < orig / high, theta, blended))
+    return _f32(inv_freq), 1.0
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _ntk_by_parts(theta: Tensor, dim: int, base: float, factor: float, orig: float, cfg: dict) -> Tensor:
+    """YaRN's ramp between interpolated (theta/s) and extrapolated (theta) frequencies."""
+    beta_fast = cfg.get("beta_fast") or 32
+    beta_slow = cfg.get("beta_slow") or 1
+
+    def pair_index(rotations: float) -> float:
+        # the pair i whose wavelength fits ``rotations`` full turns into L0
+        return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    lo, hi = pair_index(beta_fast), pair_index(beta_slow)
+    if cfg.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, dim - 1)
+    if lo == hi:
+        hi += 0.001  # as Hugging Face: avoid a zero-width ramp
+    # float32 as in the reference, so a pair that sits exactly on a ramp edge lands alike
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - lo) / (hi - lo)).clamp(0, 1).double()
+    return _f32(theta / factor * ramp + theta * (1 - ramp))  # gamma_i = ramp
+
+
+def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+
+def _require(cfg: dict, key: str):
+    if cfg.get(key) is None:
+        rope_type = cfg.get("rope_type", cfg.get("type"))
+        raise ConfigError(f"{_FIELD}.{key}", None, f"required for rope_type={rope_type!r}")
+    return cfg[key]
+
+
+def _positive(key: str, value) -> None:
+    if not (isinstance(value, Real) and value > 0):
+        raise ConfigError(f"{_FIELD}.{key}", value, "a positive number")
+
+
+def _factor(cfg: dict, max_position_embeddings: int | None = None, orig: float | None = None) -> float:
+    if cfg.get("factor") is None and max_position_embeddings and orig:
+        return max_position_embeddings / orig
+    factor = _require(cfg, "factor")
+    _positive("factor", factor)
+    return float(factor)
+
+
+def _original(cfg: dict, max_position_embeddings: int | None) -> float:
+    orig = cfg.get("original_max_position_embeddings") or max_position_embeddings
+    if orig is None:
+        _require(cfg, "original_max_position_embeddings")
+    _positive("original_max_position_embeddings", orig)
+    return orig
+
+
+def _pair_factors(cfg: dict, key: str, dim: int) -> Tensor:
+    value = _require(cfg, key)
+    factors = torch.as_tensor(value, dtype=torch.float64).flatten()
+    if factors.numel() == 1:
+        factors = factors.expand(dim // 2)
+    if factors.numel() != dim // 2 or not bool((factors > 0).all()):
+        raise ConfigError(f"{_FIELD}.{key}", value,
+                          f"a positive number or a list of {dim // 2} positive numbers (one per pair)")
+    return factors
+
+
+def _f32(x: Tensor) -> Tensor:
+    return x.to(torch.float32)
