@@ -40,19 +40,21 @@ def rotate(x: Tensor, pos: Tensor, inv_freq: Tensor, layout: str, factor: Tensor
     """Rotate the first 2 * len(inv_freq) channels of x [..., h, s, d] by pos [s] | [b, s].
 
     ``inv_freq`` is [r/2] or anything that broadcasts against the angles [..., 1, s, r/2]
-    (a length-dependent schedule passes one row per sequence, [b, 1, 1, r/2]).
+    (a length-dependent schedule passes one row per sequence, [b, 1, 1, r/2]). Each pair
+    (x1, x2) is read as the complex number x1 + i x2 and multiplied by factor * e^{i p theta}:
+    one complex product instead of strided pair slices, several times faster forward and back.
     """
     r = 2 * inv_freq.shape[-1]
     angles = head_axis(pos).to(inv_freq.dtype)[..., None] * inv_freq  # [..., 1, s, r/2]
-    cos, sin = angles.cos() * factor, angles.sin() * factor
-    x_rot, x_pass = x[..., :r], x[..., r:]
+    rotor = torch.polar(factor * torch.ones_like(angles), angles)  # factor * e^{i p theta}
+    x_rot = x if r == x.shape[-1] else x[..., :r]
     if layout == "interleaved":
-        x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]  # [..., s, r/2]
-        out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+        z = torch.view_as_complex(x_rot.unflatten(-1, (r // 2, 2)).contiguous())  # [..., s, r/2]
+        out = torch.view_as_real(z * rotor).flatten(-2)
     else:
-        x1, x2 = x_rot[..., : r // 2], x_rot[..., r // 2 :]
-        out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    return torch.cat((out, x_pass), dim=-1) if x_pass.shape[-1] else out
+        z = torch.complex(x_rot[..., : r // 2], x_rot[..., r // 2 :]) * rotor
+        out = torch.cat((z.real, z.imag), dim=-1)
+    return out if r == x.shape[-1] else torch.cat((out, x[..., r:]), dim=-1)
 
 
 class RoPE(PositionalEncoding):

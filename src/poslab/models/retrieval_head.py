@@ -1,0 +1,170 @@
+"""The seed paper's model: one attention layer, query from the last position, linear readout.
+
+    z_t = embed(W_E[s_t], t)                     (APE: z_t = x_t + W_pos[t]; RoPE: z_t = x_t)
+    q   = W_Q z_n,  k_t = W_K z_t,  v_t = W_V z_t,    n = L - 1
+    l_t = (rot(q, n) . rot(k_t, t) / sqrt(d) + bias(n, t)) / tau
+    o   = sum_t softmax(l)_t v_t        (or sum_t l_t v_t: linear attention, Section 7)
+    y^  = U o
+
+No MLP, no LayerNorm. With ``n_heads`` > 1 the head outputs are concatenated before ``U``.
+
+Two forwards compute the same function:
+
+- :meth:`RetrievalHead.forward` is the direct one, and returns intermediates for probes;
+- :meth:`RetrievalHead.forward_table` is the trainer's fast path. In one layer the projected
+  queries, keys and values are functions of (token, position) only, so it projects the
+  ``m x T`` grid of all (token, position) pairs once (through the same four hooks, with explicit
+  positions) and gathers each sequence's logits and values from the grid tables. Nothing of size
+  [batch, length, d] is ever built; the batch only touches [batch, length] index tensors.
+
+Notation: b batch, h head, s/t position, n query position, d head dim, D d_model, m vocab,
+T grid length, g grid entries (m * T).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from poslab.attention import attention, build_mask, KINDS
+from poslab.errors import ConfigError, check_choice
+from poslab.models.intermediates import Intermediates, LayerIntermediates
+from poslab.positional import build_encoding
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetrievalHeadConfig:
+    vocab_size: int = 20  # m
+    d_model: int = 64  # d
+    n_heads: int = 1
+    d_head: int | None = None  # default d_model // n_heads
+    encoding: str = "rope"  # key of poslab.positional.ENCODINGS
+    encoding_options: dict = field(default_factory=dict)
+    max_len: int = 48  # longest sequence any table must hold
+    attention: str = "softmax"  # "softmax" | "linear" (Section 7 control)
+    temperature: float = 1.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_head or self.d_model // self.n_heads
+
+
+class RetrievalHead(nn.Module):
+    def __init__(self, cfg: RetrievalHeadConfig):
+        super().__init__()
+        check_choice("attention", cfg.attention, KINDS)
+        if cfg.d_head is None and cfg.d_model % cfg.n_heads:
+            raise ConfigError("n_heads", cfg.n_heads, f"a divisor of d_model={cfg.d_model}")
+        self.cfg = cfg
+        h, d, D, m = cfg.n_heads, cfg.head_dim, cfg.d_model, cfg.vocab_size
+        self.encoding = build_encoding(cfg.encoding, d_model=D, n_heads=h, d_head=d, max_len=cfg.max_len,
+                                       **cfg.encoding_options)
+        self.W_E = nn.Parameter(torch.randn(m, D))
+        bound = 1 / math.sqrt(D)
+        self.W_Q = nn.Parameter(torch.empty(h * d, D).uniform_(-bound, bound))
+        self.W_K = nn.Parameter(torch.empty(h * d, D).uniform_(-bound, bound))
+        self.W_V = nn.Parameter(torch.empty(h * d, D).uniform_(-bound, bound))
+        self.U = nn.Parameter(torch.empty(m, h * d).uniform_(-1 / math.sqrt(h * d), 1 / math.sqrt(h * d)))
+
+    def check_length(self, L: int) -> None:
+        """Raise ConfigError before any work if length L cannot be encoded."""
+        if L > self.cfg.max_len:
+            raise ConfigError("length", L, f"at most max_len={self.cfg.max_len}")
+        self.encoding.check_positions(L - 1)
+
+    def _heads(self, x: Tensor, W: Tensor) -> Tensor:
+        """[b, s, D] -> [b, h, s, d]."""
+        b, s, _ = x.shape
+        return (x @ W.T).view(b, s, self.cfg.n_heads, self.cfg.head_dim).transpose(1, 2)
+
+    def forward(self, tokens: Tensor, lengths: Tensor | None = None, positions: Tensor | None = None,
+                return_intermediates: bool = False):
+        """tokens [b, s] (right-padded past ``lengths`` [b]) -> logits [b, m]."""
+        b, s = tokens.shape
+        if positions is None:
+            positions = torch.arange(s, device=tokens.device)
+        if lengths is None:
+            lengths = torch.full((b,), s, device=tokens.device)
+        query = (lengths - 1)[:, None]  # [b, 1]
+        z = self.encoding.embed(self.W_E[tokens], positions)  # [b, s, D]
+        z_q = z.gather(1, query[..., None].expand(b, 1, z.shape[-1]))  # [b, 1, D]
+        pos = positions.expand(b, s)
+        q_pos = pos.gather(1, query)  # [b, 1]
+        q, k, v = self._heads(z_q, self.W_Q), self._heads(z, self.W_K), self._heads(z, self.W_V)
+        mask = build_mask(1, s, key_padding=torch.arange(s, device=tokens.device) < lengths[:, None])
+        att = attention(q, k, v, self.encoding, q_pos, positions, mask=mask, kind=self.cfg.attention,
+                        temperature=self.cfg.temperature, need_weights=return_intermediates)
+        o = att.out.reshape(b, -1)  # [b, h d]
+        logits = o @ self.U.T  # [b, m]
+        if not return_intermediates:
+            return logits
+        layer = LayerIntermediates(attn_scores=att.attn_scores, pattern=att.pattern, rot_q=att.rot_q,
+                                   rot_k=att.rot_k, v=v, resid_pre=z, resid_post=o[:, None, :])
+        return logits, Intermediates(embed=z, positions=positions, layers=[layer])
+
+    # ------------------------------------------------------------------ fast path for training
+
+    def grid_tables(self, T: int, q_start: Tensor, n_query: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Scores and values of every (token, position) pair with key positions 0 .. T-1.
+
+        ``embed`` adds a position vector p_t, so z(a, t) = W_E[a] + p_t and each projection
+        splits into a token part and a position part; only ``rotate_qk`` and ``score_bias`` see
+        the (token, position) grid, of m * T keys and m * n_query queries (positions
+        q_start .. q_start + n_query - 1; ``q_start`` is a tensor so it may differ per member).
+
+        Returns scores [h, m * n_query, m * T] before the temperature (query (a, n) at row
+        a * n_query + n - q_start, key (c, t) at column c * T + t), the values of tokens
+        [h, m, d] and the values of positions [h, T, d].
+        """
+        m, D, dev = self.cfg.vocab_size, self.cfg.d_model, self.W_E.device
+        t = torch.arange(T, device=dev)
+        n = q_start + torch.arange(n_query, device=dev)  # [P] query positions
+        p_k = self.encoding.embed(torch.zeros(1, T, D, device=dev), t)  # [1, T, D]
+        p_q = self.encoding.embed(torch.zeros(1, n_query, D, device=dev), n)  # [1, P, D]
+        x = self.W_E[None]  # [1, m, D]
+        k = self._heads(x, self.W_K)[..., None, :] + self._heads(p_k, self.W_K)[:, :, None]  # [1, h, m, T, d]
+        q = self._heads(x, self.W_Q)[..., None, :] + self._heads(p_q, self.W_Q)[:, :, None]  # [1, h, m, P, d]
+        k_pos, q_pos = t.repeat(m), n.repeat(m)  # [g], [gq]
+        q, k = self.encoding.rotate_qk(q.flatten(2, 3), k.flatten(2, 3), q_pos, k_pos)  # [1, h, g., d]
+        scores = (q / math.sqrt(self.cfg.head_dim)) @ k.transpose(-1, -2)  # [1, h, gq, g]
+        bias = self.encoding.score_bias(q, k, q_pos, k_pos)
+        if bias is not None:
+            scores = scores + bias
+        return scores[0], self._heads(x, self.W_V)[0], self._heads(p_k, self.W_V)[0]
+
+    def forward_table(self, tokens: Tensor, lengths: Tensor, q_start: Tensor | int = 0,
+                      n_query: int | None = None) -> Tensor:
+        """The same logits as :meth:`forward` (default positions), via grid tables.
+
+        tokens [b, T] right-padded; lengths [b], every L - 1 in q_start .. q_start + n_query - 1
+        (by default every position). Training with one length per batch passes
+        ``q_start = L - 1, n_query = 1`` and the grid holds only m queries.
+        """
+        if "value_bias" in self.encoding.meta.sites:
+            return self.forward(tokens, lengths)
+        b, T = tokens.shape
+        h, m = self.cfg.n_heads, self.cfg.vocab_size
+        n_query = T - q_start if n_query is None else n_query
+        q_start = torch.as_tensor(q_start, device=tokens.device)
+        scores, v_tok, v_pos = self.grid_tables(T, q_start, n_query)  # [h, gq, g], [h, m, d], [h, T, d]
+        t = torch.arange(T, device=tokens.device)
+        last = (lengths - 1)[:, None]  # [b, 1]
+        q_row = tokens.gather(1, last) * n_query + last - q_start  # [b, 1]
+        pair = q_row * (m * T) + tokens * T + t  # [b, T] flat index into scores[h]
+        logits = scores.flatten(1).gather(1, pair.flatten().expand(h, -1)).view(h, b, T)
+        logits = logits / self.cfg.temperature
+        keep = t < lengths[:, None]  # [b, T]
+        if self.cfg.attention == "softmax":
+            weights = logits.masked_fill(~keep, -math.inf).softmax(-1)  # [h, b, T]
+        else:
+            weights = logits.masked_fill(~keep, 0.0)
+        by_token = torch.zeros(h, b, m, dtype=weights.dtype, device=weights.device)
+        by_token = by_token.scatter_add(2, tokens.expand(h, b, T), weights)  # [h, b, m]
+        # U o = sum_h U_h (by_token_h v_tok_h + w_h v_pos_h): read values out through U first,
+        # so the batch meets [m, m] and [T, m] tables instead of [m, d] and [T, d].
+        U = self.U.view(m, h, -1).transpose(0, 1)  # [h, m, d]
+        out_tok, out_pos = v_tok @ U.transpose(1, 2), v_pos @ U.transpose(1, 2)  # [h, m, m], [h, T, m]
+        return (by_token @ out_tok + weights @ out_pos).sum(0)  # [b, m]
