@@ -51,10 +51,29 @@ def test_causal_mask(name):
     assert not torch.allclose(a[:, 4:], b[:, 4:])
 
 
-@pytest.mark.parametrize("name", list(ENCODINGS))
-def test_vmap_over_members_equals_separate_calls(name):
-    members = [make(seed=i, encoding=name) for i in range(3)]
-    params, buffers = stack_module_state(members)
+FUSED_GRAD_MASK = pytest.mark.xfail(
+    raises=RuntimeError, strict=False,
+    reason="poslab.attention sends a grad-requiring key gate / learned score bias through the fused "
+           "scaled_dot_product_attention as attn_mask; under vmap on CPU that op has no attn_mask gradient")
+
+
+def learned_fused_bias(name):
+    """A learned score bias that attention still sends down the fused path (see FUSED_GRAD_MASK)."""
+    enc = make(encoding=name).encoding
+    if "value_bias" in enc.meta.sites:
+        return False  # attention already takes the explicit path
+    q = torch.zeros(1, 2, 3, 8, dtype=torch.float64)
+    bias = enc.score_bias(q, q, torch.arange(3), torch.arange(3))
+    return bias is not None and bias.requires_grad
+
+
+@pytest.mark.parametrize("name, gate", [pytest.param(name, False, marks=FUSED_GRAD_MASK if learned_fused_bias(name) else ())
+                                        for name in ENCODINGS]
+                         + [pytest.param("rope", True, marks=FUSED_GRAD_MASK)])
+def test_vmap_over_members_equals_separate_calls(name, gate):
+    """The trainer's pattern: stacked members, one vmapped forward, one backward of the summed loss."""
+    members = [make(seed=i, encoding=name, energy_gate=gate) for i in range(3)]
+    params, buffers = stack_module_state(members)  # leaves that require grad, [e, ...]
     base = copy.deepcopy(members[0]).to("meta")
     x, lengths = tokens(), torch.tensor([S, 5, 3])
 
@@ -64,8 +83,13 @@ def test_vmap_over_members_equals_separate_calls(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "no batching rule" for fused attention on CPU
         stacked = vmap(call)(params, buffers)  # [e, b, s, m]
+        stacked.square().mean(dim=(1, 2, 3)).sum().backward()
     for e, member in enumerate(members):
-        torch.testing.assert_close(stacked[e], member(x, lengths=lengths))
+        alone = member(x, lengths=lengths)
+        torch.testing.assert_close(stacked[e], alone)
+        alone.square().mean().backward()
+        for pname, p in member.named_parameters():
+            torch.testing.assert_close(params[pname].grad[e], p.grad, msg=f"{name}: {pname}")
 
 
 # ----------------------------------------------------------------------------- intermediates
@@ -125,7 +149,7 @@ def test_padding_equals_the_unpadded_sequence(causal, bos):
 
 # ----------------------------------------------------------------------------- positions and BOS
 
-@pytest.mark.parametrize("name", ["rope", "learned"])
+@pytest.mark.parametrize("name", list(ENCODINGS))
 @pytest.mark.parametrize("bos", [False, True])
 def test_explicit_positions_equal_default(name, bos):
     model, x = make(encoding=name, bos=bos), tokens()
@@ -194,7 +218,7 @@ def test_temperature_and_no_layer_norm_run():
 
 @pytest.mark.parametrize("overrides, field", [
     (dict(n_heads=3), "n_heads"),
-    (dict(encoding="nope"), "encoding"),
+    (dict(encoding="no_such_encoding"), "encoding"),
     (dict(encoding_options={"colour": 1}), "encoding.colour"),
     (dict(attention="sparse"), "attention"),
     (dict(window=0), "window"),
