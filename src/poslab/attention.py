@@ -8,8 +8,9 @@
 
 Every hook of the encoding is called unconditionally; ``None`` from ``score_bias`` or
 ``value_bias`` means "nothing to add". When no value bias is returned, the attention is softmax
-and the weights are not asked for, the fused ``scaled_dot_product_attention`` computes it (a
-score bias, mask and key gate travel as its float ``attn_mask``).
+no learned score bias or key gate is returned (their gradients cannot flow through the fused
+kernel's mask; a fixed bias such as ALiBi's travels as a float ``attn_mask``), the weights are not asked for and no ``vmap`` is active, the fused
+``scaled_dot_product_attention`` computes it, with the mask.
 
 Notation: b batch, h head, i query index, j key index, d head dim.
 """
@@ -69,13 +70,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_p
     q, k = encoding.rotate_qk(q, k, q_pos, k_pos)
     bias = encoding.score_bias(q, k, q_pos, k_pos)
 
-    if kind == "softmax" and not need_weights and not _has_value_bias(encoding):
-        extra = None if bias is None else bias / temperature
-        if key_gate is not None:
-            extra = key_gate.log() if extra is None else extra + key_gate.log()
-        if mask is not None:
-            neg = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, -math.inf)
-            extra = neg if extra is None else extra + neg
+    if kind == "softmax" and not need_weights and (bias is None or not bias.requires_grad) and key_gate is None \
+            and not _has_value_bias(encoding) and not _is_vmapped(q):
+        extra = mask
+        if bias is not None:  # a fixed bias (ALiBi) travels as a float mask
+            extra = bias / temperature
+            if mask is not None:
+                extra = extra.masked_fill(~mask, -math.inf)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=extra, scale=1.0 / (math.sqrt(d) * temperature))
         return AttentionOutput(out=out)
 
@@ -97,6 +98,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_p
     if extra_v is not None:
         out = out + extra_v
     return AttentionOutput(out=out, attn_scores=scores, pattern=weights, rot_q=q, rot_k=k)
+
+
+def _is_vmapped(x: Tensor) -> bool:
+    # The fused kernel has no vmap batching rule on CPU (it would loop over members).
+    return torch._C._functorch.is_batchedtensor(x)
 
 
 def _has_value_bias(encoding: PositionalEncoding) -> bool:

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.attention import attention, build_mask, KINDS
@@ -134,6 +135,11 @@ class RetrievalHead(nn.Module):
         if bias is not None:
             scores = scores + bias
         return scores[0], self._heads(x, self.W_V)[0], self._heads(p_k, self.W_V)[0]
+
+    def loss(self, tokens: Tensor, targets: Tensor, lengths: Tensor, q_start: Tensor | int = 0,
+             n_query: int | None = None) -> Tensor:
+        """Mean cross-entropy of the fast path: the trainer's objective for one member."""
+        return F.cross_entropy(self.forward_table(tokens, lengths, q_start, n_query), targets)
 
     def forward_table(self, tokens: Tensor, lengths: Tensor, q_start: Tensor | int = 0,
                       n_query: int | None = None) -> Tensor:
