@@ -12,7 +12,8 @@ One learned scalar per (bucket, head). ``bucket`` maps the relative position n =
   logarithmically and every distance >= max_distance shares the last one.
 
 The arithmetic is done in float32 in the same order as the Mesh TensorFlow / Hugging Face
-reference, so a distance on a bucket edge lands in the same bucket.
+reference, so a distance on a bucket edge lands in the same bucket. Fractional relative
+positions are rounded to the nearest integer first.
 
 Notation: b batch, h head, i/j query/key position, d head dim, n = j - i, N buckets.
 """
