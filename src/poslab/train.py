@@ -224,5 +224,5 @@ def train_plain(make_model, task: Task, seed: int, cfg: TrainConfig, *, steps: i
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return model, losses

@@ -51,25 +51,7 @@ def test_causal_mask(name):
     assert not torch.allclose(a[:, 4:], b[:, 4:])
 
 
-FUSED_GRAD_MASK = pytest.mark.xfail(
-    raises=RuntimeError, strict=False,
-    reason="poslab.attention sends a grad-requiring key gate / learned score bias through the fused "
-           "scaled_dot_product_attention as attn_mask; under vmap on CPU that op has no attn_mask gradient")
-
-
-def learned_fused_bias(name):
-    """A learned score bias that attention still sends down the fused path (see FUSED_GRAD_MASK)."""
-    enc = make(encoding=name).encoding
-    if "value_bias" in enc.meta.sites:
-        return False  # attention already takes the explicit path
-    q = torch.zeros(1, 2, 3, 8, dtype=torch.float64)
-    bias = enc.score_bias(q, q, torch.arange(3), torch.arange(3))
-    return bias is not None and bias.requires_grad
-
-
-@pytest.mark.parametrize("name, gate", [pytest.param(name, False, marks=FUSED_GRAD_MASK if learned_fused_bias(name) else ())
-                                        for name in ENCODINGS]
-                         + [pytest.param("rope", True, marks=FUSED_GRAD_MASK)])
+@pytest.mark.parametrize("name, gate", [(name, False) for name in ENCODINGS] + [("rope", True)])
 def test_vmap_over_members_equals_separate_calls(name, gate):
     """The trainer's pattern: stacked members, one vmapped forward, one backward of the summed loss."""
     members = [make(seed=i, encoding=name, energy_gate=gate) for i in range(3)]
