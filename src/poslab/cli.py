@@ -1,0 +1,143 @@
+"""The command line: thin wrappers over plain functions.
+
+    poslab list                                   encodings (with metadata), tasks, experiments
+    poslab run EXPERIMENT [--preset paper|quick] [--seeds N] [--set key=value ...]
+                          [--device cpu|cuda] [--out DIR] [--store PATH] [--force]
+    poslab report [--store PATH]                  what the store holds
+    poslab bench train [--steps N] [--plain-steps N]
+
+Bad input stops before any work with one line naming the field and the allowed values, exit 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import click
+
+from poslab.errors import ConfigError
+
+EXECUTORS = ("local", "ray")
+
+
+class _Group(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ConfigError as e:
+            click.echo(f"poslab: error: {e}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Group)
+def main():
+    """poslab: a laboratory for positional encodings in attention."""
+
+
+@main.command("list")
+def list_cmd():
+    """Every encoding with its metadata, every task and every experiment."""
+    from poslab.experiments import EXPERIMENTS
+    from poslab.positional import ENCODINGS, encoding_class
+    from poslab.tasks import TASKS
+
+    header = ("encoding", "kind", "sites", "extra parameters", "cost", "KV cache", "reference")
+    rows = []
+    for name in ENCODINGS:
+        m = encoding_class(name).meta
+        rows.append((name, m.kind, ", ".join(m.sites) or "-", m.parameters, m.cost, "yes" if m.kv_cache else "no",
+                     m.reference))
+    click.echo(_table(header, rows))
+    click.echo("")
+    click.echo(_table(("task", "options"), [(n, ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(t)))
+                                            for n, t in TASKS.items()]))
+    click.echo("")
+    click.echo(_table(("experiment", "reproduces"), [(n, m.title) for n, m in EXPERIMENTS.items()]))
+
+
+def _table(header, rows) -> str:
+    widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+@main.command()
+@click.argument("experiment")
+@click.option("--preset", default="paper", show_default=True, help="paper | quick")
+@click.option("--seeds", type=int, default=None, help="number of seeds (seeds 0..N-1); default: the preset's")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="override any config field by dotted path, e.g. train.steps=100 (repeatable)")
+@click.option("--device", default="cpu", show_default=True, help="cpu | cuda")
+@click.option("--executor", default="local", show_default=True, help="local | ray")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="default: results/<experiment>/")
+@click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
+@click.option("--force", is_flag=True, help="retrain members the store already holds")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def run(experiment, preset, seeds, overrides, device, executor, out, store, force, progress):
+    """Reproduce one published experiment: train, probe, and write its table and figures."""
+    from poslab.errors import check_choice
+    from poslab.experiments import get_experiment
+    from poslab.experiments.config import PRESETS, apply_overrides
+    from poslab.experiments.runner import run_study, validate
+
+    exp = get_experiment(experiment)
+    check_choice("preset", preset, PRESETS)
+    check_choice("executor", executor, EXECUTORS)
+    if executor == "ray":
+        raise ConfigError("executor", executor, "local (the Ray executor is not built yet)")
+    study = exp.study(preset)
+    if seeds is not None:
+        study = dataclasses.replace(study, seeds=seeds)
+    study = apply_overrides(study, overrides)
+    validate(study, device)  # before the store is even opened
+
+    from poslab.store import Store
+
+    out = out or Path("results") / experiment
+    with Store(store) as db:
+        summary = run_study(exp, study, store=db, out=out, device=device, force=force, progress=progress)
+    click.echo(f"{experiment}: {summary['members']} members, trained {summary['trained']}, "
+               f"reused {summary['reused']} from {store} (training {summary['train_seconds']:.1f} s)")
+    for f in summary["files"]:
+        click.echo(f"  wrote {f}")
+    table = out / "table.md"
+    if table.exists():
+        click.echo("")
+        click.echo(table.read_text())
+
+
+@main.command()
+@click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
+def report(store):
+    """Summarize what the store holds, per experiment."""
+    from collections import Counter
+
+    from poslab.store import Store
+
+    if not store.exists():
+        raise ConfigError("--store", str(store), "the path of an existing store (run an experiment first)")
+    with Store(store) as db:
+        counts = Counter((r["experiment"], r["status"]) for r in db.runs())
+    click.echo(_table(("experiment", "status", "runs"), [(e, s, n) for (e, s), n in sorted(counts.items())]))
+
+
+@main.group()
+def bench():
+    """Benchmarks (not tests)."""
+
+
+@bench.command("train")
+@click.option("--steps", type=int, default=4000, show_default=True, help="ensemble steps (4000 = Table 1)")
+@click.option("--plain-steps", type=int, default=200, show_default=True, help="steps of the plain loop to time")
+@click.option("--device", default="cpu", show_default=True)
+def bench_train(steps, plain_steps, device):
+    """Table 1 training as one ensemble per encoding vs a plain one-model-at-a-time loop."""
+    from poslab.bench import bench_train as run_bench
+
+    run_bench(steps=steps, plain_steps=plain_steps, device=device, echo=click.echo)
+
+
+if __name__ == "__main__":
+    main()

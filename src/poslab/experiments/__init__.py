@@ -1,0 +1,24 @@
+"""One module per published artefact; ``EXPERIMENTS`` maps command-line names to them.
+
+Each module declares its grid (``study(preset)``), its per-member probes (``evaluate``), its
+report (``report``: rows.csv, table.md with the paper's value beside each measured one,
+figures) and the paper's reported values.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from poslab.errors import ConfigError
+from poslab.experiments import phenomenon, validation
+
+EXPERIMENTS: dict[str, ModuleType] = {
+    "phenomenon": phenomenon,
+    "validation": validation,
+}
+
+
+def get_experiment(name: str) -> ModuleType:
+    if name not in EXPERIMENTS:
+        raise ConfigError("experiment", name, sorted(EXPERIMENTS))
+    return EXPERIMENTS[name]
