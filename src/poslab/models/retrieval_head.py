@@ -118,23 +118,29 @@ class RetrievalHead(nn.Module):
 
         Returns scores [h, m * n_query, m * T] before the temperature (query (a, n) at row
         a * n_query + n - q_start, key (c, t) at column c * T + t), the values of tokens
-        [h, m, d] and the values of positions [h, T, d].
+        [h, m, d] and the values of positions [h, T, d] (None when ``embed`` adds nothing).
         """
         m, D, dev = self.cfg.vocab_size, self.cfg.d_model, self.W_E.device
+        h, d = self.cfg.n_heads, self.cfg.head_dim
         t = torch.arange(T, device=dev)
         n = q_start + torch.arange(n_query, device=dev)  # [P] query positions
-        p_k = self.encoding.embed(torch.zeros(1, T, D, device=dev), t)  # [1, T, D]
-        p_q = self.encoding.embed(torch.zeros(1, n_query, D, device=dev), n)  # [1, P, D]
         x = self.W_E[None]  # [1, m, D]
-        k = self._heads(x, self.W_K)[..., None, :] + self._heads(p_k, self.W_K)[:, :, None]  # [1, h, m, T, d]
-        q = self._heads(x, self.W_Q)[..., None, :] + self._heads(p_q, self.W_Q)[:, :, None]  # [1, h, m, P, d]
+        k = self._heads(x, self.W_K)[..., None, :].expand(-1, -1, -1, T, -1)  # [1, h, m, T, d]
+        q = self._heads(x, self.W_Q)[..., None, :].expand(-1, -1, -1, n_query, -1)  # [1, h, m, P, d]
+        v_pos = None
+        if "embed" in self.encoding.meta.sites:  # otherwise p_t = 0 and three projections drop out
+            p_k = self.encoding.embed(torch.zeros(1, T, D, device=dev), t)  # [1, T, D]
+            p_q = self.encoding.embed(torch.zeros(1, n_query, D, device=dev), n)  # [1, P, D]
+            k = k + self._heads(p_k, self.W_K)[:, :, None]
+            q = q + self._heads(p_q, self.W_Q)[:, :, None]
+            v_pos = self._heads(p_k, self.W_V)[0]
         k_pos, q_pos = t.repeat(m), n.repeat(m)  # [g], [gq]
-        q, k = self.encoding.rotate_qk(q.flatten(2, 3), k.flatten(2, 3), q_pos, k_pos)  # [1, h, g., d]
+        q, k = self.encoding.rotate_qk(q.reshape(1, h, -1, d), k.reshape(1, h, -1, d), q_pos, k_pos)  # [1, h, g., d]
         scores = (q / math.sqrt(self.cfg.head_dim)) @ k.transpose(-1, -2)  # [1, h, gq, g]
         bias = self.encoding.score_bias(q, k, q_pos, k_pos)
         if bias is not None:
             scores = scores + bias
-        return scores[0], self._heads(x, self.W_V)[0], self._heads(p_k, self.W_V)[0]
+        return scores[0], self._heads(x, self.W_V)[0], v_pos
 
     def loss(self, tokens: Tensor, targets: Tensor, lengths: Tensor, q_start: Tensor | int = 0,
              n_query: int | None = None) -> Tensor:
@@ -172,5 +178,7 @@ class RetrievalHead(nn.Module):
         # U o = sum_h U_h (by_token_h v_tok_h + w_h v_pos_h): read values out through U first,
         # so the batch meets [m, m] and [T, m] tables instead of [m, d] and [T, d].
         U = self.U.view(m, h, -1).transpose(0, 1)  # [h, m, d]
-        out_tok, out_pos = v_tok @ U.transpose(1, 2), v_pos @ U.transpose(1, 2)  # [h, m, m], [h, T, m]
-        return (by_token @ out_tok + weights @ out_pos).sum(0)  # [b, m]
+        logits = by_token @ (v_tok @ U.transpose(1, 2))  # [h, b, m] via [h, m, m]
+        if v_pos is not None:
+            logits = logits + weights @ (v_pos @ U.transpose(1, 2))  # via [h, T, m]
+        return logits.sum(0)  # [b, m]
