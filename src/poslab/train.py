@@ -31,7 +31,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from tqdm.auto import tqdm
 
 from poslab.errors import ConfigError, check_choice
-from poslab.tasks import Task, length_range
+from poslab.tasks import Task
 
 OPTIMIZERS = ("adam", "adamw")
 LENGTH_SAMPLING = ("batch", "sequence")
@@ -54,7 +54,8 @@ class TrainConfig:
     def validate(self) -> None:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_choice("length_sampling", self.length_sampling, LENGTH_SAMPLING)
-        length_range((self.min_length, self.max_length))
+        if not 1 <= self.min_length <= self.max_length:
+            raise ConfigError("min_length", self.min_length, f"an integer in [1, max_length={self.max_length}]")
         for name in ("steps", "batch_size", "chunk"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, getattr(self, name), "a positive integer")

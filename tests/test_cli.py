@@ -1,0 +1,42 @@
+"""The command line: list, run (quick), bad input exit code 2 with one line, report."""
+
+from click.testing import CliRunner
+
+from poslab.cli import main
+from poslab.positional import ENCODINGS
+
+
+def test_list_prints_every_encoding_with_metadata():
+    result = CliRunner().invoke(main, ["list"])
+    assert result.exit_code == 0
+    for name in ENCODINGS:
+        assert f"\n{name} " in result.output
+    assert "KV cache" in result.output and "phenomenon" in result.output
+
+
+def test_run_quick_then_report(tmp_path):
+    args = ["run", "phenomenon", "--preset", "quick", "--seeds", "1", "--set", "train.steps=10",
+            "--set", "eval.n_sequences=16", "--set", "eval.lengths=[12]", "--store", str(tmp_path / "s.sqlite"),
+            "--out", str(tmp_path / "out"), "--no-progress"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "trained 6" in result.output and (tmp_path / "out" / "fig1_accuracy.png").exists()
+    again = CliRunner().invoke(main, args)
+    assert "trained 0, reused 6" in again.output
+    report = CliRunner().invoke(main, ["report", "--store", str(tmp_path / "s.sqlite")])
+    assert "phenomenon" in report.output and "finished" in report.output
+
+
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path):
+    store = tmp_path / "s.sqlite"
+    for args, field in [(["run", "nosuch"], "experiment"),
+                        (["run", "phenomenon", "--preset", "fast"], "preset"),
+                        (["run", "phenomenon", "--set", "train.steps"], "--set"),
+                        (["run", "phenomenon", "--set", "encodings=[\"rope\",\"bogus\"]"], "encoding"),
+                        (["run", "phenomenon", "--device", "tpu"], "device"),
+                        (["run", "phenomenon", "--set", "K=[20]"], "K")]:
+        result = CliRunner().invoke(main, [*args, "--store", str(store)] if args[1] == "phenomenon" else args)
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("poslab: error: ") and field in lines[0], result.output
+    assert not store.exists()
