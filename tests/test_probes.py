@@ -21,6 +21,7 @@ from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
 from poslab.probes import (accuracy, attention_at_offset, carrier, carrier_energy, carrier_profile, dilution_fit,
                            kernel_ratio, margin, margin_bound, mean_attention, peak, pinned_position,
                            rank_concentration, rotary_kernel, rotary_theta)
+from poslab import probes
 from poslab.tasks import build_task, eval_batch
 
 M, D = 8, 32  # vocabulary, width (one head, d_head = D)
@@ -308,3 +309,13 @@ def test_rotary_kernel_and_ratio():
     torch.testing.assert_close(rotary_theta(model), theta)
     with pytest.raises(ConfigError):
         kernel_ratio(theta, s_min=5, s_max=4)
+
+
+@pytest.mark.parametrize("encoding", ["rope", "learned", "shaw"])
+def test_fast_accuracy_and_attention_equal_the_direct_probes(encoding):
+    torch.manual_seed(0)
+    model = RetrievalHead(RetrievalHeadConfig(encoding=encoding, d_model=16, max_len=24))
+    batch = eval_batch(build_task("fixed_offset", K=2), 20, 300, seed=1)
+    acc, attn = probes.accuracy_and_attention(model, batch, chunk=128)
+    assert acc == probes.accuracy(model, batch)
+    np.testing.assert_allclose(attn, probes.mean_attention(model, batch), atol=1e-6)

@@ -140,6 +140,23 @@ def mean_attention(model: RetrievalHead, batch: Batch, *, chunk: int = CHUNK) ->
     return (total / batch.tokens.shape[0]).numpy()
 
 
+def accuracy_and_attention(model: RetrievalHead, batch: Batch, *, chunk: int = CHUNK) -> tuple[float, np.ndarray]:
+    """:func:`accuracy` and :func:`mean_attention` in one pass of the model's grid fast path.
+
+    Every sequence of ``batch`` must have the same length L (as evaluation sets do), so the
+    grid holds only the m queries at position L - 1.
+    """
+    L = _one_length(batch)
+    total = torch.zeros(model.cfg.n_heads, L, dtype=torch.float64)
+    correct = 0
+    with torch.no_grad():
+        for part in _chunks(model, batch, chunk):
+            logits, weights = model.attend(part.tokens[:, :L], part.lengths, L - 1, 1)  # [b, m], [h, b, L]
+            correct += int(((logits.argmax(-1) == part.targets) & part.loss_mask).sum())
+            total += weights.sum(1).double().cpu()
+    return correct / int(batch.loss_mask.sum()), (total / batch.tokens.shape[0]).numpy()
+
+
 def peak(mean_attn_row: np.ndarray, L: int) -> dict:
     """The selected position of one head's mean attention row [L].
 

@@ -25,10 +25,11 @@ def length_rows(model: RetrievalHead, member, study: StudyConfig, device: str) -
     rows = []
     for L in study.eval.lengths:
         batch = eval_batch(task, L, study.eval.n_sequences, study.eval.seed, device=device)
-        attn = probes.mean_attention(model, batch)[0]  # head 0, [L]
+        acc, attn = probes.accuracy_and_attention(model, batch)
+        attn = attn[0]  # head 0, [L]
         ids = dict(encoding=member.encoding, K=member.K, seed=member.seed, length=L)
         rows.append(dict(probe="length", **ids, in_range=L <= study.train.max_length,
-                         accuracy=probes.accuracy(model, batch), **probes.peak(attn, L),
+                         accuracy=acc, **probes.peak(attn, L),
                          a_star=probes.attention_at_offset(attn, L, -member.K), chance=task.chance))
         rows += [dict(probe="attention", **ids, offset=t - (L - 1), weight=float(w)) for t, w in enumerate(attn)]
     return rows

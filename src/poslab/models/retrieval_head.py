@@ -155,8 +155,17 @@ class RetrievalHead(nn.Module):
         (by default every position). Training with one length per batch passes
         ``q_start = L - 1, n_query = 1`` and the grid holds only m queries.
         """
+        return self.attend(tokens, lengths, q_start, n_query)[0]
+
+    def attend(self, tokens: Tensor, lengths: Tensor, q_start: Tensor | int = 0,
+               n_query: int | None = None) -> tuple[Tensor, Tensor]:
+        """Logits [b, m] and the query's attention weights [h, b, T], by the grid fast path.
+
+        Encodings with a value bias (Shaw) fall back to the direct forward.
+        """
         if "value_bias" in self.encoding.meta.sites:
-            return self.forward(tokens, lengths)
+            logits, inter = self.forward(tokens, lengths, return_intermediates=True)
+            return logits, inter.layers[0].pattern[:, :, 0, :].transpose(0, 1)
         b, T = tokens.shape
         h, m = self.cfg.n_heads, self.cfg.vocab_size
         n_query = T - q_start if n_query is None else n_query
@@ -178,7 +187,7 @@ class RetrievalHead(nn.Module):
         # U o = sum_h U_h (by_token_h v_tok_h + w_h v_pos_h): read values out through U first,
         # so the batch meets [m, m] and [T, m] tables instead of [m, d] and [T, d].
         U = self.U.view(m, h, -1).transpose(0, 1)  # [h, m, d]
-        logits = by_token @ (v_tok @ U.transpose(1, 2))  # [h, b, m] via [h, m, m]
+        out = by_token @ (v_tok @ U.transpose(1, 2))  # [h, b, m] via [h, m, m]
         if v_pos is not None:
-            logits = logits + weights @ (v_pos @ U.transpose(1, 2))  # via [h, T, m]
-        return logits.sum(0)  # [b, m]
+            out = out + weights @ (v_pos @ U.transpose(1, 2))  # via [h, T, m]
+        return out.sum(0), weights  # [b, m], [h, b, T]
