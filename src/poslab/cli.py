@@ -12,6 +12,7 @@ Bad input stops before any work with one line naming the field and the allowed v
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -71,11 +72,13 @@ def _table(header, rows) -> str:
               help="override any config field by dotted path, e.g. train.steps=100 (repeatable)")
 @click.option("--device", default="cpu", show_default=True, help="cpu | cuda")
 @click.option("--executor", default="local", show_default=True, help="local | ray")
+@click.option("--workers", type=int, default=None,
+              help="groups trained at once in worker processes (default: one per CPU core, at most one per group)")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="default: results/<experiment>/")
 @click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
 @click.option("--force", is_flag=True, help="retrain members the store already holds")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def run(experiment, preset, seeds, overrides, device, executor, out, store, force, progress):
+def run(experiment, preset, seeds, overrides, device, executor, workers, out, store, force, progress):
     """Reproduce one published experiment: train, probe, and write its table and figures."""
     from poslab.errors import check_choice
     from poslab.experiments import get_experiment
@@ -97,9 +100,10 @@ def run(experiment, preset, seeds, overrides, device, executor, out, store, forc
 
     out = out or Path("results") / experiment
     with Store(store) as db:
-        summary = run_study(exp, study, store=db, out=out, device=device, force=force, progress=progress)
+        summary = run_study(exp, study, store=db, out=out, device=device, force=force, progress=progress,
+                            workers=workers or os.cpu_count() or 1)
     click.echo(f"{experiment}: {summary['members']} members, trained {summary['trained']}, "
-               f"reused {summary['reused']} from {store} (training {summary['train_seconds']:.1f} s)")
+               f"reused {summary['reused']} from {store} ({summary['seconds']:.1f} s)")
     for f in summary["files"]:
         click.echo(f"  wrote {f}")
     table = out / "table.md"
@@ -131,12 +135,12 @@ def bench():
 @bench.command("train")
 @click.option("--steps", type=int, default=4000, show_default=True, help="ensemble steps (4000 = Table 1)")
 @click.option("--plain-steps", type=int, default=200, show_default=True, help="steps of the plain loop to time")
-@click.option("--device", default="cpu", show_default=True)
-def bench_train(steps, plain_steps, device):
+@click.option("--workers", type=int, default=None, help="worker processes (default: one per core, one per group)")
+def bench_train(steps, plain_steps, workers):
     """Table 1 training as one ensemble per encoding vs a plain one-model-at-a-time loop."""
     from poslab.bench import bench_train as run_bench
 
-    run_bench(steps=steps, plain_steps=plain_steps, device=device, echo=click.echo)
+    run_bench(steps=steps, plain_steps=plain_steps, workers=workers, echo=click.echo)
 
 
 if __name__ == "__main__":

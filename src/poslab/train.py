@@ -121,7 +121,8 @@ def _optimizer(params: list[Tensor], cfg: TrainConfig, fused: bool = False) -> t
 
 
 def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainConfig, *,
-                   device: str | torch.device = "cpu", progress: bool = True, desc: str = "train") -> TrainResult:
+                   device: str | torch.device = "cpu", progress: bool = True, desc: str = "train",
+                   position: int = 0) -> TrainResult:
     """Train one member per (task, seed) pair; every member's model comes from ``make_model()``.
 
     ``make_model`` must build models of one parameter shape (it is called after seeding). The
@@ -151,7 +152,7 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
     curve = np.zeros((cfg.steps, E), dtype=np.float32)
     snapshots: dict[int, list[dict[str, Tensor]]] = {}
     start = time.perf_counter()
-    bar = tqdm(range(1, cfg.steps + 1), desc=desc, disable=not progress, unit="step", leave=False)
+    bar = tqdm(range(1, cfg.steps + 1), desc=desc, disable=not progress, unit="step", leave=False, position=position)
     for step in bar:
         batch = [st.next() for st in streams]
         tokens = torch.stack([b[0] for b in batch]).to(device)  # [e, b, T]

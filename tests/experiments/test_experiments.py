@@ -83,3 +83,14 @@ def test_overrides_are_typed():
     for bad in ["train.steps=1.5", "K=[\"a\"]", "nokey", "train=3"]:
         with pytest.raises(ConfigError, match="--set"):
             apply_overrides(StudyConfig(), [bad])
+
+
+def test_worker_processes_give_the_same_rows_as_one_process(tmp_path):
+    exp, study = tiny("phenomenon")
+    study = apply_overrides(study, ["seeds=1", "K=[2]"])
+    with Store(tmp_path / "a.sqlite") as one, Store(tmp_path / "b.sqlite") as two:
+        run_study(exp, study, store=one, out=tmp_path / "a", progress=False, workers=1)
+        summary = run_study(exp, study, store=two, out=tmp_path / "b", progress=False, workers=2)
+        assert summary["trained"] == 2
+        strip = lambda rows: sorted((tuple(sorted((k, v) for k, v in r.items() if k != "run_key")) for r in rows))  # noqa: E731
+        assert strip(one.rows()) == strip(two.rows())

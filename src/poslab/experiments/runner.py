@@ -14,14 +14,16 @@ the group in flight and a rerun trains only what is missing.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Callable, Protocol
 
 import torch
-from tqdm.auto import tqdm
 
 from poslab.errors import ConfigError
 from poslab.experiments.config import StudyConfig
@@ -101,10 +103,56 @@ def validate(study: StudyConfig, device: str) -> None:
             model.check_length(L)
 
 
+@dataclass
+class MemberResult:
+    member: Member
+    rows: list[dict]
+    weights: dict[str, torch.Tensor]
+    diverged_at: int | None
+    timings: dict
+
+
+def train_group(experiment_name: str, study: StudyConfig, encoding: str, group: list[Member], device: str = "cpu",
+                progress: bool = True, threads: int | None = None, position: int = 0) -> list[MemberResult]:
+    """Train one shape-compatible group as an ensemble and probe every member.
+
+    A pure function of its arguments (all picklable), so an executor may run it anywhere: in
+    this process, in a worker process, or on a Ray worker. It never touches the store.
+    """
+    from poslab.experiments import get_experiment
+
+    if threads:
+        torch.set_num_threads(threads)
+    experiment = get_experiment(experiment_name)
+    make = partial(RetrievalHead, model_config(study, encoding))
+    tasks = [build_task("fixed_offset", m=study.m, K=m.K) for m in group]
+    result = train_ensemble(make, tasks, [m.seed for m in group], study.train, device=device, progress=progress,
+                            desc=f"{experiment_name} {encoding} x{len(group)}", position=position)
+    out = []
+    for i, member in enumerate(group):
+        model = result.models[i].eval()
+        untrained = build_member(make, member.seed).to(device).eval()
+        start = time.perf_counter()
+        rows = experiment.evaluate(model, untrained, member, study, device)
+        out.append(MemberResult(member=member, rows=rows, diverged_at=result.diverged_at[i],
+                                weights={k: v.detach().cpu() for k, v in model.state_dict().items()},
+                                timings=dict(train_seconds=result.seconds / len(group), group_size=len(group),
+                                             group_train_seconds=result.seconds,
+                                             eval_seconds=time.perf_counter() - start,
+                                             diverged_at=result.diverged_at[i])))
+    return out
+
+
 def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: Path,
-              device: str = "cpu", force: bool = False, progress: bool = True) -> dict:
-    """Run (or resume) a study and write its report; returns a summary of what was done."""
+              device: str = "cpu", force: bool = False, progress: bool = True, workers: int = 1) -> dict:
+    """Run (or resume) a study and write its report; returns a summary of what was done.
+
+    ``workers`` > 1 trains that many groups at once in worker processes (one CPU thread each
+    share of the cores); only this process writes the store, as each group comes back.
+    """
     validate(study, device)
+    if workers < 1:
+        raise ConfigError("workers", workers, "a positive integer")
     members = [Member(e, K, s) for e in study.encodings for K in study.K for s in range(study.seeds)]
     configs = {m: member_config(experiment.name, study, m) for m in members}
     keys = {m: config_hash(c) for m, c in configs.items()}
@@ -113,30 +161,30 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
             store.delete(key)
     done = {r["key"] for r in store.runs(experiment=experiment.name)} & set(keys.values())  # diverged too
     todo = [m for m in members if keys[m] not in done]
+    groups = [(e, [m for m in todo if m.encoding == e]) for e in study.encodings]
+    groups = [(e, g) for e, g in groups if g]
     revision = git_revision(Path(__file__).parent)
-    trained_seconds = 0.0
-    for encoding in study.encodings:
-        group = [m for m in todo if m.encoding == encoding]
-        if not group:
-            continue
-        make = partial(RetrievalHead, model_config(study, encoding))
-        tasks = [build_task("fixed_offset", m=study.m, K=m.K) for m in group]
-        result = train_ensemble(make, tasks, [m.seed for m in group], study.train, device=device,
-                                progress=progress, desc=f"{experiment.name} {encoding} x{len(group)}")
-        trained_seconds += result.seconds
-        for i, member in enumerate(tqdm(group, desc=f"evaluate {encoding}", disable=not progress, leave=False)):
-            model = result.models[i].eval()
-            untrained = build_member(make, member.seed).to(device).eval()
-            start = time.perf_counter()
-            rows = experiment.evaluate(model, untrained, member, study, device)
-            diverged = result.diverged_at[i]
-            store.record(keys[member], experiment=experiment.name, config=configs[member], rows=rows,
-                         status="finished" if diverged is None else "diverged",
-                         timings=dict(train_seconds=result.seconds / len(group), group_size=len(group),
-                                      eval_seconds=time.perf_counter() - start, diverged_at=diverged),
-                         weights={k: v for k, v in model.state_dict().items()}, revision=revision)
+    start = time.perf_counter()
+
+    def record(results: list[MemberResult]) -> None:
+        for r in results:
+            store.record(keys[r.member], experiment=experiment.name, config=configs[r.member], rows=r.rows,
+                         status="finished" if r.diverged_at is None else "diverged", timings=r.timings,
+                         weights=r.weights, revision=revision)
+
+    workers = min(workers, len(groups))
+    if workers <= 1 or device != "cpu":
+        for encoding, group in groups:
+            record(train_group(experiment.name, study, encoding, group, device, progress))
+    else:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(train_group, experiment.name, study, encoding, group, device, progress, threads, i)
+                       for i, (encoding, group) in enumerate(groups)]
+            for future in as_completed(futures):
+                record(future.result())
     rows = store.rows(keys=keys.values())
     out.mkdir(parents=True, exist_ok=True)
     files = experiment.report(rows, study, out)
     return dict(members=len(members), trained=len(todo), reused=len(members) - len(todo),
-                train_seconds=trained_seconds, files=files)
+                seconds=time.perf_counter() - start, files=files)
