@@ -63,6 +63,27 @@ class Task(Protocol):
     def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch: ...
 
 
+class UniformTokens:
+    """What the tasks over i.i.d. uniform tokens share; each is a frozen dataclass with a field
+    ``m`` (vocabulary size) that adds its own ``validate`` and ``label``."""
+
+    m: int
+
+    @property
+    def vocab_size(self) -> int:
+        return self.m
+
+    @property
+    def chance(self) -> float:
+        return 1.0 / self.m
+
+    def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch:
+        self.validate(length_range(length)[0])
+        tokens, lengths = uniform_sequences(generator, batch_size, length, self.m)
+        targets, loss_mask = self.label(tokens, lengths)
+        return Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, lengths=lengths)
+
+
 # ----------------------------------------------------------------------------- helpers
 
 def length_range(length: Length) -> tuple[int, int]:

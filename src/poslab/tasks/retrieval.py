@@ -21,11 +21,11 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from poslab.tasks.base import Batch, Length, check_offset, check_vocab, length_range, uniform_sequences
+from poslab.tasks.base import UniformTokens, check_offset, check_vocab
 
 
 @dataclass(frozen=True, kw_only=True)
-class FixedOffset:
+class FixedOffset(UniformTokens):
     """Fixed-offset retrieval: the target is the token K positions before the last one.
 
     Worked examples (m = 20)::
@@ -47,14 +47,6 @@ class FixedOffset:
         check_vocab(self.m)
         check_offset("K", self.K)
 
-    @property
-    def vocab_size(self) -> int:
-        return self.m
-
-    @property
-    def chance(self) -> float:
-        return 1.0 / self.m
-
     def validate(self, min_length: int) -> None:
         check_offset("K", self.K, min_length)
 
@@ -63,15 +55,9 @@ class FixedOffset:
         targets = _at(tokens, lengths - 1 - self.K)
         return targets, torch.ones_like(targets, dtype=torch.bool)
 
-    def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch:
-        self.validate(length_range(length)[0])
-        tokens, lengths = uniform_sequences(generator, batch_size, length, self.m)
-        targets, loss_mask = self.label(tokens, lengths)
-        return Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, lengths=lengths)
-
 
 @dataclass(frozen=True, kw_only=True)
-class ContentConditioned:
+class ContentConditioned(UniformTokens):
     """Content-conditioned retrieval: the query token's class picks the offset.
 
     Rule: a query token q < m // 2 (the lower half of the vocabulary) uses K1, any other uses
@@ -99,14 +85,6 @@ class ContentConditioned:
         check_offset("K1", self.K1)
         check_offset("K2", self.K2)
 
-    @property
-    def vocab_size(self) -> int:
-        return self.m
-
-    @property
-    def chance(self) -> float:
-        return 1.0 / self.m
-
     def offset(self, query: Tensor) -> Tensor:
         """The offset each query token selects: [...] int -> [...] int."""
         return torch.where(query < self.m // 2, self.K1, self.K2)
@@ -120,12 +98,6 @@ class ContentConditioned:
         query = _at(tokens, lengths - 1)  # [b]
         targets = _at(tokens, lengths - 1 - self.offset(query))
         return targets, torch.ones_like(targets, dtype=torch.bool)
-
-    def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch:
-        self.validate(length_range(length)[0])
-        tokens, lengths = uniform_sequences(generator, batch_size, length, self.m)
-        targets, loss_mask = self.label(tokens, lengths)
-        return Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, lengths=lengths)
 
 
 def _at(tokens: Tensor, index: Tensor) -> Tensor:

@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from poslab.tasks.base import Batch, Length, check_offset, check_vocab, length_range, uniform_sequences
+from poslab.tasks.base import UniformTokens, check_offset, check_vocab
 
 
 @dataclass(frozen=True, kw_only=True)
-class Shift:
+class Shift(UniformTokens):
     """Shift by K: targets[t] = tokens[t - K] for K <= t < L.
 
     Worked examples (m = 20)::
@@ -49,14 +49,6 @@ class Shift:
         check_vocab(self.m)
         check_offset("K", self.K)
 
-    @property
-    def vocab_size(self) -> int:
-        return self.m
-
-    @property
-    def chance(self) -> float:
-        return 1.0 / self.m
-
     def validate(self, min_length: int) -> None:
         check_offset("K", self.K, min_length)
 
@@ -68,8 +60,3 @@ class Shift:
         targets = F.pad(tokens[:, : s - self.K], (self.K, 0)).masked_fill(~loss_mask, 0)  # [b, s]
         return targets, loss_mask
 
-    def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch:
-        self.validate(length_range(length)[0])
-        tokens, lengths = uniform_sequences(generator, batch_size, length, self.m)
-        targets, loss_mask = self.label(tokens, lengths)
-        return Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, lengths=lengths)
