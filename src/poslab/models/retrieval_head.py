@@ -90,7 +90,7 @@ class RetrievalHead(nn.Module):
         if lengths is None:
             lengths = torch.full((b,), s, device=tokens.device)
         query = (lengths - 1)[:, None]  # [b, 1]
-        z = self.encoding.embed(self.W_E[tokens], positions)  # [b, s, D]
+        z = self.encoding.embed(F.embedding(tokens, self.W_E), positions)  # [b, s, D]
         z_q = z.gather(1, query[..., None].expand(b, 1, z.shape[-1]))  # [b, 1, D]
         pos = positions.expand(b, s)
         q_pos = pos.gather(1, query)  # [b, 1]

@@ -42,6 +42,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.attention import KINDS, attention, build_mask
@@ -170,7 +171,7 @@ class Transformer(nn.Module):
         dev = tokens.device
         if positions is None:
             positions = torch.arange(int(cfg.bos), s + int(cfg.bos), device=dev)
-        x = self.W_E[tokens]  # [b, s, D]
+        x = F.embedding(tokens, self.W_E)  # [b, s, D]
         pos = positions
         if cfg.bos:
             x = torch.cat((self.W_bos.expand(b, 1, cfg.d_model), x), dim=1)  # [b, n, D]

@@ -17,6 +17,7 @@ Notation: b batch, s position index, D model width, N table rows.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError, check_choice
@@ -58,9 +59,9 @@ class LearnedAPE(PositionalEncoding):
             longest = pos.amax(dim=-1, keepdim=True).clamp(min=last)  # L - 1, never shrinks
             p = pos.to(torch.float32) * (last / longest)
             if self.out_of_range == "rescale":
-                return x + self.W_pos[p.round().long()]
+                return x + F.embedding(p.round().long(), self.W_pos)
             lo = p.floor().long().clamp(max=last)
             hi = (lo + 1).clamp(max=last)
             w = (p - lo)[..., None]
-            return x + (1 - w) * self.W_pos[lo] + w * self.W_pos[hi]
-        return x + self.W_pos[pos.long().clamp(max=last)]
+            return x + (1 - w) * F.embedding(lo, self.W_pos) + w * F.embedding(hi, self.W_pos)
+        return x + F.embedding(pos.long().clamp(max=last), self.W_pos)
