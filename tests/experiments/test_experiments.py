@@ -95,3 +95,12 @@ def test_worker_processes_give_the_same_rows_as_one_process(tmp_path):
         assert summary["trained"] == 2
         strip = lambda rows: sorted((tuple(sorted((k, v) for k, v in r.items() if k != "run_key")) for r in rows))  # noqa: E731
         assert strip(one.rows()) == strip(two.rows())
+
+
+def test_pinning_share_and_spread():
+    from poslab.experiments.phenomenon import pinning
+
+    cells = [dict(K=1, seed=0, peak_position=p) for p in (5, 5, 5, 7)] + \
+            [dict(K=1, seed=1, peak_position=p) for p in (2, 2, 2, 2)]
+    share, spread = pinning(cells)
+    assert share == 7 / 8 and spread == 1.0
