@@ -11,11 +11,12 @@ No MLP, no LayerNorm. With ``n_heads`` > 1 the head outputs are concatenated bef
 Two forwards compute the same function:
 
 - :meth:`RetrievalHead.forward` is the direct one, and returns intermediates for probes;
-- :meth:`RetrievalHead.forward_table` is the trainer's fast path. In one layer the projected
-  queries, keys and values are functions of (token, position) only, so it projects the
-  ``m x T`` grid of all (token, position) pairs once (through the same four hooks, with explicit
-  positions) and gathers each sequence's logits and values from the grid tables. Nothing of size
-  [batch, length, d] is ever built; the batch only touches [batch, length] index tensors.
+- :meth:`RetrievalHead.attend` (and :meth:`forward_table`, :meth:`loss` on top of it) is the
+  trainer's and the evaluator's fast path. In one layer the projected queries, keys and values
+  are functions of (token, position) only, so it scores the m x T grid of all (token,
+  position) pairs once, through the same four hooks with explicit positions, and gathers each
+  sequence's logits from that table; since ``embed`` adds a position vector, values split into
+  a token part and a position part. Nothing of size [batch, length, d] is ever built.
 
 Notation: b batch, h head, s/t position, n query position, d head dim, D d_model, m vocab,
 T grid length, g grid entries (m * T).
