@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 from poslab import probes  # noqa: E402
 from poslab.experiments.config import StudyConfig, quick  # noqa: E402
 from poslab.experiments.retrieval import (fmt, group_stats, length_rows, mark, markdown_table,  # noqa: E402
-                                          select, write_csv)
+                                          save, select, write_csv)
 
 name = "phenomenon"
 title = "Table 1 / Fig. 1: RoPE generalizes, APE memorizes"
@@ -117,6 +117,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 
 def figures(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
+    paths = []
     cells = select(rows, "length")
     acc = group_stats(cells, ("encoding", "K", "length"), "accuracy")
     Ks = sorted({r["K"] for r in cells})
@@ -134,9 +135,7 @@ def figures(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
         ax.set(title=f"K = {K}", xlabel="evaluation length L", ylim=(-0.02, 1.02))
     axes[0][0].set_ylabel("accuracy")
     axes[0][0].legend()
-    fig.tight_layout()
-    fig.savefig(out / "fig1_accuracy.png", dpi=120)
-    plt.close(fig)
+    paths.append(save(fig, out / "fig1_accuracy.png"))
 
     attn = select(rows, "attention")
     show = sorted({study.train.max_length, max(study.eval.lengths)} & {r["length"] for r in attn})
@@ -153,7 +152,5 @@ def figures(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
             ax.axvline(-K, color="grey", ls="--", lw=1)
             ax.set(title=f"{enc}, K = {K}", xlabel="offset t - n", ylabel="mean attention")
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "fig1_attention.png", dpi=120)
-    plt.close(fig)
-    return [out / "fig1_accuracy.png", out / "fig1_attention.png"]
+    paths.append(save(fig, out / "fig1_attention.png"))
+    return paths

@@ -67,5 +67,15 @@ def markdown_table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def save(fig, path: Path) -> Path:
+    """Write a figure as PNG and release it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def mark(ok: bool) -> str:
     return "yes" if ok else "**no**"

@@ -24,7 +24,7 @@ from poslab import probes  # noqa: E402
 from poslab.experiments.config import StudyConfig, quick  # noqa: E402
 from poslab.experiments.phenomenon import COLUMNS  # noqa: E402
 from poslab.experiments.retrieval import (fmt, group_stats, length_rows, mark, markdown_table,  # noqa: E402
-                                          select, write_csv)
+                                          save, select, write_csv)
 from poslab.tasks import build_task, eval_batch  # noqa: E402
 
 name = "validation"
@@ -121,6 +121,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 
 def figures(rows: list[dict], study: StudyConfig, out: Path, fit: dict) -> list[Path]:
+    paths = []
     prof = select(rows, "profile")
     fig, axes = plt.subplots(1, len(study.K), figsize=(4 * len(study.K), 3.2), squeeze=False)
     for ax, K in zip(axes[0], study.K):
@@ -132,9 +133,7 @@ def figures(rows: list[dict], study: StudyConfig, out: Path, fit: dict) -> list[
         ax.axvline(-K, color="grey", ls="--", lw=1)
         ax.set(title=f"carrier profile, K = {K}", xlabel="offset delta", ylabel="phi_c(delta) / max |phi_c|")
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "fig2_carrier_profile.png", dpi=120)
-    plt.close(fig)
+    paths.append(save(fig, out / "fig2_carrier_profile.png"))
 
     cells = select(rows, "length")
     fig, axes = plt.subplots(1, len(study.K), figsize=(4 * len(study.K), 3.2), squeeze=False)
@@ -150,7 +149,5 @@ def figures(rows: list[dict], study: StudyConfig, out: Path, fit: dict) -> list[
                     label=f"seed {seed}: c={f['slope']:.3f}, R²={f['r2']:.2f}")
         ax.set(title=f"dilution, K = {K}", xlabel="L - 1", ylabel="1 / a*")
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "fig3_dilution.png", dpi=120)
-    plt.close(fig)
-    return [out / "fig2_carrier_profile.png", out / "fig3_dilution.png"]
+    paths.append(save(fig, out / "fig3_dilution.png"))
+    return paths
