@@ -94,7 +94,7 @@ def run(experiment, preset, seeds, overrides, device, executor, workers, out, st
     if seeds is not None:
         study = dataclasses.replace(study, seeds=seeds)
     study = apply_overrides(study, overrides)
-    validate(study, device)  # before the store is even opened
+    validate(study, device, exp)  # before the store is even opened
 
     from poslab.store import Store
 

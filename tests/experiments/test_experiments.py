@@ -73,6 +73,27 @@ def test_bad_input_stops_before_anything_is_written(override, field, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_validation_refuses_a_non_rotary_encoding_before_any_work(tmp_path):
+    exp = get_experiment("validation")
+    study = apply_overrides(exp.study("quick"), ['encodings=["rope","learned"]'])
+    with Store(tmp_path / "s.sqlite") as store:
+        with pytest.raises(ConfigError, match="encodings.*learned.*rotary"):
+            run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
+        assert store.runs() == []
+
+
+def test_every_registry_encoding_runs_the_phenomenon_protocol(tmp_path):
+    from poslab.positional import ENCODINGS
+
+    exp = get_experiment("phenomenon")
+    study = apply_overrides(exp.study("quick"), ["seeds=1", "K=[2]", "train.steps=3", "eval.n_sequences=8",
+                                                 "eval.lengths=[12,24]", f"encodings={list(ENCODINGS)}".replace("'", '"')])
+    with Store(tmp_path / "s.sqlite") as store:
+        summary = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
+        assert summary["trained"] == len(ENCODINGS)
+        assert {r["encoding"] for r in store.rows()} == set(ENCODINGS)
+
+
 def test_unknown_experiment():
     with pytest.raises(ConfigError, match="experiment.*phenomenon"):
         get_experiment("table9")

@@ -70,8 +70,9 @@ def member_config(experiment: str, study: StudyConfig, member: Member) -> dict:
                 train=dataclasses.asdict(study.train), eval=dataclasses.asdict(study.eval))
 
 
-def validate(study: StudyConfig, device: str) -> None:
-    """Every check on user input, before anything is trained or written."""
+def validate(study: StudyConfig, device: str, experiment: Experiment | None = None) -> None:
+    """Every check on user input, before anything is trained or written (the experiment's own
+    ``check(study)`` too, where it has one)."""
     if device not in DEVICES:
         raise ConfigError("device", device, DEVICES)
     if device == "cuda" and not torch.cuda.is_available():
@@ -97,10 +98,11 @@ def validate(study: StudyConfig, device: str) -> None:
     for name in study.encodings:
         encoding_class(name)
         check_encoding(name, study.encoding_options.get(name))
-        with torch.device("meta"):
-            model = RetrievalHead(model_config(study, name))
+        model = RetrievalHead(model_config(study, name))  # small; builds every table the run will use
         for L in (*study.eval.lengths, study.train.max_length):
             model.check_length(L)
+    if experiment is not None and hasattr(experiment, "check"):
+        experiment.check(study)
 
 
 @dataclass
@@ -150,7 +152,7 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     ``workers`` > 1 trains that many groups at once in worker processes (one CPU thread each
     share of the cores); only this process writes the store, as each group comes back.
     """
-    validate(study, device)
+    validate(study, device, experiment)
     if workers < 1:
         raise ConfigError("workers", workers, "a positive integer")
     members = [Member(e, K, s) for e in study.encodings for K in study.K for s in range(study.seeds)]

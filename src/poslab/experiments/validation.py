@@ -25,6 +25,9 @@ from poslab.experiments.config import StudyConfig, quick  # noqa: E402
 from poslab.experiments.phenomenon import COLUMNS  # noqa: E402
 from poslab.experiments.retrieval import (fmt, group_stats, length_rows, mark, markdown_table,  # noqa: E402
                                           save, select, write_csv)
+from poslab.errors import ConfigError  # noqa: E402
+from poslab.positional import ENCODINGS, encoding_class  # noqa: E402
+from poslab.positional.rope import RoPE  # noqa: E402
 from poslab.tasks import build_task, eval_batch  # noqa: E402
 
 name = "validation"
@@ -37,6 +40,14 @@ PAPER = dict(carrier_k=0.80, carrier_cos=0.83, baseline=0.016, carrier_range=(0.
 def study(preset: str) -> StudyConfig:
     cfg = StudyConfig(encodings=("rope",), K=(2, 3), seeds=5)
     return quick(cfg) if preset == "quick" else cfg
+
+
+def check(study: StudyConfig) -> None:
+    """The carrier profile needs rotary frequencies: refuse other encodings before any work."""
+    rotary = sorted(n for n in ENCODINGS if issubclass(encoding_class(n), RoPE))
+    for name in study.encodings:
+        if name in ENCODINGS and name not in rotary:
+            raise ConfigError("encodings", name, f"rotary encodings: {', '.join(rotary)}")
 
 
 def evaluate(model, untrained, member, study: StudyConfig, device: str) -> list[dict]:
