@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,36 +76,47 @@ class TrainResult:
 class DataStream:
     """Seed ``s``'s batches for one task, drawn ``chunk`` steps at a time from its generator.
 
-    Yields (tokens [b, T], targets [b], lengths [b], L - 1 of the step (batch sampling) or
-    min_length - 1 (sequence sampling)).
+    ``draw()`` returns the next chunk: tokens [n, b, T], targets [n, b], lengths [n, b] and the
+    first query position of each step [n] (L - 1 under batch sampling, min_length - 1 under
+    sequence sampling). ``next()`` hands out one step of it at a time.
     """
 
     def __init__(self, task: Task, seed: int, cfg: TrainConfig):
         self.task, self.cfg = task, cfg
         self.generator = torch.Generator().manual_seed(seed)
-        self._buffer: list[tuple[Tensor, Tensor, Tensor, int]] = []
+        self._chunk: tuple[Tensor, ...] | None = None
+        self._i = 0
 
-    def _refill(self) -> None:
+    def draw(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         cfg, g, n = self.cfg, self.generator, self.cfg.chunk
         b, lo, hi = cfg.batch_size, cfg.min_length, cfg.max_length
         tokens = torch.randint(0, self.task.vocab_size, (n * b, hi), generator=g)
         if cfg.length_sampling == "batch":
-            per_step = torch.randint(lo, hi + 1, (n,), generator=g)
-            lengths = per_step.repeat_interleave(b)
+            q_start = torch.randint(lo, hi + 1, (n,), generator=g) - 1
+            lengths = (q_start + 1).repeat_interleave(b)
         else:
             lengths = torch.randint(lo, hi + 1, (n * b,), generator=g)
+            q_start = torch.full((n,), lo - 1)
         tokens = tokens.masked_fill(torch.arange(hi) >= lengths[:, None], 0)
         targets, _ = self.task.label(tokens, lengths)
-        for i in range(n):
-            rows = slice(i * b, (i + 1) * b)
-            q = int(lengths[i * b]) - 1 if cfg.length_sampling == "batch" else lo - 1
-            self._buffer.append((tokens[rows], targets[rows], lengths[rows], q))
-        self._buffer.reverse()
+        return tokens.view(n, b, hi), targets.view(n, b), lengths.view(n, b), q_start
 
     def next(self) -> tuple[Tensor, Tensor, Tensor, int]:
-        if not self._buffer:
-            self._refill()
-        return self._buffer.pop()
+        if self._chunk is None or self._i == self.cfg.chunk:
+            self._chunk, self._i = self.draw(), 0
+        tokens, targets, lengths, q_start = (x[self._i] for x in self._chunk)
+        self._i += 1
+        return tokens, targets, lengths, int(q_start)
+
+
+def ensemble_batches(streams: list[DataStream], device) -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """Every member's next batch, stacked along the member axis: [e, b, T], [e, b], [e, b], [e].
+
+    Stacks and moves once per chunk, then hands out views."""
+    while True:
+        chunk = [torch.stack(parts, dim=1).to(device) for parts in zip(*(st.draw() for st in streams))]
+        for i in range(streams[0].cfg.chunk):
+            yield tuple(x[i] for x in chunk)
 
 
 def build_member(make_model, seed: int) -> nn.Module:
@@ -153,12 +165,9 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
     snapshots: dict[int, list[dict[str, Tensor]]] = {}
     start = time.perf_counter()
     bar = tqdm(range(1, cfg.steps + 1), desc=desc, disable=not progress, unit="step", leave=False, position=position)
+    batches = ensemble_batches(streams, device)
     for step in bar:
-        batch = [st.next() for st in streams]
-        tokens = torch.stack([b[0] for b in batch]).to(device)  # [e, b, T]
-        targets = torch.stack([b[1] for b in batch]).to(device)  # [e, b]
-        lengths = torch.stack([b[2] for b in batch]).to(device)  # [e, b]
-        q_start = torch.tensor([b[3] for b in batch], device=device)  # [e]
+        tokens, targets, lengths, q_start = next(batches)  # [e, b, T], [e, b], [e, b], [e]
         losses = losses_fn(params, tokens, targets, lengths, q_start)  # [e]
         finite = torch.isfinite(losses)
         if not bool(finite[alive].all()):
