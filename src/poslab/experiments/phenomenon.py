@@ -18,8 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from poslab import probes  # noqa: E402
 from poslab.experiments.config import StudyConfig, quick  # noqa: E402
+from poslab.positional import encoding_class  # noqa: E402
 from poslab.experiments.retrieval import (fmt, group_stats, length_rows, mark, markdown_table,  # noqa: E402
                                           save, select, write_csv)
 
@@ -48,7 +48,7 @@ def claims(rows: list[dict], study: StudyConfig) -> list[list[str]]:
     Lmax = study.train.max_length
     for enc in sorted({r["encoding"] for r in lengths}):
         cells = [r for r in lengths if r["encoding"] == enc]
-        absolute = enc in ("learned", "sinusoidal")
+        absolute = encoding_class(enc).meta.kind == "absolute"  # judged by the APE claims
         if not absolute:
             for K in sorted({r["K"] for r in cells}):
                 ck = [r for r in cells if r["K"] == K]
