@@ -40,3 +40,9 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path):
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("poslab: error: ") and field in lines[0], result.output
     assert not store.exists()
+
+
+def test_bench_train_runs_and_reports_the_ratio():
+    result = CliRunner().invoke(main, ["bench", "train", "--steps", "2", "--plain-steps", "2"])
+    assert result.exit_code == 0, result.output
+    assert "ms per member-step" in result.output and "speed-up" in result.output

@@ -28,10 +28,10 @@ import torch
 from poslab.errors import ConfigError
 from poslab.experiments.config import StudyConfig
 from poslab.models.retrieval_head import RetrievalHead
-from poslab.positional import check_encoding, encoding_class
+from poslab.positional import check_encoding
 from poslab.store import Store, config_hash, git_revision
 from poslab.tasks import build_task
-from poslab.train import build_member, train_ensemble
+from poslab.train import TrainResult, build_member, train_ensemble
 
 DEVICES = ("cpu", "cuda")
 
@@ -96,7 +96,6 @@ def validate(study: StudyConfig, device: str, experiment: Experiment | None = No
         for L in study.eval.lengths:
             task.validate(L)
     for name in study.encodings:
-        encoding_class(name)
         check_encoding(name, study.encoding_options.get(name))
         model = RetrievalHead(model_config(study, name))  # small; builds every table the run will use
         for L in (*study.eval.lengths, study.train.max_length):
@@ -114,6 +113,29 @@ class MemberResult:
     timings: dict
 
 
+def make_model(study: StudyConfig, encoding: str) -> partial:
+    """The factory of one encoding's members (called after seeding, see ``build_member``)."""
+    return partial(RetrievalHead, model_config(study, encoding))
+
+
+def train_members(study: StudyConfig, encoding: str, group: list[Member], *, device: str = "cpu",
+                  progress: bool = True, desc: str = "train", threads: int | None = None,
+                  position: int = 0) -> TrainResult:
+    """Train one shape-compatible group as one ensemble (picklable: a worker may run it)."""
+    if threads:
+        torch.set_num_threads(threads)
+    tasks = [build_task("fixed_offset", m=study.m, K=m.K) for m in group]
+    return train_ensemble(make_model(study, encoding), tasks, [m.seed for m in group], study.train, device=device,
+                          progress=progress, desc=desc, position=position)
+
+
+def worker_pool(workers: int) -> tuple[ProcessPoolExecutor, int]:
+    """``workers`` fresh processes ("spawn": safe after torch has started threads) and the
+    CPU threads each gets, a share of the cores."""
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")), threads
+
+
 def train_group(experiment_name: str, study: StudyConfig, encoding: str, group: list[Member], device: str = "cpu",
                 progress: bool = True, threads: int | None = None, position: int = 0) -> list[MemberResult]:
     """Train one shape-compatible group as an ensemble and probe every member.
@@ -123,13 +145,10 @@ def train_group(experiment_name: str, study: StudyConfig, encoding: str, group: 
     """
     from poslab.experiments import get_experiment
 
-    if threads:
-        torch.set_num_threads(threads)
     experiment = get_experiment(experiment_name)
-    make = partial(RetrievalHead, model_config(study, encoding))
-    tasks = [build_task("fixed_offset", m=study.m, K=m.K) for m in group]
-    result = train_ensemble(make, tasks, [m.seed for m in group], study.train, device=device, progress=progress,
-                            desc=f"{experiment_name} {encoding} x{len(group)}", position=position)
+    result = train_members(study, encoding, group, device=device, progress=progress, threads=threads,
+                           desc=f"{experiment_name} {encoding} x{len(group)}", position=position)
+    make = make_model(study, encoding)
     out = []
     for i, member in enumerate(group):
         model = result.models[i].eval()
@@ -179,8 +198,8 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
         for encoding, group in groups:
             record(train_group(experiment.name, study, encoding, group, device, progress))
     else:
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool, threads = worker_pool(workers)
+        with pool:
             futures = [pool.submit(train_group, experiment.name, study, encoding, group, device, progress, threads, i)
                        for i, (encoding, group) in enumerate(groups)]
             for future in as_completed(futures):
