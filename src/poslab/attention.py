@@ -84,20 +84,24 @@ def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_p
     if bias is not None:
         scores = scores + bias
     scores = scores / temperature
-    if kind == "softmax":
-        logits = scores if key_gate is None else scores + key_gate.log()
-        if mask is not None:
-            logits = logits.masked_fill(~mask, -math.inf)
-        weights = logits.softmax(dim=-1)
-    else:
-        weights = scores if key_gate is None else scores * key_gate
-        if mask is not None:
-            weights = weights.masked_fill(~mask, 0.0)
+    weights = attention_weights(scores, mask, kind, key_gate)
     out = weights @ v
     extra_v = encoding.value_bias(weights, q_pos, k_pos)
     if extra_v is not None:
         out = out + extra_v
     return AttentionOutput(out=out, attn_scores=scores, pattern=weights, rot_q=q, rot_k=k)
+
+
+def attention_weights(scores: Tensor, mask: Tensor | None, kind: str, key_gate: Tensor | None = None) -> Tensor:
+    """Scaled logits [..., j] -> weights over keys: softmax(l + log gate) or, for linear
+    attention, l * gate; masked keys get weight 0."""
+    if kind == "softmax":
+        logits = scores if key_gate is None else scores + key_gate.log()
+        if mask is not None:
+            logits = logits.masked_fill(~mask, -math.inf)
+        return logits.softmax(dim=-1)
+    weights = scores if key_gate is None else scores * key_gate
+    return weights if mask is None else weights.masked_fill(~mask, 0.0)
 
 
 def _is_vmapped(x: Tensor) -> bool:

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.attention import attention, build_mask, KINDS
+from poslab.attention import KINDS, attention, attention_weights, build_mask
 from poslab.errors import ConfigError, check_choice
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.positional import build_encoding
@@ -177,12 +177,8 @@ class RetrievalHead(nn.Module):
         q_row = tokens.gather(1, last) * n_query + last - q_start  # [b, 1]
         pair = q_row * (m * T) + tokens * T + t  # [b, T] flat index into scores[h]
         logits = scores.flatten(1).gather(1, pair.flatten().expand(h, -1)).view(h, b, T)
-        logits = logits / self.cfg.temperature
         keep = t < lengths[:, None]  # [b, T]
-        if self.cfg.attention == "softmax":
-            weights = logits.masked_fill(~keep, -math.inf).softmax(-1)  # [h, b, T]
-        else:
-            weights = logits.masked_fill(~keep, 0.0)
+        weights = attention_weights(logits / self.cfg.temperature, keep, self.cfg.attention)  # [h, b, T]
         by_token = torch.zeros(h, b, m, dtype=weights.dtype, device=weights.device)
         by_token = by_token.scatter_add(2, tokens.expand(h, b, T), weights)  # [h, b, m]
         # U o = sum_h U_h (by_token_h v_tok_h + w_h v_pos_h): read values out through U first,
