@@ -1,19 +1,28 @@
-"""The results store: roundtrips, idempotent upserts, atomicity under crashes, resumable sweeps."""
+"""The results store: roundtrips, idempotent upserts, atomicity under crashes, resumable sweeps,
+refusing files that are not poslab stores, and concurrent writers."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import multiprocessing
+import os
+import random
 import shutil
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 import poslab.store
-from poslab.store import Store, config_hash, git_revision
+from poslab.cli import main
+from poslab.errors import ConfigError
+from poslab.store import APPLICATION_ID, SCHEMA_VERSION, Store, config_hash, git_revision
 
 ROWS = [
     {"encoding": "rope", "K": 2, "seed": 0, "length": 24, "accuracy": 0.99, "exact": True,
@@ -259,3 +268,188 @@ def test_git_revision(tmp_path, monkeypatch):
     assert git_revision(repo) == head
     (repo / "f.txt").write_text("two")
     assert git_revision(repo) == f"{head}-dirty"
+
+
+# ----------------------------------------------------------------------------- opening and refusing
+
+
+def snapshot(directory) -> dict[str, bytes | None]:
+    """Every entry under ``directory`` with its bytes (None for a directory)."""
+    return {str(p.relative_to(directory)): None if p.is_dir() else p.read_bytes()
+            for p in sorted(directory.rglob("*"))}
+
+
+def assert_refused(path, directory) -> ConfigError:
+    """Store(path) raises ConfigError naming the path and leaves ``directory`` as it was."""
+    before = snapshot(directory)
+    with pytest.raises(ConfigError) as err:
+        Store(path)
+    assert err.value.field == "--store" and str(path) in str(err.value)
+    assert "a poslab store (SQLite file) or a new path in a writable directory" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert snapshot(directory) == before  # byte for byte, and no -wal, -shm or -journal beside it
+    return err.value
+
+
+@pytest.mark.parametrize("content", [random.Random(0).randbytes(10_000), b"key,value\n1,2\n",
+                                     b"SQLite format 3\x00" + bytes(84)])
+def test_refuses_a_file_that_is_not_sqlite(tmp_path, content):
+    path = tmp_path / "s.sqlite"
+    path.write_bytes(content)
+    assert_refused(path, tmp_path)
+
+
+def _foreign(path, *statements: str, wal: bool = False) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        if wal:
+            conn.execute("PRAGMA journal_mode = WAL")
+        for statement in statements:
+            conn.execute(statement)
+        conn.commit()
+
+
+OUR_TABLES = (
+    "CREATE TABLE runs (key TEXT PRIMARY KEY, experiment TEXT NOT NULL, config_json TEXT NOT NULL,"
+    " status TEXT NOT NULL, timings_json TEXT, revision TEXT, weights TEXT, created_at TEXT NOT NULL)",
+    "CREATE TABLE metrics (run_key TEXT NOT NULL, idx INTEGER NOT NULL, row_json TEXT NOT NULL,"
+    " nonfinite_json TEXT, PRIMARY KEY (run_key, idx))",
+)
+FOREIGN = {
+    "other_tables": dict(statements=("CREATE TABLE notes (x)", "INSERT INTO notes VALUES (1)")),
+    "other_tables_wal": dict(statements=("CREATE TABLE notes (x)", "INSERT INTO notes VALUES (1)"),
+                             wal=True),
+    "our_tables_and_more": dict(statements=(*OUR_TABLES, "CREATE TABLE notes (x)")),
+    "lookalike_columns": dict(statements=("CREATE TABLE runs (id)", "CREATE TABLE metrics (id)")),
+    "other_application": dict(statements=("PRAGMA application_id = 42", *OUR_TABLES)),
+    "empty_with_user_version": dict(statements=("PRAGMA user_version = 7",)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FOREIGN))
+def test_refuses_another_programs_sqlite_database(tmp_path, kind):
+    path = tmp_path / "other.db"
+    _foreign(path, *FOREIGN[kind]["statements"], wal=FOREIGN[kind].get("wal", False))
+    assert_refused(path, tmp_path)
+
+
+def test_refuses_a_store_from_a_newer_poslab(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with Store(path) as store:
+        record(store, "a")
+    _foreign(path, f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    assert "newer poslab" in str(assert_refused(path, tmp_path))
+
+
+def test_refuses_a_directory(tmp_path):
+    path = tmp_path / "runs"
+    path.mkdir()
+    (path / "notes.txt").write_text("keep me")
+    assert "directory" in str(assert_refused(path, tmp_path))
+
+
+@pytest.mark.parametrize("below", ["s.sqlite", "deeper/s.sqlite"])
+def test_refuses_a_path_below_a_regular_file(tmp_path, below):
+    blocker = tmp_path / "results.csv"
+    blocker.write_bytes(b"a,b\n1,2\n")
+    err = assert_refused(blocker / below, tmp_path)
+    assert "not a directory" in str(err)
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes into read-only dirs")
+def test_refuses_a_new_path_in_a_read_only_directory(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        assert_refused(locked / "s.sqlite", tmp_path)
+    finally:
+        locked.chmod(0o755)
+
+
+def test_cli_reports_a_bad_store_in_one_line(tmp_path):
+    path = tmp_path / "s.sqlite"
+    path.write_bytes(b"not a database")
+    result = CliRunner().invoke(main, ["report", "--store", str(path)])
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("poslab: error: --store") and str(path) in line
+    assert path.read_bytes() == b"not a database"
+
+
+def test_new_and_empty_files_become_stores(tmp_path):
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    for path in (tmp_path / "new" / "dir" / "s.sqlite", empty):
+        record(Store(path), "a")
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert Store(path).finished("a")
+
+
+def test_opens_a_store_written_before_the_application_id(tmp_path):
+    """A store with exactly poslab's tables and no application_id is ours; it is stamped on open."""
+    path = tmp_path / "s.sqlite"
+    _foreign(path, *OUR_TABLES, "INSERT INTO runs VALUES ('a', 'offset', '{}', 'finished', NULL, NULL,"
+                                " NULL, '2024-01-01T00:00:00+00:00')",
+             "INSERT INTO metrics VALUES ('a', 0, '{\"accuracy\": 1.0}', NULL)", wal=True)
+    store = Store(path)
+    assert store.finished("a") and store.rows() == [{"accuracy": 1.0, "run_key": "a"}]
+    record(store, "b")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    assert Store(path).finished_keys(["a", "b"]) == {"a", "b"}
+
+
+def test_reopens_after_a_crash_left_a_write_ahead_log(tmp_path):
+    """A store whose -wal file is still there (its writer was killed) opens and keeps its rows."""
+    path = tmp_path / "s.sqlite"
+    script = textwrap.dedent(f"""
+        import os, poslab.store
+        store = poslab.store.Store({str(path)!r})
+        store._conn.execute("PRAGMA wal_autocheckpoint = 0")
+        store.record("a", experiment="offset", config={{}}, rows=[{{"x": 1}}])
+        os._exit(0)
+    """)
+    assert subprocess.run([sys.executable, "-c", script]).returncode == 0
+    assert (tmp_path / "s.sqlite-wal").stat().st_size > 0
+    assert Store(path).rows() == [{"x": 1, "run_key": "a"}]
+
+
+# ----------------------------------------------------------------------------- concurrent writers
+
+RUNS_PER_WRITER = 50
+
+
+def _write_runs(path: str, writer: int, barrier) -> None:
+    """Open the store and record RUNS_PER_WRITER runs of three rows, all writers at once."""
+    barrier.wait()
+    store = Store(path)
+    for i in range(RUNS_PER_WRITER):
+        time.sleep(0.002)  # a worker between two members: lets the other writer take the lock
+        store.record(f"w{writer}-{i}", experiment="offset", config={"writer": writer, "i": i},
+                     rows=[{"writer": writer, "i": i, "row": r} for r in range(3)])
+    store.close()
+
+
+def test_two_processes_write_one_store_at_once(tmp_path):
+    path = tmp_path / "s.sqlite"  # absent: both processes also race to create it
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    writers = [ctx.Process(target=_write_runs, args=(str(path), w, barrier)) for w in range(2)]
+    for p in writers:
+        p.start()
+    for p in writers:
+        p.join(timeout=120)
+    assert [p.exitcode for p in writers] == [0, 0]
+
+    store = Store(path)
+    want = {f"w{w}-{i}" for w in range(2) for i in range(RUNS_PER_WRITER)}
+    keys = [r["key"] for r in store.runs()]
+    assert len(keys) == len(want) and set(keys) == want
+    rows = [(r["run_key"], r["row"]) for r in store.rows()]
+    assert sorted(rows) == sorted((k, r) for k in want for r in range(3))
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []

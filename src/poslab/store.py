@@ -6,7 +6,8 @@ sweep interrupted at any point resumes without losing or duplicating a row.
 
 Layout and schema::
 
-    <dir>/poslab.sqlite                 WAL mode
+    <dir>/poslab.sqlite                 WAL mode, PRAGMA application_id = APPLICATION_ID,
+                                        PRAGMA user_version = SCHEMA_VERSION
         runs(key PRIMARY KEY, experiment, config_json, status, timings_json, revision,
              weights, created_at)       status: "finished" | "diverged"; weights: file name
                                         relative to <dir>, NULL when none were saved
@@ -30,6 +31,18 @@ stray weights file, which nothing reads and the next ``record`` overwrites); a c
 leaves a complete run. Readers therefore never see a run without all its rows. One caveat:
 re-recording an existing key replaces its weights file before the new row commits, so a crash
 in between pairs the old row with the new weights of the same key (``--force`` deletes first).
+
+Opening. ``Store(path)`` creates a new store at a path that does not exist (or an empty file),
+and opens an existing one; anything else — a file that is not SQLite, another program's SQLite
+database, a directory, a path that cannot be created — raises ``ConfigError("--store", ...)``
+and leaves the file byte-for-byte as it was: the file is inspected read-only first (its header,
+then its tables), and only a poslab store is ever opened for writing. A store is recognised by
+its ``application_id``, or, for stores written before it was set, by having exactly the
+``runs`` and ``metrics`` tables with poslab's columns (such a store is stamped on open).
+
+Concurrency. Several processes may write one store at once: WAL mode lets readers run beside
+the writer, each ``record`` is one ``BEGIN IMMEDIATE`` transaction (writers queue instead of
+deadlocking), and a writer waits up to ``BUSY_TIMEOUT_S`` for the lock.
 """
 
 from __future__ import annotations
@@ -43,6 +56,7 @@ import re
 import sqlite3
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,10 +65,18 @@ from typing import Any
 import safetensors.torch
 import torch
 
-STATUSES = ("finished", "diverged")
+from poslab.errors import ConfigError
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
+STATUSES = ("finished", "diverged")
+APPLICATION_ID = int.from_bytes(b"PSLB", "big")  # PRAGMA application_id of every poslab store
+SCHEMA_VERSION = 1  # PRAGMA user_version; a store with a higher one was written by a newer poslab
+BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another process's transaction
+
+_STORE_ALLOWED = "a poslab store (SQLite file) or a new path in a writable directory"
+_SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS runs (
     key          TEXT PRIMARY KEY,
     experiment   TEXT NOT NULL,
     config_json  TEXT NOT NULL,
@@ -63,16 +85,22 @@ CREATE TABLE IF NOT EXISTS runs (
     revision     TEXT,
     weights      TEXT,
     created_at   TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS runs_experiment ON runs (experiment);
-CREATE TABLE IF NOT EXISTS metrics (
+)""",
+    "CREATE INDEX IF NOT EXISTS runs_experiment ON runs (experiment)",
+    """CREATE TABLE IF NOT EXISTS metrics (
     run_key        TEXT NOT NULL REFERENCES runs (key) ON DELETE CASCADE,
     idx            INTEGER NOT NULL,
     row_json       TEXT NOT NULL,
     nonfinite_json TEXT,
     PRIMARY KEY (run_key, idx)
-);
-"""
+)""",
+)
+# The columns of each table, in order: a store from before APPLICATION_ID is recognised by them.
+_COLUMNS = {
+    "runs": ("key", "experiment", "config_json", "status", "timings_json", "revision", "weights",
+             "created_at"),
+    "metrics": ("run_key", "idx", "row_json", "nonfinite_json"),
+}
 
 _SAFE_KEY = re.compile(r"[\w=+:-][\w.=+:-]*")
 
@@ -103,12 +131,25 @@ class Store:
     def __init__(self, path: str | Path = "runs/poslab.sqlite"):
         self.path = Path(path)
         self.dir = self.path.parent
-        self.dir.mkdir(parents=True, exist_ok=True)
-        # Autocommit mode: transactions are opened explicitly by _transaction, nowhere else.
-        self._conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA foreign_keys = ON")
-        self._conn.executescript(_SCHEMA)
+        new = _inspect(self.path) == "new"
+        if new:
+            _make_dir(self.path)
+        failure = "it cannot be created" if new else "it cannot be opened for writing"
+        try:
+            # Autocommit mode: transactions are opened explicitly by _transaction, nowhere else.
+            self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as e:
+            raise _refuse(self.path, f"{failure}: {e}") from None
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            _use_wal(self._conn)
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            self._create_schema()
+        except BaseException as e:
+            self._conn.close()
+            if isinstance(e, sqlite3.Error):
+                raise _refuse(self.path, f"{failure}: {e}") from None
+            raise
 
     def close(self) -> None:
         self._conn.close()
@@ -208,6 +249,17 @@ class Store:
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _create_schema(self) -> None:
+        # Checked again inside the write transaction: the file may have changed since _inspect.
+        with self._transaction():
+            kind = _classify(self._conn, self.path)
+            if kind == "ours":
+                return
+            for statement in _SCHEMA:
+                self._conn.execute(statement)
+            self._conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
         # IMMEDIATE takes the write lock up front, so two writers queue instead of deadlocking.
@@ -249,6 +301,101 @@ class Store:
                 os.unlink(tmp)
             raise
         return target.relative_to(self.dir).as_posix()
+
+
+def _refuse(path: Path, problem: str) -> ConfigError:
+    return ConfigError("--store", str(path), f"{_STORE_ALLOWED} ({problem})")
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL mode (it stays so), waiting out other processes' locks.
+
+    The switch needs the file to itself and, unlike a transaction, does not call the busy
+    handler: a second process creating the same store at the same moment gets SQLITE_BUSY at
+    once. So it is retried here, up to BUSY_TIMEOUT_S.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if e.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _make_dir(path: Path) -> None:
+    """Create the directory a new store goes in, or raise ConfigError saying why it cannot be."""
+    try:
+        existing = next(p for p in path.parents if p.exists())
+        if not existing.is_dir():
+            raise _refuse(path, f"{existing} is a file, not a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _refuse(path, f"its directory cannot be created: {e.strerror}") from None
+
+
+def _inspect(path: Path) -> str:
+    """Whether ``path`` is "new" (absent or empty: create a store there) or "ours" (a store).
+
+    Anything else raises ConfigError. Nothing here writes: the header is read as bytes, and the
+    tables, where the header cannot tell, through a read-only connection.
+    """
+    try:
+        if not path.exists():
+            return "new"
+        if path.is_dir():
+            raise _refuse(path, "it is a directory")
+        if not path.is_file():
+            raise _refuse(path, "it is not a regular file")
+        with path.open("rb") as f:
+            header = f.read(100)
+    except OSError as e:
+        raise _refuse(path, f"it cannot be read: {e.strerror}") from None
+    if not header:
+        return "new"  # SQLite initialises a 0-byte file as an empty database
+    if not header.startswith(_SQLITE_MAGIC):
+        raise _refuse(path, "it is not a SQLite database")
+    application_id = int.from_bytes(header[68:72], "big", signed=True)
+    if application_id not in (0, APPLICATION_ID):
+        raise _refuse(path, f"it is another program's SQLite database (application_id {application_id})")
+    # With no -wal file beside it the main file holds everything, and ``immutable`` reads it
+    # without creating -wal/-shm files; otherwise read through the existing write-ahead log.
+    wal = path.with_name(path.name + "-wal")
+    uri = path.absolute().as_uri() + ("?mode=ro" if wal.exists() else "?mode=ro&immutable=1")
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)) as conn:
+            kind = _classify(conn, path)
+    except sqlite3.DatabaseError as e:
+        raise _refuse(path, f"it is not a readable SQLite database: {e}") from None
+    return "new" if kind == "empty" else "ours"
+
+
+def _classify(conn: sqlite3.Connection, path: Path) -> str:
+    """The database is "ours", "legacy" (poslab's tables, no application_id yet) or "empty";
+    anything else raises ConfigError."""
+    application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if application_id == APPLICATION_ID:
+        if version > SCHEMA_VERSION:
+            raise _refuse(path, f"it was written by a newer poslab (schema version {version}; this one "
+                                f"reads up to {SCHEMA_VERSION})")
+        return "ours"
+    if application_id != 0:
+        raise _refuse(path, f"it is another program's SQLite database (application_id {application_id})")
+    objects = conn.execute(
+        "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").fetchall()
+    if not objects and version == 0:
+        return "empty"
+    tables = sorted(name for kind, name in objects if kind == "table")
+    columns = {t: tuple(row[1] for row in conn.execute("SELECT * FROM pragma_table_info(?)", (t,)))
+               for t in tables}
+    if columns == _COLUMNS:
+        return "legacy"
+    if not tables:
+        raise _refuse(path, f"it is another program's SQLite database (user_version {version})")
+    raise _refuse(path, f"it is a SQLite database with other tables: {', '.join(tables)}")
 
 
 def _dump_config(config: dict) -> str:
