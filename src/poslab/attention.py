@@ -110,5 +110,5 @@ def _is_vmapped(x: Tensor) -> bool:
 
 
 def _has_value_bias(encoding: PositionalEncoding) -> bool:
-    # The value hook needs the weights, so it is declared in the metadata rather than probed.
-    return "value_bias" in encoding.meta.sites
+    # The value hook needs the weights, so whether the class overrides it is asked, not probed.
+    return encoding.uses("value_bias")

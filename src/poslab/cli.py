@@ -41,13 +41,13 @@ def main():
 def list_cmd():
     """Every encoding with its metadata, every task and every experiment."""
     from poslab.experiments import EXPERIMENTS
-    from poslab.positional import ENCODINGS, encoding_class
+    from poslab.positional import ENCODINGS, small_encoding
     from poslab.tasks import TASKS
 
     header = ("encoding", "kind", "sites", "extra parameters", "cost", "KV cache", "reference")
     rows = []
     for name in ENCODINGS:
-        m = encoding_class(name).meta
+        m = small_encoding(name).meta  # sites and KV cache are read off a built instance
         rows.append((name, m.kind, ", ".join(m.sites) or "-", m.parameters, m.cost, "yes" if m.kv_cache else "no",
                      m.reference))
     click.echo(_table(header, rows))

@@ -1,4 +1,5 @@
-"""MoPE: per-pair damped RoPE and Gabor atoms against loops; the sigma -> infinity limits."""
+"""MoPE: per-pair damped RoPE and Gabor atoms against loops; the sigma -> infinity limits;
+one class per form."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import torch
 
 from poslab.attention import attention
 from poslab.errors import ConfigError
-from poslab.positional import build_encoding
+from poslab.positional import build_encoding, encoding_class
+from poslab.positional.mope import MoPEAdditive, MoPERelative
 
 GEOM = dict(d_model=8, n_heads=2, d_head=6, max_len=64)
 
@@ -81,13 +83,31 @@ def test_initialization_is_the_rope_table():
     assert torch.all(enc.sigma == 1e4)
 
 
-@pytest.mark.parametrize("options, field", [
-    (dict(form="wavelet"), "form"),
-    (dict(init_sigma=0.0), "init_sigma"),
-    (dict(d_head=5), "d_head"),
-    (dict(form="additive", d_model=7), "d_model"),
+def test_one_class_per_form_and_no_inheritance_between_them():
+    assert encoding_class("mope") is MoPERelative and encoding_class("mope_additive") is MoPEAdditive
+    assert not issubclass(MoPERelative, MoPEAdditive) and not issubclass(MoPEAdditive, MoPERelative)
+    assert build_encoding("mope", **GEOM).sites == ("rotate_qk", "score_bias")
+    assert build_encoding("mope_additive", **GEOM).sites == ("embed",)
+
+
+def test_relative_form_rotates_by_its_learned_omega():
+    enc = perturbed("mope")
+    assert enc.is_rotary and enc.layout == "interleaved"
+    torch.testing.assert_close(enc.rotary_frequencies(), enc.omega, rtol=0, atol=0)
+    assert not build_encoding("mope_additive", **GEOM).is_rotary
+
+
+@pytest.mark.parametrize("name, options, field", [
+    ("mope", dict(init_sigma=0.0), "init_sigma"),
+    ("mope", dict(d_head=5), "d_head"),
+    ("mope", dict(layout="gptj"), "layout"),
+    ("mope_additive", dict(init_sigma=-1.0), "init_sigma"),
+    ("mope_additive", dict(d_model=7), "d_model"),
+    ("mope", dict(form="additive"), "encoding.form"),  # the form is the registry name now
+    ("mope_additive", dict(layout="half"), "encoding.layout"),  # no rotary pairs to lay out
 ])
-def test_bad_options(options, field):
+def test_bad_options(name, options, field):
+    geometry = {k: options.pop(k) for k in list(options) if k in GEOM}
     with pytest.raises(ConfigError) as err:
-        build_encoding("mope", **{**GEOM, **options})
+        build_encoding(name, **{**GEOM, **geometry}, **options)
     assert err.value.field == field

@@ -1,9 +1,12 @@
 """Every registry entry: forward and backward through attention, the fused path equal to the
-explicit one, explicit position tensors, every hook under vmap over ensemble members, bad input."""
+explicit one, explicit position tensors, every hook under vmap over ensemble members, metadata
+derived from the code (sites, KV cache, rotary frequencies), bad input."""
 
 from __future__ import annotations
 
 import copy
+
+import math
 
 import pytest
 import torch
@@ -12,10 +15,14 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from poslab.attention import attention, build_mask
 from poslab.errors import ConfigError
-from poslab.positional import ENCODINGS, build_encoding, encoding_class
+from poslab.positional import (ENCODINGS, SITES, PositionalEncoding, build_encoding, encoding_class,
+                               rotary_encodings, small_encoding)
+from poslab.positional.base import KINDS, relative_positions
+from poslab.positional.rope import LAYOUTS, rotate
 
 D, H, DH, MAX_LEN, B, S = 16, 2, 8, 32, 2, 12
 NAMES = list(ENCODINGS)
+GEOM = dict(d_model=D, n_heads=H, d_head=DH, max_len=MAX_LEN)
 
 
 def build(name: str, seed: int = 0, **options):
@@ -75,8 +82,9 @@ def test_explicit_positions(name):
                                    atol=1e-5, rtol=1e-5)
 
 
-SHIFT_INVARIANT = [n for n in NAMES if encoding_class(n).meta.kind in ("relative", "rotary", "none")
-                   and n not in ("rope_dynamic", "rope_longrope")] + ["mope"]
+# a length-dependent encoding (no KV cache) reads the longest position, which a shift moves
+SHIFT_INVARIANT = [n for n in NAMES if encoding_class(n).kind in ("relative", "rotary", "none")
+                   and small_encoding(n).kv_cache]
 
 
 @pytest.mark.parametrize("name", SHIFT_INVARIANT)
@@ -131,9 +139,112 @@ def test_every_hook_under_vmap_equals_each_member(name, mapped_positions):
                                        atol=1e-5, rtol=1e-5, msg=f"{name}: {key}")
 
 
-# ----------------------------------------------------------------------------- bad input
+# ----------------------------------------------------------------------------- metadata
 
-GEOM = dict(d_model=D, n_heads=H, d_head=DH, max_len=MAX_LEN)
+
+def overrides(cls: type) -> tuple[str, ...]:
+    """The hooks defined in the class body of ``cls`` or of a class between it and the base."""
+    below_base = cls.__mro__[:cls.__mro__.index(PositionalEncoding)]
+    return tuple(hook for hook in SITES if any(hook in vars(c) for c in below_base))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_sites_are_the_hooks_the_class_overrides(name):
+    enc = build(name)
+    expected = overrides(encoding_class(name))
+    assert enc.sites == expected and enc.meta.sites == expected
+    assert [hook for hook in SITES if enc.uses(hook)] == list(expected)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_survey_fields_are_written_by_each_class(name):
+    cls = encoding_class(name)
+    assert cls.kind in KINDS
+    for field in ("kind", "extra_parameters", "cost", "reference"):
+        assert field in vars(cls) and getattr(cls, field), f"{name} does not write {field}"
+    meta = build(name).meta
+    assert (meta.kind, meta.parameters, meta.cost, meta.reference) == (
+        cls.kind, cls.extra_parameters, cls.cost, cls.reference)
+
+
+@pytest.mark.parametrize("name, options, kv_cache", [
+    ("rope", {}, True), ("rope_yarn", {}, True), ("rope_llama3", {}, True),
+    ("rope_dynamic", {}, False), ("rope_longrope", {}, False),
+    ("rope", {"scaling": {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 16}}, False),
+    ("learned", {}, True), ("learned", {"out_of_range": "clamp"}, True),
+    ("learned", {"out_of_range": "interpolate"}, False), ("learned", {"out_of_range": "rescale"}, False),
+    ("alibi", {}, True), ("shaw", {}, True), ("mope", {}, True), ("mope_additive", {}, True),
+])
+def test_kv_cache_is_computed_from_the_options(name, options, kv_cache):
+    enc = build(name, **options)
+    assert enc.kv_cache is kv_cache and enc.meta.kv_cache is kv_cache
+
+
+ROTARY = [n for n in NAMES if n.startswith("rope")] + ["mope"]
+
+
+def test_rotary_encodings():
+    torch.manual_seed(0)
+    expected_draw = torch.rand(3)
+    torch.manual_seed(0)
+    assert rotary_encodings() == ROTARY
+    torch.testing.assert_close(torch.rand(3), expected_draw, rtol=0, atol=0)  # asking drew no numbers
+    for name in ("learned", "alibi", "t5", "nope", "sinusoidal", "shaw", "transformer_xl", "mope_additive"):
+        enc = build(name)
+        assert not enc.is_rotary and enc.rotary_frequencies() is None, name
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", ROTARY)
+def test_rotary_frequencies_and_layout_reproduce_the_rotation(name, layout):
+    enc = build(name, layout=layout)
+    assert enc.is_rotary and enc.layout == layout
+    theta = enc.rotary_frequencies()
+    assert theta.shape == (DH // 2,)
+    q, k = torch.randn(B, H, MAX_LEN, DH), torch.randn(B, H, MAX_LEN, DH)
+    pos = torch.arange(MAX_LEN)  # L = max_len: where a length-dependent schedule reports theta
+    rot_q, rot_k = enc.rotate_qk(q, k, pos, pos)
+    factor = getattr(enc, "attention_factor", 1.0)  # RoPE's scale on cos and sin, not a rotation
+    torch.testing.assert_close(rot_q, rotate(q, pos, theta, layout, factor))
+    torch.testing.assert_close(rot_k, rotate(k, pos, theta, layout, factor))
+
+
+class OffsetValues(PositionalEncoding):
+    """Test-only: out_i += sum_j w_ij u[clip(i - j)], one learned vector per offset. It declares
+    nothing about its sites; attention must find the value hook on its own."""
+
+    kind = "relative"
+    extra_parameters = "max_len x d_head"
+    cost = "O(i j d) per head"
+    reference = "this test"
+
+    def __init__(self, **geometry):
+        super().__init__(**geometry)
+        self.u = nn.Parameter(torch.randn(self.max_len, self.d_head))  # [max_len, d]
+
+    def value_bias(self, weights, q_pos, k_pos):
+        offset = relative_positions(q_pos, k_pos).long().clamp(0, self.max_len - 1)  # [1, i, j]
+        return (weights[..., None] * self.u[offset]).sum(-2)  # [b, h, i, j, d] -> [b, h, i, d]
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused-eligible", "explicit"])
+def test_an_undeclared_value_bias_is_not_lost(need_weights):
+    torch.manual_seed(0)
+    enc = OffsetValues(**GEOM)
+    assert enc.sites == ("value_bias",) and enc.uses("value_bias") and enc.meta.kv_cache
+    q, k, v = torch.randn(1, H, S, DH), torch.randn(1, H, S, DH), torch.randn(1, H, S, DH)
+    pos = torch.arange(S)
+    out = attention(q, k, v, enc, pos, pos, mask=build_mask(S, S, causal=True), need_weights=need_weights).out
+    u = enc.u.detach()
+    for h in range(H):
+        for i in range(S):
+            logits = torch.tensor([float(q[0, h, i] @ k[0, h, j]) / math.sqrt(DH) for j in range(i + 1)])
+            w = logits.softmax(0)
+            expected = sum(w[j] * (v[0, h, j] + u[i - j]) for j in range(i + 1))
+            torch.testing.assert_close(out[0, h, i].detach(), expected, atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- bad input
 
 
 def raises(field: str, *allowed: str):
@@ -183,3 +294,8 @@ def test_position_past_a_learned_table():
     enc.check_positions(MAX_LEN - 1)
     with raises("length", "at most 32", "clamp"):
         enc.check_positions(MAX_LEN)
+
+
+def test_uses_names_the_hooks():
+    with raises("hook", "embed", "value_bias"):
+        build("rope").uses("value")

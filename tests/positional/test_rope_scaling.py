@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from poslab.errors import ConfigError
+from poslab.positional import build_encoding
+from poslab.positional import rope_scaling
 from poslab.positional.rope_scaling import rope_frequencies
 
 
@@ -170,3 +172,29 @@ def test_bad_configs_name_the_field(cfg, field, allowed):
         rope_frequencies(8, 1e4, cfg)
     assert err.value.field == field
     assert allowed in err.value.allowed
+
+
+def test_the_types_are_the_schedule_registry():
+    assert rope_scaling.ROPE_TYPES == tuple(rope_scaling.ROPE_SCHEDULES)
+    assert set(rope_scaling.LENGTH_DEPENDENT) <= set(rope_scaling.ROPE_SCHEDULES)
+    with pytest.raises(ConfigError) as err:
+        rope_frequencies(8, 1e4, {"rope_type": "xpos"})
+    assert err.value.allowed == ", ".join(sorted(rope_scaling.ROPE_SCHEDULES))
+
+
+def test_a_new_schedule_is_one_function_and_one_entry(monkeypatch):
+    def halved(dim, base, cfg, *, max_position_embeddings, seq_len):
+        theta = rope_scaling.roformer_theta(dim, base)
+        return (theta / (2 * cfg["factor"])).float(), 3.0
+
+    monkeypatch.setitem(rope_scaling.ROPE_SCHEDULES, "halved", halved)
+    scaling = {"rope_type": "halved", "factor": 2.0}
+    inv_freq, factor = rope_frequencies(16, 1e4, scaling)
+    close(inv_freq, [t / 4 for t in naive_theta(16, 1e4)])
+    assert factor == 3.0
+    rope = build_encoding("rope", scaling=scaling, d_model=16, n_heads=1, d_head=16, max_len=32)
+    close(rope.rotary_frequencies(), [t / 4 for t in naive_theta(16, 1e4)])
+    assert rope.attention_factor == 3.0 and rope.kv_cache
+    q = torch.randn(1, 1, 5, 16)
+    rot_q, _ = rope.rotate_qk(q, q, torch.arange(5), torch.arange(5))
+    torch.testing.assert_close(rot_q.norm(dim=-1), 3.0 * q.norm(dim=-1))  # A scales, the rotation keeps norms

@@ -129,7 +129,7 @@ class RetrievalHead(nn.Module):
         k = self._heads(x, self.W_K)[..., None, :].expand(-1, -1, -1, T, -1)  # [1, h, m, T, d]
         q = self._heads(x, self.W_Q)[..., None, :].expand(-1, -1, -1, n_query, -1)  # [1, h, m, P, d]
         v_pos = None
-        if "embed" in self.encoding.meta.sites:  # otherwise p_t = 0 and three projections drop out
+        if self.encoding.uses("embed"):  # otherwise p_t = 0 and three projections drop out
             p_k = self.encoding.embed(torch.zeros(1, T, D, device=dev), t)  # [1, T, D]
             p_q = self.encoding.embed(torch.zeros(1, n_query, D, device=dev), n)  # [1, P, D]
             k = k + self._heads(p_k, self.W_K)[:, :, None]
@@ -164,7 +164,7 @@ class RetrievalHead(nn.Module):
 
         Encodings with a value bias (Shaw) fall back to the direct forward.
         """
-        if "value_bias" in self.encoding.meta.sites:
+        if self.encoding.uses("value_bias"):
             logits, inter = self.forward(tokens, lengths, return_intermediates=True)
             return logits, inter.layers[0].pattern[:, :, 0, :].transpose(0, 1)
         b, T = tokens.shape

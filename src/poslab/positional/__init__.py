@@ -15,14 +15,16 @@ from __future__ import annotations
 import inspect
 from functools import partial
 
+import torch
+
 from poslab.errors import ConfigError
-from poslab.positional.base import SITES, Metadata, PositionalEncoding
+from poslab.positional.base import SITES, Metadata, PositionalEncoding, overridden_hooks
 from poslab.positional.alibi import ALiBi, alibi_slopes
 from poslab.positional.learned import LearnedAPE
-from poslab.positional.mope import MoPE
+from poslab.positional.mope import MoPEAdditive, MoPERelative
 from poslab.positional.nope import NoPE
 from poslab.positional.rope import RoPE
-from poslab.positional.rope_scaling import rope_frequencies
+from poslab.positional.rope_scaling import ROPE_SCHEDULES, rope_frequencies
 from poslab.positional.shaw import Shaw
 from poslab.positional.sinusoidal import Sinusoidal
 from poslab.positional.t5 import T5Bias, t5_relative_bucket
@@ -48,11 +50,12 @@ ENCODINGS: dict[str, type[PositionalEncoding] | partial] = {
                                           "high_freq_factor": 4.0, **_SMALL}),
     "rope_longrope": partial(RoPE, scaling={"rope_type": "longrope", "short_factor": 1.0,
                                             "long_factor": 4.0, **_SMALL}),
-    "mope": MoPE,
-    "mope_additive": partial(MoPE, form="additive"),
+    "mope": MoPERelative,
+    "mope_additive": MoPEAdditive,
 }
 
 GEOMETRY = ("d_model", "n_heads", "d_head", "max_len")
+SMALL_GEOMETRY = dict(d_model=64, n_heads=1, d_head=64, max_len=64)  # enough to build any entry and ask it
 
 
 def encoding_class(name: str) -> type[PositionalEncoding]:
@@ -85,5 +88,18 @@ def build_encoding(name: str, *, d_model: int, n_heads: int, d_head: int, max_le
     return ENCODINGS[name](d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len, **options)
 
 
-__all__ = ["ENCODINGS", "SITES", "Metadata", "PositionalEncoding", "alibi_slopes", "build_encoding",
-           "check_encoding", "encoding_class", "encoding_options", "rope_frequencies", "t5_relative_bucket"]
+def small_encoding(name: str, **options) -> PositionalEncoding:
+    """An entry built at SMALL_GEOMETRY, to ask about its metadata; the global RNG is left as it was
+    (initializing parameters draws from it, and a caller may be about to seed a model)."""
+    with torch.random.fork_rng(devices=[]):
+        return build_encoding(name, **SMALL_GEOMETRY, **options)
+
+
+def rotary_encodings() -> list[str]:
+    """Names of the registry entries that rotate queries and keys (``is_rotary``), in registry order."""
+    return [name for name in ENCODINGS if small_encoding(name).is_rotary]
+
+
+__all__ = ["ENCODINGS", "ROPE_SCHEDULES", "SITES", "SMALL_GEOMETRY", "Metadata", "PositionalEncoding",
+           "alibi_slopes", "build_encoding", "check_encoding", "encoding_class", "encoding_options",
+           "overridden_hooks", "rope_frequencies", "rotary_encodings", "small_encoding", "t5_relative_bucket"]

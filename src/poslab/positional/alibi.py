@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from poslab.errors import ConfigError
-from poslab.positional.base import Metadata, PositionalEncoding, relative_positions
+from poslab.positional.base import PositionalEncoding, relative_positions
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -40,14 +40,10 @@ def _slopes(n: int) -> list[float]:
 
 
 class ALiBi(PositionalEncoding):
-    meta = Metadata(
-        sites=("score_bias",),
-        kind="relative",
-        parameters="none",
-        cost="O(i j) per head (one bias per logit)",
-        kv_cache=True,
-        reference="Press, Smith & Lewis 2022, Train Short, Test Long",
-    )
+    kind = "relative"
+    extra_parameters = "none"
+    cost = "O(i j) per head (one bias per logit)"
+    reference = "Press, Smith & Lewis 2022, Train Short, Test Long"
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, symmetric: bool = False):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)

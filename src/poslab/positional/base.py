@@ -17,30 +17,39 @@ A hook that does not apply returns its input unchanged (``embed``, ``rotate_qk``
 Positions are explicit integer or float tensors of shape ``[s]`` (shared by the batch) or
 ``[b, s]``; nothing assumes ``arange``. Hooks must be pure: no buffer writes, no ``.item()``,
 no Python branches on tensor values, so ``torch.func.vmap`` can map them over ensemble members.
+
+Metadata is computed where it can be: ``enc.sites`` are the hooks the encoding's class
+overrides (a fast path asks ``enc.uses("value_bias")``, so an override can never be skipped
+for want of a declaration), ``enc.kv_cache`` is decided by the instance's options, and
+``enc.rotary_frequencies()`` says whether (and with which theta) queries and keys are rotated.
+Only what no code can know is written by hand, per class: ``kind``, ``extra_parameters``,
+``cost`` and ``reference``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, check_choice
 
-SITES = ("embed", "rotate_qk", "score_bias", "value_bias")
+SITES = ("embed", "rotate_qk", "score_bias", "value_bias")  # the four hooks
+KINDS = ("none", "absolute", "relative", "rotary", "hybrid")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Metadata:
-    """What the survey's comparison table says about an encoding."""
+    """What the survey's comparison table says about one built encoding."""
 
-    sites: tuple[str, ...]  # which hooks act: a subset of SITES
-    kind: str  # "none" | "absolute" | "relative" | "rotary" | "hybrid"
+    sites: tuple[str, ...]  # hooks the class overrides, in SITES order (computed)
+    kind: str  # one of KINDS (the class's ``kind``)
     parameters: str  # extra learned parameters, as a formula in the config's names
     cost: str  # extra cost class per attention layer
-    kv_cache: bool  # cached keys stay valid as the sequence grows
+    kv_cache: bool  # cached keys stay valid as the sequence grows (computed from the options)
     reference: str  # paper the formula comes from
 
 
@@ -49,13 +58,57 @@ class PositionalEncoding(nn.Module):
 
     Every encoding is built with the same geometry keywords, ``d_model``, ``n_heads``,
     ``d_head`` and ``max_len`` (the longest position a table must hold), plus its own options.
+    A subclass writes the four survey fields below; everything else about it is derived.
     """
 
-    meta: ClassVar[Metadata]
+    kind: ClassVar[str]  # one of KINDS; readable from the class: encoding_class(name).kind
+    extra_parameters: ClassVar[str]  # extra learned parameters, as a formula in the config's names
+    cost: ClassVar[str]  # extra cost class per attention layer
+    reference: ClassVar[str]  # paper the formula comes from
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int):
         super().__init__()
         self.d_model, self.n_heads, self.d_head, self.max_len = d_model, n_heads, d_head, max_len
+
+    # -- derived metadata
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        """The hooks this encoding's class overrides, in SITES order."""
+        return overridden_hooks(type(self))
+
+    def uses(self, hook: str) -> bool:
+        """Whether the class overrides ``hook`` (one of SITES): a fast path may skip only hooks it does not."""
+        check_choice("hook", hook, SITES)
+        return hook in self.sites
+
+    @property
+    def kv_cache(self) -> bool:
+        """Whether cached keys stay valid as the sequence grows.
+
+        True unless a hook reads the sequence's longest position (a length-dependent rotary
+        schedule, a rescaled table); encodings with such options override this.
+        """
+        return True
+
+    def rotary_frequencies(self) -> Tensor | None:
+        """theta [d/2] by which ``rotate_qk`` rotates the pairs of q and k, or None.
+
+        A rotary encoding also has ``layout`` ("interleaved" | "half"), so
+        ``poslab.positional.rope.rotate(x, delta, enc.rotary_frequencies(), enc.layout)``
+        rotates ``x`` by the offsets ``delta`` as the encoding does (RoPE's attention factor aside).
+        """
+        return None
+
+    @property
+    def is_rotary(self) -> bool:
+        return self.rotary_frequencies() is not None
+
+    @property
+    def meta(self) -> Metadata:
+        """This encoding's row of the survey's comparison table."""
+        return Metadata(sites=self.sites, kind=self.kind, parameters=self.extra_parameters, cost=self.cost,
+                        kv_cache=self.kv_cache, reference=self.reference)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """x [b, s, D], pos [s] | [b, s] -> [b, s, D]."""
@@ -78,6 +131,12 @@ class PositionalEncoding(nn.Module):
 
 
 # ----------------------------------------------------------------------------- helpers
+
+@cache
+def overridden_hooks(cls: type[PositionalEncoding]) -> tuple[str, ...]:
+    """The hooks (of SITES) that ``cls`` defines differently from :class:`PositionalEncoding`."""
+    return tuple(hook for hook in SITES if getattr(cls, hook) is not getattr(PositionalEncoding, hook))
+
 
 def relative_positions(q_pos: Tensor, k_pos: Tensor) -> Tensor:
     """Query minus key position with a head axis: [s]|[b, s] -> [1, i, j] | [b, 1, i, j]."""

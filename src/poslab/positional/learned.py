@@ -21,20 +21,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError, check_choice
-from poslab.positional.base import Metadata, PositionalEncoding
+from poslab.positional.base import PositionalEncoding
 
 POLICIES = ("error", "clamp", "interpolate", "rescale")
+LENGTH_DEPENDENT = ("interpolate", "rescale")  # map every position through the longest one
 
 
 class LearnedAPE(PositionalEncoding):
-    meta = Metadata(
-        sites=("embed",),
-        kind="absolute",
-        parameters="max_position x d_model",
-        cost="O(s D) once, at the input",
-        kv_cache=True,
-        reference="Gehring et al. 2017; Devlin et al. 2019",
-    )
+    kind = "absolute"
+    extra_parameters = "max_position x d_model"
+    cost = "O(s D) once, at the input"
+    reference = "Gehring et al. 2017; Devlin et al. 2019"
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int,
                  max_position: int | None = None, out_of_range: str = "error", init_std: float = 1.0):
@@ -46,6 +43,11 @@ class LearnedAPE(PositionalEncoding):
         self.out_of_range = out_of_range
         self.W_pos = nn.Parameter(torch.randn(self.max_position, d_model) * init_std)
 
+    @property
+    def kv_cache(self) -> bool:
+        # an earlier token's embedding moves when a longer sequence moves the longest position
+        return self.out_of_range not in LENGTH_DEPENDENT
+
     def check_positions(self, max_position: int) -> None:
         if self.out_of_range == "error" and max_position >= self.max_position:
             raise ConfigError(
@@ -55,7 +57,7 @@ class LearnedAPE(PositionalEncoding):
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         last = self.max_position - 1
-        if self.out_of_range in ("interpolate", "rescale"):
+        if self.out_of_range in LENGTH_DEPENDENT:
             longest = pos.amax(dim=-1, keepdim=True).clamp(min=last)  # L - 1, never shrinks
             p = pos.to(torch.float32) * (last / longest)
             if self.out_of_range == "rescale":

@@ -1,9 +1,9 @@
 """Morlet positional encoding (MoPE; seed survey ``001``, "Morlet Positional Encoding").
 
 Each pair f of channels carries a Morlet/Gabor atom: a learned frequency omega_f and a learned
-locality bandwidth sigma_f. Two forms (option ``form``):
+locality bandwidth sigma_f. Two forms, two classes (registry names ``mope`` and ``mope_additive``):
 
-relative (default), on the rotary pairs of queries and keys (d = d_head, F = d/2)::
+relative (:class:`MoPERelative`), on the rotary pairs of queries and keys (d = d_head, F = d/2)::
 
     logit_ij = (1 / sqrt(d)) sum_f  [R(omega_f p_i) q_i^(f)]^T [R(omega_f p_j) k_j^(f)]  g_f(Delta)
              = (1 / sqrt(d)) sum_f  q_i^(f)T R(omega_f (p_j - p_i)) k_j^(f)  g_f(Delta),
@@ -15,7 +15,7 @@ RoPE does (with omega_f for theta_f), so attention's own q k^T / sqrt(d) is the 
 and ``score_bias`` adds sum_f P_f (g_f - 1) / sqrt(d), P_f the pair-f term of the rotated dot
 product: the total is exact, and the probes' ``rot_q``/``rot_k`` are the rotated vectors.
 
-additive, on the token stream (D = d_model, F = D/2)::
+additive (:class:`MoPEAdditive`), on the token stream (D = d_model, F = D/2)::
 
     z_t = x_t + PE[t],   PE[t, 2f] = e^(-t^2 / (2 sigma_f^2)) sin(omega_f t),
                          PE[t, 2f+1] = e^(-t^2 / (2 sigma_f^2)) cos(omega_f t)
@@ -43,72 +43,60 @@ import torch
 from torch import Tensor, nn
 
 from poslab.errors import check_choice
-from poslab.positional.base import Metadata, PositionalEncoding, relative_positions, require_even, require_positive
+from poslab.positional.base import PositionalEncoding, relative_positions, require_even, require_positive
 from poslab.positional.rope import LAYOUTS, rotate
 from poslab.positional.rope_scaling import rope_frequencies
 
-FORMS = ("relative", "additive")
+_REFERENCE = "Morlet Positional Encoding (seed survey 001)"
 
 
-class MoPE(PositionalEncoding):
-    meta = Metadata(
-        sites=("embed", "rotate_qk", "score_bias"),  # relative form: rotate_qk + score_bias; additive: embed
-        kind="hybrid",
-        parameters="2 x d_head/2 (relative form) or 2 x d_model/2 (additive form): omega and sigma per pair",
-        cost="relative: O(s d) rotation + O(i j d) damped pair terms per head; additive: O(s D) at the input",
-        kv_cache=True,
-        reference="Morlet Positional Encoding (seed survey 001)",
-    )
+def morlet_omega(theta: Tensor, log_omega_scale: Tensor) -> Tensor:
+    """omega_f = theta_f exp(w_f), [F]."""
+    return theta * log_omega_scale.exp()
 
-    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, form: str = "relative",
-                 base: float = 10000.0, init_sigma: float = 1e4, layout: str = "interleaved"):
+
+def morlet_sigma(init_sigma: float, log_sigma_scale: Tensor) -> Tensor:
+    """sigma_f = init_sigma exp(s_f), [F]."""
+    return init_sigma * log_sigma_scale.exp()
+
+
+class MoPERelative(PositionalEncoding):
+    """Damped RoPE: rotate q and k by omega_f p, damp pair f's score term by g_f(Delta)."""
+
+    kind = "rotary"
+    extra_parameters = "2 x d_head/2: omega and sigma per pair"
+    cost = "O(s d) rotation + O(i j d) damped pair terms per head"
+    reference = _REFERENCE
+
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, base: float = 10000.0,
+                 init_sigma: float = 1e4, layout: str = "interleaved"):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)
-        check_choice("form", form, FORMS)
         check_choice("layout", layout, LAYOUTS)
         require_positive("base", base)
         require_positive("init_sigma", init_sigma)
-        self.form, self.layout, self.init_sigma = form, layout, float(init_sigma)
-        if form == "relative":
-            require_even("d_head", d_head)
-            theta, _ = rope_frequencies(d_head, base)  # the same table RoPE uses, [F]
-        else:
-            require_even("d_model", d_model)
-            # the same expression as base.sinusoid_table, so sigma -> inf matches it bit for bit
-            theta = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+        require_even("d_head", d_head)
+        self.layout, self.init_sigma = layout, float(init_sigma)
+        theta, _ = rope_frequencies(d_head, base)  # the same table RoPE uses, [F]
         self.register_buffer("theta", theta, persistent=False)  # [F]
         self.log_omega_scale = nn.Parameter(torch.zeros_like(theta))  # w_f, [F]
         self.log_sigma_scale = nn.Parameter(torch.zeros_like(theta))  # s_f, [F]
 
     @property
     def omega(self) -> Tensor:
-        return self.theta * self.log_omega_scale.exp()  # [F]
+        return morlet_omega(self.theta, self.log_omega_scale)  # [F]
 
     @property
     def sigma(self) -> Tensor:
-        return self.init_sigma * self.log_sigma_scale.exp()  # [F]
+        return morlet_sigma(self.init_sigma, self.log_sigma_scale)  # [F]
 
-    # -- additive form
-
-    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        if self.form != "additive":
-            return x
-        p = pos.to(x.dtype)[..., None]  # [(b,) s, 1]
-        angles = p * self.omega.to(x.dtype)  # [(b,) s, F]
-        envelope = torch.exp(-p.square() / (2 * self.sigma.to(x.dtype).square()))  # [(b,) s, F]
-        atoms = torch.stack((angles.sin() * envelope, angles.cos() * envelope), dim=-1)  # [(b,) s, F, 2]
-        return x + atoms.flatten(-2)  # [b, s, D]
-
-    # -- relative form
+    def rotary_frequencies(self) -> Tensor:
+        return self.omega  # [F]
 
     def rotate_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        if self.form != "relative":
-            return q, k
         omega = self.omega.to(q.dtype)
         return rotate(q, q_pos, omega, self.layout), rotate(k, k_pos, omega, self.layout)
 
-    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
-        if self.form != "relative":
-            return None
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         # q, k arrive rotated (attention calls rotate_qk first)
         q_pairs, k_pairs = self._pairs(q), self._pairs(k)  # [b, h, i|j, F, 2]
         pair_terms = torch.einsum("bhifc,bhjfc->bhijf", q_pairs, k_pairs)  # P_f, [b, h, i, j, F]
@@ -122,3 +110,40 @@ class MoPE(PositionalEncoding):
             return x.unflatten(-1, (-1, 2))
         half = x.shape[-1] // 2
         return torch.stack((x[..., :half], x[..., half:]), dim=-1)
+
+
+class MoPEAdditive(PositionalEncoding):
+    """Gabor atoms added to the token stream: the sinusoidal embedding under a Gaussian envelope."""
+
+    kind = "absolute"
+    extra_parameters = "2 x d_model/2: omega and sigma per pair"
+    cost = "O(s D) once, at the input"
+    reference = _REFERENCE
+
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, base: float = 10000.0,
+                 init_sigma: float = 1e4):
+        super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)
+        require_positive("base", base)
+        require_positive("init_sigma", init_sigma)
+        require_even("d_model", d_model)
+        self.init_sigma = float(init_sigma)
+        # the same expression as base.sinusoid_table, so sigma -> inf matches it bit for bit
+        theta = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+        self.register_buffer("theta", theta, persistent=False)  # [F]
+        self.log_omega_scale = nn.Parameter(torch.zeros_like(theta))  # w_f, [F]
+        self.log_sigma_scale = nn.Parameter(torch.zeros_like(theta))  # s_f, [F]
+
+    @property
+    def omega(self) -> Tensor:
+        return morlet_omega(self.theta, self.log_omega_scale)  # [F]
+
+    @property
+    def sigma(self) -> Tensor:
+        return morlet_sigma(self.init_sigma, self.log_sigma_scale)  # [F]
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        p = pos.to(x.dtype)[..., None]  # [(b,) s, 1]
+        angles = p * self.omega.to(x.dtype)  # [(b,) s, F]
+        envelope = torch.exp(-p.square() / (2 * self.sigma.to(x.dtype).square()))  # [(b,) s, F]
+        atoms = torch.stack((angles.sin() * envelope, angles.cos() * envelope), dim=-1)  # [(b,) s, F, 2]
+        return x + atoms.flatten(-2)  # [b, s, D]

@@ -10,15 +10,11 @@ Notation: i/j query/key position, d head dim.
 
 from __future__ import annotations
 
-from poslab.positional.base import Metadata, PositionalEncoding
+from poslab.positional.base import PositionalEncoding
 
 
 class NoPE(PositionalEncoding):
-    meta = Metadata(
-        sites=(),
-        kind="none",
-        parameters="none",
-        cost="none",
-        kv_cache=True,
-        reference="Haviv et al. 2022; Kazemnejad et al. 2023",
-    )
+    kind = "none"
+    extra_parameters = "none"
+    cost = "none"
+    reference = "Haviv et al. 2022; Kazemnejad et al. 2023"

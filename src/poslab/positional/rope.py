@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from poslab.errors import check_choice, ConfigError
-from poslab.positional.base import Metadata, PositionalEncoding, head_axis, require_even
+from poslab.positional.base import PositionalEncoding, head_axis, require_even
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies
 
 LAYOUTS = ("interleaved", "half")
@@ -58,14 +58,10 @@ def rotate(x: Tensor, pos: Tensor, inv_freq: Tensor, layout: str, factor: Tensor
 
 
 class RoPE(PositionalEncoding):
-    meta = Metadata(
-        sites=("rotate_qk",),
-        kind="rotary",
-        parameters="none",
-        cost="O(s d) per layer (element-wise rotation of q and k)",
-        kv_cache=True,
-        reference="Su et al. 2021, RoFormer",
-    )
+    kind = "rotary"
+    extra_parameters = "none"
+    cost = "O(s d) per layer (element-wise rotation of q and k)"
+    reference = "Su et al. 2021, RoFormer"
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int,
                  base: float = 10000.0, rotary_fraction: float = 1.0, layout: str = "interleaved",
@@ -92,6 +88,14 @@ class RoPE(PositionalEncoding):
     def theta(self) -> Tensor:
         """Rotary frequencies, [r/2] (for a length-dependent schedule: those at L = max_len)."""
         return self.inv_freq
+
+    def rotary_frequencies(self) -> Tensor:
+        return self.inv_freq  # theta_i at L = max_len, [r/2]
+
+    @property
+    def kv_cache(self) -> bool:
+        # a length-dependent schedule re-rotates every cached key when the sequence grows
+        return not self.length_dependent
 
     def check_positions(self, max_position: int) -> None:
         if self.length_dependent and max_position + 1 > self.max_len:

@@ -8,6 +8,9 @@ RoPE multiplies cos and sin, so the logits scale by ``A^2``)::
     rope_frequencies(head_dim, base=10000.0, scaling=None, *, max_position_embeddings=None,
                      seq_len=None) -> (inv_freq [r/2] | [..., r/2], attention_factor)
 
+checks the dict and calls ``ROPE_SCHEDULES[rope_type]``, one small function per type (the shape
+of Hugging Face's ``ROPE_INIT_FUNCTIONS``), so a new schedule is one function and one entry.
+
 ``scaling`` takes the keys and meanings of a Hugging Face ``rope_parameters`` /
 ``rope_scaling`` dict, so a config copied from a model card gives the model's own frequencies
 and attention factor (re-derived from the formulas of ``transformers``' ``ROPE_INIT_FUNCTIONS``).
@@ -56,14 +59,12 @@ from __future__ import annotations
 
 import math
 from numbers import Real
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from poslab.errors import ConfigError, check_choice
-
-ROPE_TYPES = ("default", "linear", "ntk", "dynamic", "ntk_by_parts", "yarn", "longrope", "llama3")
-LENGTH_DEPENDENT = ("dynamic", "longrope")  # frequencies change with the sequence length
 
 KEYS = ("rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
         "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate",
@@ -84,73 +85,107 @@ def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: dict | None 
     for key in cfg:
         check_choice(f"{_FIELD}.{key}", key, KEYS)
     rope_type = cfg.get("rope_type", cfg.get("type", "default"))
-    check_choice(f"{_FIELD}.rope_type", rope_type, ROPE_TYPES)
+    check_choice(f"{_FIELD}.rope_type", rope_type, sorted(ROPE_SCHEDULES))
     base = float(cfg.get("rope_theta", base))
     _positive("rope_theta", base)
     dim = int(head_dim * cfg.get("partial_rotary_factor", 1.0))
     if dim < 2:
         raise ConfigError(f"{_FIELD}.partial_rotary_factor", cfg.get("partial_rotary_factor"),
                           f"a fraction leaving at least 2 rotated channels of head_dim={head_dim}")
-    exponent = torch.arange(0, dim, 2, dtype=torch.float64) / dim  # 2i/r, [r/2]
-    theta = base ** -exponent  # [r/2]
+    return ROPE_SCHEDULES[rope_type](dim, base, cfg, max_position_embeddings=max_position_embeddings,
+                                     seq_len=seq_len)
 
-    if rope_type == "default":
-        return _f32(theta), 1.0
 
-    if rope_type == "linear":
-        return _f32(theta / _factor(cfg)), 1.0
+# ----------------------------------------------------------------------------- schedules
 
-    if rope_type == "ntk":
-        return _f32((base * _factor(cfg) ** (dim / (dim - 2))) ** -exponent), 1.0
+class Schedule(Protocol):
+    """One rope_type: the rotated width r, the base (``rope_theta`` already applied), the
+    scaling dict (keys already checked against KEYS) -> (inv_freq [r/2] | [n, r/2], A)."""
 
-    if rope_type == "dynamic":
-        factor = _factor(cfg)
-        ref = max_position_embeddings or cfg.get("original_max_position_embeddings")
-        if ref is None:
-            raise ConfigError(f"{_FIELD}.original_max_position_embeddings", None,
-                              "a positive integer (or pass max_position_embeddings)")
-        _positive("original_max_position_embeddings", ref)
-        if seq_len is None:
-            return _f32(theta), 1.0
-        length = torch.as_tensor(seq_len, dtype=torch.float64).clamp(min=ref)  # [] | [n]
-        scale = factor * length / ref - (factor - 1)  # 1 at L = L0
-        new_base = base * scale ** (dim / (dim - 2))  # [] | [n]
-        return _f32(new_base[..., None] ** -exponent), 1.0  # [r/2] | [n, r/2]
+    def __call__(self, dim: int, base: float, cfg: dict, *, max_position_embeddings: int | None,
+                 seq_len: int | Tensor | None) -> tuple[Tensor, float]: ...
 
-    if rope_type in ("yarn", "ntk_by_parts"):
-        orig = _original(cfg, max_position_embeddings)
-        factor = _factor(cfg, max_position_embeddings, orig)
-        inv_freq = _ntk_by_parts(theta, dim, base, factor, orig, cfg)
-        if rope_type == "ntk_by_parts":
-            return inv_freq, float(cfg.get("attention_factor") or 1.0)
-        factor_a = cfg.get("attention_factor")
-        if factor_a is None:
-            mscale, mscale_all_dim = cfg.get("mscale"), cfg.get("mscale_all_dim")
-            if mscale and mscale_all_dim:
-                factor_a = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
-            else:
-                factor_a = _yarn_mscale(factor)
-        return inv_freq, float(factor_a)
 
-    if rope_type == "longrope":
-        orig = _original(cfg, max_position_embeddings)
-        factor = _factor(cfg, max_position_embeddings, orig)
-        short = theta / _pair_factors(cfg, "short_factor", dim)  # [r/2]
-        long = theta / _pair_factors(cfg, "long_factor", dim)
-        factor_a = cfg.get("attention_factor")
-        if factor_a is None:
-            factor_a = math.sqrt(1 + math.log(factor) / math.log(orig)) if factor > 1 else 1.0
-        if seq_len is None:
-            return _f32(short), float(factor_a)
-        is_long = torch.as_tensor(seq_len) > orig  # [] | [n]
-        return _f32(torch.where(is_long[..., None], long, short)), float(factor_a)
+def pair_exponent(dim: int) -> Tensor:
+    """2i / r for each pair i, float64 [r/2]."""
+    return torch.arange(0, dim, 2, dtype=torch.float64) / dim
 
-    # llama3
+
+def roformer_theta(dim: int, base: float) -> Tensor:
+    """theta_i = base^(-2i/r), float64 [r/2]: the table every schedule rewrites."""
+    return base ** -pair_exponent(dim)
+
+
+def default_schedule(dim, base, cfg, *, max_position_embeddings, seq_len):
+    return _f32(roformer_theta(dim, base)), 1.0
+
+
+def linear_schedule(dim, base, cfg, *, max_position_embeddings, seq_len):
+    return _f32(roformer_theta(dim, base) / _factor(cfg)), 1.0
+
+
+def ntk_schedule(dim, base, cfg, *, max_position_embeddings, seq_len):
+    return _f32((base * _factor(cfg) ** (dim / (dim - 2))) ** -pair_exponent(dim)), 1.0
+
+
+def dynamic_schedule(dim, base, cfg, *, max_position_embeddings, seq_len):
+    factor = _factor(cfg)
+    ref = max_position_embeddings or cfg.get("original_max_position_embeddings")
+    if ref is None:
+        raise ConfigError(f"{_FIELD}.original_max_position_embeddings", None,
+                          "a positive integer (or pass max_position_embeddings)")
+    _positive("original_max_position_embeddings", ref)
+    if seq_len is None:
+        return _f32(roformer_theta(dim, base)), 1.0
+    length = torch.as_tensor(seq_len, dtype=torch.float64).clamp(min=ref)  # [] | [n]
+    scale = factor * length / ref - (factor - 1)  # 1 at L = L0
+    new_base = base * scale ** (dim / (dim - 2))  # [] | [n]
+    return _f32(new_base[..., None] ** -pair_exponent(dim)), 1.0  # [r/2] | [n, r/2]
+
+
+def ntk_by_parts_schedule(dim, base, cfg, *, max_position_embeddings, seq_len):
+    orig = _original(cfg, max_position_embeddings)
+    factor = _factor(cfg, max_position_embeddings, orig)
+    inv_freq = _ramp(roformer_theta(dim, base), dim, base, factor, orig, cfg)
+    return inv_freq, float(cfg.get("attention_factor") or 1.0)
+
+
+def yarn_schedule(dim, base, cfg, *, max_position_embeddings, seq_len):
+    orig = _original(cfg, max_position_embeddings)
+    factor = _factor(cfg, max_position_embeddings, orig)
+    inv_freq = _ramp(roformer_theta(dim, base), dim, base, factor, orig, cfg)
+    factor_a = cfg.get("attention_factor")
+    if factor_a is None:
+        mscale, mscale_all_dim = cfg.get("mscale"), cfg.get("mscale_all_dim")
+        if mscale and mscale_all_dim:
+            factor_a = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
+        else:
+            factor_a = _yarn_mscale(factor)
+    return inv_freq, float(factor_a)
+
+
+def longrope_schedule(dim, base, cfg, *, max_position_embeddings, seq_len):
+    orig = _original(cfg, max_position_embeddings)
+    factor = _factor(cfg, max_position_embeddings, orig)
+    theta = roformer_theta(dim, base)
+    short = theta / _pair_factors(cfg, "short_factor", dim)  # [r/2]
+    long = theta / _pair_factors(cfg, "long_factor", dim)
+    factor_a = cfg.get("attention_factor")
+    if factor_a is None:
+        factor_a = math.sqrt(1 + math.log(factor) / math.log(orig)) if factor > 1 else 1.0
+    if seq_len is None:
+        return _f32(short), float(factor_a)
+    is_long = torch.as_tensor(seq_len) > orig  # [] | [n]
+    return _f32(torch.where(is_long[..., None], long, short)), float(factor_a)
+
+
+def llama3_schedule(dim, base, cfg, *, max_position_embeddings, seq_len):
     factor = _factor(cfg)
     orig = _original(cfg, max_position_embeddings)
     low, high = _require(cfg, "low_freq_factor"), _require(cfg, "high_freq_factor")
     if not high > low:
         raise ConfigError(f"{_FIELD}.high_freq_factor", high, f"a number above low_freq_factor={low}")
+    theta = roformer_theta(dim, base)
     wavelen = 2 * math.pi / theta  # lambda_i, [r/2]
     smooth = (orig / wavelen - low) / (high - low)  # a, [r/2]
     blended = (1 - smooth) * theta / factor + smooth * theta
@@ -159,9 +194,23 @@ def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: dict | None 
     return _f32(inv_freq), 1.0
 
 
+ROPE_SCHEDULES: dict[str, Schedule] = {  # a new rope_type is one function and one entry
+    "default": default_schedule,
+    "linear": linear_schedule,
+    "ntk": ntk_schedule,
+    "dynamic": dynamic_schedule,
+    "ntk_by_parts": ntk_by_parts_schedule,
+    "yarn": yarn_schedule,
+    "longrope": longrope_schedule,
+    "llama3": llama3_schedule,
+}
+ROPE_TYPES = tuple(ROPE_SCHEDULES)
+LENGTH_DEPENDENT = ("dynamic", "longrope")  # frequencies change with the sequence length
+
+
 # ----------------------------------------------------------------------------- helpers
 
-def _ntk_by_parts(theta: Tensor, dim: int, base: float, factor: float, orig: float, cfg: dict) -> Tensor:
+def _ramp(theta: Tensor, dim: int, base: float, factor: float, orig: float, cfg: dict) -> Tensor:
     """YaRN's ramp between interpolated (theta/s) and extrapolated (theta) frequencies."""
     beta_fast = cfg.get("beta_fast") or 32
     beta_slow = cfg.get("beta_slow") or 1

@@ -26,18 +26,14 @@ import torch
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError
-from poslab.positional.base import Metadata, PositionalEncoding
+from poslab.positional.base import PositionalEncoding
 
 
 class Shaw(PositionalEncoding):
-    meta = Metadata(
-        sites=("score_bias", "value_bias"),
-        kind="relative",
-        parameters="2 x (2 max_distance + 1) x d_head (x n_heads when share_heads=False)",
-        cost="O(i (2k+1) d + i j) per head for each of the key and value terms",
-        kv_cache=True,
-        reference="Shaw, Uszkoreit & Vaswani 2018, Self-Attention with Relative Position Representations",
-    )
+    kind = "relative"
+    extra_parameters = "2 x (2 max_distance + 1) x d_head (x n_heads when share_heads=False)"
+    cost = "O(i (2k+1) d + i j) per head for each of the key and value terms"
+    reference = "Shaw, Uszkoreit & Vaswani 2018, Self-Attention with Relative Position Representations"
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, max_distance: int = 16,
                  share_heads: bool = True, init_std: float = 1.0):

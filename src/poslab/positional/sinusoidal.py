@@ -12,18 +12,14 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from poslab.positional.base import Metadata, PositionalEncoding, require_even, require_positive, sinusoid_table
+from poslab.positional.base import PositionalEncoding, require_even, require_positive, sinusoid_table
 
 
 class Sinusoidal(PositionalEncoding):
-    meta = Metadata(
-        sites=("embed",),
-        kind="absolute",
-        parameters="none",
-        cost="O(s D) once, at the input",
-        kv_cache=True,
-        reference="Vaswani et al. 2017, Attention Is All You Need",
-    )
+    kind = "absolute"
+    extra_parameters = "none"
+    cost = "O(s D) once, at the input"
+    reference = "Vaswani et al. 2017, Attention Is All You Need"
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, base: float = 10000.0):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)

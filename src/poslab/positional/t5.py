@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError
-from poslab.positional.base import Metadata, PositionalEncoding
+from poslab.positional.base import PositionalEncoding
 
 
 def t5_relative_bucket(relative_position: Tensor, *, bidirectional: bool, num_buckets: int = 32,
@@ -49,14 +49,10 @@ def t5_relative_bucket(relative_position: Tensor, *, bidirectional: bool, num_bu
 
 
 class T5Bias(PositionalEncoding):
-    meta = Metadata(
-        sites=("score_bias",),
-        kind="relative",
-        parameters="num_buckets x n_heads",
-        cost="O(i j) lookups per head",
-        kv_cache=True,
-        reference="Raffel et al. 2020, Exploring the Limits of Transfer Learning (T5)",
-    )
+    kind = "relative"
+    extra_parameters = "num_buckets x n_heads"
+    cost = "O(i j) lookups per head"
+    reference = "Raffel et al. 2020, Exploring the Limits of Transfer Learning (T5)"
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, bidirectional: bool = False,
                  num_buckets: int = 32, max_distance: int = 128, init_std: float = 1.0):

@@ -26,18 +26,14 @@ import math
 import torch
 from torch import Tensor, nn
 
-from poslab.positional.base import Metadata, PositionalEncoding, head_axis, require_even, require_positive
+from poslab.positional.base import PositionalEncoding, head_axis, require_even, require_positive
 
 
 class TransformerXL(PositionalEncoding):
-    meta = Metadata(
-        sites=("score_bias",),
-        kind="relative",
-        parameters="n_heads x d_head x (d_rel + 2)  (W_R, u, v)",
-        cost="O(i j d_rel) per head",
-        kv_cache=True,
-        reference="Dai et al. 2019, Transformer-XL",
-    )
+    kind = "relative"
+    extra_parameters = "n_heads x d_head x (d_rel + 2)  (W_R, u, v)"
+    cost = "O(i j d_rel) per head"
+    reference = "Dai et al. 2019, Transformer-XL"
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, d_rel: int | None = None,
                  base: float = 10000.0, init_std: float = 0.02):
