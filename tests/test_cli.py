@@ -32,9 +32,12 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path):
     for args, field in [(["run", "nosuch"], "experiment"),
                         (["run", "phenomenon", "--preset", "fast"], "preset"),
                         (["run", "phenomenon", "--set", "train.steps"], "--set"),
-                        (["run", "phenomenon", "--set", "encodings=[\"rope\",\"bogus\"]"], "encoding"),
+                        (["run", "phenomenon", "--set", "grid.encoding=[\"rope\",\"bogus\"]"], "encoding"),
                         (["run", "phenomenon", "--device", "tpu"], "device"),
-                        (["run", "phenomenon", "--set", "K=[20]"], "K")]:
+                        (["run", "phenomenon", "--set", "grid.task.K=[20]"], "K"),
+                        (["run", "phenomenon", "--set", "model.encoding=no-such-encoding"], "model.encoding"),
+                        (["run", "phenomenon", "--set", "task.K=2"], "grid axis"),
+                        (["run", "phenomenon", "--executor", "slurm"], "executor")]:
         result = CliRunner().invoke(main, [*args, "--store", str(store)] if args[1] == "phenomenon" else args)
         assert result.exit_code == 2, (args, result.output)
         lines = result.output.strip().splitlines()
@@ -46,3 +49,20 @@ def test_bench_train_runs_and_reports_the_ratio():
     result = CliRunner().invoke(main, ["bench", "train", "--steps", "2", "--plain-steps", "2"])
     assert result.exit_code == 0, result.output
     assert "ms per member-step" in result.output and "speed-up" in result.output
+
+
+def test_a_bad_store_exits_2_with_one_line_and_is_left_as_it_was(tmp_path):
+    corrupt = tmp_path / "corrupt.sqlite"
+    corrupt.write_bytes(b"not a database at all" * 100)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    quick = ["--preset", "quick", "--seeds", "1", "--set", "train.steps=2", "--no-progress"]
+    for path in (corrupt, blocker / "sub" / "s.sqlite"):
+        before = corrupt.read_bytes()
+        result = CliRunner().invoke(main, ["run", "phenomenon", *quick, "--store", str(path),
+                                           "--out", str(tmp_path / "out")])
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and "--store" in lines[0] and str(path) in lines[0], result.output
+        assert corrupt.read_bytes() == before
+    assert not (tmp_path / "out").exists()

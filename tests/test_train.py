@@ -10,7 +10,10 @@ import torch
 from poslab.errors import ConfigError
 from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
 from poslab.tasks import build_task
-from poslab.train import DataStream, TrainConfig, train_ensemble, train_plain
+from poslab.models.loss import masked_cross_entropy
+from poslab.models.transformer import Transformer, TransformerConfig
+from poslab.tasks import Batch, eval_batch
+from poslab.train import DataStream, TrainConfig, _optimizer, evaluate_loss, train_ensemble, train_plain
 
 CFG = TrainConfig(steps=50, batch_size=32, min_length=8, max_length=16)
 
@@ -92,15 +95,100 @@ def test_data_stream_depends_only_on_seed():
     a, b = DataStream(task, 7, CFG), DataStream(task, 7, CFG)
     for _ in range(60):  # crosses a chunk boundary
         xa, xb = a.next(), b.next()
-        assert all(torch.equal(u, v) for u, v in zip(xa[:3], xb[:3])) and xa[3] == xb[3]
-    tokens, targets, lengths, q = xa
-    L = int(lengths[0])
-    assert (lengths == L).all() and q == L - 1 and 8 <= L <= 16
-    assert torch.equal(targets, tokens[:, L - 1 - 2])
+        assert all(torch.equal(getattr(xa, k), getattr(xb, k)) for k in Batch.TENSORS)
+    L = int(xa.lengths[0])
+    assert (xa.lengths == L).all() and int(xa.first_query) == L - 1 and xa.n_queries == 1 and 8 <= L <= 16
+    assert torch.equal(xa.targets, xa.tokens[:, L - 1 - 2])
+
+
+def test_data_stream_asks_the_task_and_keeps_its_loss_mask():
+    task = build_task("shift", K=2)
+    batch = DataStream(task, 3, CFG).next()
+    L = int(batch.lengths[0])
+    assert batch.targets.shape == batch.tokens.shape and batch.loss_mask.shape == batch.tokens.shape
+    assert not batch.loss_mask[:, :2].any() and batch.loss_mask[:, 2:L].all() and not batch.loss_mask[:, L:].any()
+    assert torch.equal(batch.targets[:, 2:L], batch.tokens[:, : L - 2])
+
+
+class _Generic:
+    """A task with no sample_steps of its own: the stream falls back to one sample() per step."""
+
+    def __init__(self, task):
+        self.task = task
+
+    def __getattr__(self, name):
+        if name == "sample_steps":
+            raise AttributeError(name)
+        return getattr(self.task, name)
+
+
+def test_generic_tasks_are_drawn_one_sample_per_step_and_padded():
+    cfg = TrainConfig(steps=5, batch_size=4, chunk=5, length_sampling="batch")
+    chunk = DataStream(_Generic(build_task("shift", K=2)), 0, cfg).draw()
+    assert chunk.tokens.shape == (5, 4, 16) and chunk.loss_mask.shape == (5, 4, 16)
+    for i in range(5):
+        L = int(chunk.lengths[i, 0])
+        assert not chunk.loss_mask[i, :, L:].any() and int(chunk.first_query[i]) == L - 1
+
+
+def transformer(**kw):
+    cfg = TransformerConfig(vocab_size=20, d_model=16, n_layers=2, n_heads=4, max_len=16, **kw)
+    return partial(Transformer, cfg)
+
+
+@pytest.mark.parametrize("task, kw", [("shift", dict(K=2)), ("content_conditioned", dict(K1=2, K2=3)),
+                                      ("fixed_offset", dict(K=3))])
+@pytest.mark.parametrize("encoding", ["rope", "learned"])
+def test_transformer_members_equal_the_seed_trained_alone(task, kw, encoding):
+    cfg = TrainConfig(steps=50, batch_size=16, min_length=8, max_length=16, optimizer="adamw", weight_decay=0.1,
+                      decay_1d=False, lr_schedule="cosine", warmup_steps=5, min_lr=1e-4, grad_clip=1.0)
+    seeds = [0, 1, 2]
+    tasks = [build_task(task, **kw)] * 3
+    make = transformer(encoding=encoding)
+    ens = train_ensemble(make, tasks, seeds, cfg, progress=False)
+    alone = train_ensemble(make, tasks[:1], [2], cfg, progress=False).models[0]
+    plain, losses = train_plain(make, tasks[0], 2, cfg)
+    for name, p in ens.models[2].state_dict().items():
+        assert rel_err(p, alone.state_dict()[name]) < 1e-5, name
+        assert rel_err(p, plain.state_dict()[name]) < 1e-5, name
+    assert rel_err(ens.models[2].layers[0].W_Q, make().layers[0].W_Q) > 1e-2  # it trained
+    assert abs(ens.loss_curve[-1, 2] - losses[-1]) < 1e-4
+
+
+def test_cosine_schedule_warms_up_then_decays_to_the_floor():
+    cfg = TrainConfig(steps=101, lr=1e-3, lr_schedule="cosine", warmup_steps=10, min_lr=1e-4)
+    lrs = [cfg.lr_at(t) for t in range(cfg.steps)]
+    assert lrs[0] == pytest.approx(1e-3 / 11) and lrs[9] == pytest.approx(1e-3 * 10 / 11)
+    assert lrs[10] == pytest.approx(1e-3) and lrs[-1] == pytest.approx(1e-4)
+    assert lrs[55] == pytest.approx(1e-4 + 0.5 * (1e-3 - 1e-4))  # half-way through the decay
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+    assert TrainConfig().lr_at(1234) == 1e-3
+
+
+def test_weight_decay_skips_one_dimensional_parameters_when_asked():
+    cfg = TrainConfig(steps=1, optimizer="adamw", weight_decay=0.5, decay_1d=False, lr=0.1)
+    model = transformer()()
+    opt = _optimizer(dict(model.named_parameters()), cfg)
+    decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    for name, p in model.named_parameters():
+        assert (id(p) in decayed) == (p.dim() > 1), name
+
+
+def test_evaluation_in_chunks_equals_one_pass():
+    model = transformer()()
+    batch = eval_batch(build_task("shift", K=2), 12, 50, seed=0)
+    whole = evaluate_loss(model, batch, chunk=50)
+    parts = evaluate_loss(model, batch, chunk=7)
+    assert whole["targets"] == parts["targets"] == 50 * 10
+    assert parts["loss"] == pytest.approx(whole["loss"], rel=1e-6) and parts["accuracy"] == whole["accuracy"]
+    direct = float(masked_cross_entropy(model(batch.tokens), batch))
+    assert whole["loss"] == pytest.approx(direct, rel=1e-6)
 
 
 @pytest.mark.parametrize("field, value", [("optimizer", "sgd"), ("length_sampling", "token"), ("steps", 0),
-                                          ("lr", -1.0), ("min_length", 0)])
+                                          ("lr", -1.0), ("min_length", 0),
+                                          ("lr_schedule", "linear"), ("min_lr", 1.0), ("warmup_steps", 5000),
+                                          ("betas", (0.9,)), ("weight_decay", -0.1), ("grad_clip", 0.0)])
 def test_bad_train_config(field, value):
     with pytest.raises(ConfigError, match=field):
         TrainConfig(**{field: value}).validate()

@@ -20,7 +20,6 @@ import click
 
 from poslab.errors import ConfigError
 
-EXECUTORS = ("local", "ray")
 
 
 class _Group(click.Group):
@@ -71,7 +70,7 @@ def _table(header, rows) -> str:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="override any config field by dotted path, e.g. train.steps=100 (repeatable)")
 @click.option("--device", default="cpu", show_default=True, help="cpu | cuda")
-@click.option("--executor", default="local", show_default=True, help="local | ray")
+@click.option("--executor", default="local", show_default=True, help="local (worker processes) | inline | ray")
 @click.option("--workers", type=int, default=None,
               help="groups trained at once in worker processes (default: one per CPU core, at most one per group)")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="default: results/<experiment>/")
@@ -87,23 +86,25 @@ def run(experiment, preset, seeds, overrides, device, executor, workers, out, st
 
     exp = get_experiment(experiment)
     check_choice("preset", preset, PRESETS)
-    check_choice("executor", executor, EXECUTORS)
-    if executor == "ray":
-        raise ConfigError("executor", executor, "local (the Ray executor is not built yet)")
+    from poslab.experiments.executors import make_executor
+
     study = exp.study(preset)
     if seeds is not None:
-        study = dataclasses.replace(study, seeds=seeds)
-    study = apply_overrides(study, overrides)
+        study = apply_overrides(study, [f"seeds={seeds}"])
+    study = apply_overrides(study, overrides, fixed=getattr(exp, "FIXED", {}))
     validate(study, device, exp)  # before the store is even opened
+    pool = make_executor(executor, workers=workers or os.cpu_count() or 1, device=device)
 
     from poslab.store import Store
 
     out = out or Path("results") / experiment
     with Store(store) as db:
         summary = run_study(exp, study, store=db, out=out, device=device, force=force, progress=progress,
-                            workers=workers or os.cpu_count() or 1)
+                            executor=pool)
     click.echo(f"{experiment}: {summary['members']} members, trained {summary['trained']}, "
-               f"reused {summary['reused']} from {store} ({summary['seconds']:.1f} s)")
+               f"reused {summary['reused']} from {store} ({summary['seconds']:.1f} s)"
+               + (f"; {summary['variants']} evaluate-only variants, evaluated {summary['evaluated']}"
+                  if summary["variants"] else ""))
     for f in summary["files"]:
         click.echo(f"  wrote {f}")
     table = out / "table.md"

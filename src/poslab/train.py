@@ -6,8 +6,18 @@ all of them. Adam and AdamW act element-wise, so this is exactly independent tra
 member; everything global — gradient clipping, divergence checks — is done per member. A member
 whose loss turns NaN/inf is frozen where it stands and recorded as diverged; the others go on.
 
+The trainer knows nothing of models or tasks beyond two contracts: batches come from the task
+(``sample_steps``, a chunk of steps per call, falling back to ``task.sample`` once per step),
+and every model has ``model.loss(batch)``, the mean cross-entropy over the batch's loss mask
+(one target per sequence for retrieval, one per position for shift and language modelling).
+
 Seed ``s`` initialises its model after ``torch.manual_seed(s)`` and draws its batches from its
 own generator seeded with ``s``, so it sees the same weights and data alone or in an ensemble.
+
+Learning rate (``lr_schedule``): ``"constant"``, or ``"cosine"``: linear warm-up over
+``warmup_steps`` (lr (t + 1) / (warmup + 1) at step t), then cosine decay to ``min_lr`` at the
+last step, as nanoGPT schedules it. ``optimizer="adamw"`` adds decoupled weight decay; with
+``decay_1d=False`` biases and LayerNorm parameters are exempt from it (nanoGPT's choice).
 
 Training lengths (``length_sampling``):
 - ``"batch"`` (default): one length per step, uniform in [min_length, max_length], as in the
@@ -15,12 +25,16 @@ Training lengths (``length_sampling``):
   queries at that length's last position, which makes the grid fast path cheap;
 - ``"sequence"``: one length per sequence, right-padded.
 
+Evaluation (:func:`evaluate_loss`) runs in chunks of sequences, so memory is bounded by the
+chunk, not by the evaluation set.
+
 Notation: e member, b batch, s position, T longest training length.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,10 +46,12 @@ from torch.func import functional_call, stack_module_state, vmap
 from tqdm.auto import tqdm
 
 from poslab.errors import ConfigError, check_choice
-from poslab.tasks import Task
+from poslab.models.loss import aligned_logits, masked_cross_entropy
+from poslab.tasks.base import PER, Batch, Task, sample_steps
 
 OPTIMIZERS = ("adam", "adamw")
-LENGTH_SAMPLING = ("batch", "sequence")
+LENGTH_SAMPLING = PER
+LR_SCHEDULES = ("constant", "cosine")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +60,12 @@ class TrainConfig:
     batch_size: int = 256
     lr: float = 1e-3
     optimizer: str = "adam"  # "adam" | "adamw"
+    betas: tuple[float, ...] = (0.9, 0.999)  # Adam's (beta1, beta2)
     weight_decay: float = 0.0  # AdamW's decoupled decay (Fig. 4 control: 0, 1e-4, 1e-2)
+    decay_1d: bool = True  # False: biases and LayerNorm parameters get no weight decay (nanoGPT)
+    lr_schedule: str = "constant"  # "constant" | "cosine" (warm-up, then cosine to min_lr)
+    warmup_steps: int = 0  # linear warm-up steps of the cosine schedule
+    min_lr: float = 0.0  # the cosine schedule's floor
     min_length: int = 8  # L_min
     max_length: int = 16  # L_max
     length_sampling: str = "batch"  # "batch" | "sequence", see the module docstring
@@ -55,6 +76,7 @@ class TrainConfig:
     def validate(self) -> None:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_choice("length_sampling", self.length_sampling, LENGTH_SAMPLING)
+        check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         if not 1 <= self.min_length <= self.max_length:
             raise ConfigError("min_length", self.min_length, f"an integer in [1, max_length={self.max_length}]")
         for name in ("steps", "batch_size", "chunk"):
@@ -62,6 +84,25 @@ class TrainConfig:
                 raise ConfigError(name, getattr(self, name), "a positive integer")
         if not self.lr > 0:
             raise ConfigError("lr", self.lr, "a positive number")
+        if not (0 <= self.min_lr <= self.lr):
+            raise ConfigError("min_lr", self.min_lr, f"a number in [0, lr={self.lr}]")
+        if not (self.weight_decay >= 0):
+            raise ConfigError("weight_decay", self.weight_decay, "a number >= 0")
+        if not (0 <= self.warmup_steps < self.steps):
+            raise ConfigError("warmup_steps", self.warmup_steps, f"an integer in [0, steps={self.steps})")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ConfigError("betas", self.betas, "two numbers in [0, 1)")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ConfigError("grad_clip", self.grad_clip, "a positive number or null")
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of step ``step`` (0-based)."""
+        if self.lr_schedule == "constant":
+            return self.lr
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / (self.warmup_steps + 1)
+        ratio = (step - self.warmup_steps) / max(1, self.steps - 1 - self.warmup_steps)
+        return self.min_lr + 0.5 * (1 + math.cos(math.pi * min(ratio, 1.0))) * (self.lr - self.min_lr)
 
 
 @dataclass
@@ -76,47 +117,40 @@ class TrainResult:
 class DataStream:
     """Seed ``s``'s batches for one task, drawn ``chunk`` steps at a time from its generator.
 
-    ``draw()`` returns the next chunk: tokens [n, b, T], targets [n, b], lengths [n, b] and the
-    first query position of each step [n] (L - 1 under batch sampling, min_length - 1 under
-    sequence sampling). ``next()`` hands out one step of it at a time.
+    ``draw()`` returns the next chunk as one :class:`Batch` whose tensors have a leading
+    [n] step axis; ``next()`` hands out one step of it at a time.
     """
 
     def __init__(self, task: Task, seed: int, cfg: TrainConfig):
         self.task, self.cfg = task, cfg
         self.generator = torch.Generator().manual_seed(seed)
-        self._chunk: tuple[Tensor, ...] | None = None
+        self._chunk: Batch | None = None
         self._i = 0
 
-    def draw(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        cfg, g, n = self.cfg, self.generator, self.cfg.chunk
-        b, lo, hi = cfg.batch_size, cfg.min_length, cfg.max_length
-        tokens = torch.randint(0, self.task.vocab_size, (n * b, hi), generator=g)
-        if cfg.length_sampling == "batch":
-            q_start = torch.randint(lo, hi + 1, (n,), generator=g) - 1
-            lengths = (q_start + 1).repeat_interleave(b)
-        else:
-            lengths = torch.randint(lo, hi + 1, (n * b,), generator=g)
-            q_start = torch.full((n,), lo - 1)
-        tokens = tokens.masked_fill(torch.arange(hi) >= lengths[:, None], 0)
-        targets, _ = self.task.label(tokens, lengths)
-        return tokens.view(n, b, hi), targets.view(n, b), lengths.view(n, b), q_start
+    def draw(self) -> Batch:
+        cfg = self.cfg
+        return sample_steps(self.task, self.generator, cfg.chunk, cfg.batch_size, (cfg.min_length, cfg.max_length),
+                            cfg.length_sampling)
 
-    def next(self) -> tuple[Tensor, Tensor, Tensor, int]:
+    def next(self) -> Batch:
         if self._chunk is None or self._i == self.cfg.chunk:
             self._chunk, self._i = self.draw(), 0
-        tokens, targets, lengths, q_start = (x[self._i] for x in self._chunk)
+        i = self._i
         self._i += 1
-        return tokens, targets, lengths, int(q_start)
+        return self._chunk.map(lambda x: x[i])
 
 
-def ensemble_batches(streams: list[DataStream], device) -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:
-    """Every member's next batch, stacked along the member axis: [e, b, T], [e, b], [e, b], [e].
+def ensemble_batches(streams: list[DataStream], device) -> Iterator[Batch]:
+    """Every member's next batch, stacked along the member axis: tensors [e, b, ...].
 
     Stacks and moves once per chunk, then hands out views."""
     while True:
-        chunk = [torch.stack(parts, dim=1).to(device) for parts in zip(*(st.draw() for st in streams))]
+        parts = [st.draw() for st in streams]
+        chunk = Batch(**{k: None if getattr(parts[0], k) is None else
+                         torch.stack([getattr(p, k) for p in parts], dim=1).to(device) for k in Batch.TENSORS},
+                      n_queries=max((p.n_queries or 0) for p in parts) or None)
         for i in range(streams[0].cfg.chunk):
-            yield tuple(x[i] for x in chunk)
+            yield chunk.map(lambda x: x[i])
 
 
 def build_member(make_model, seed: int) -> nn.Module:
@@ -125,11 +159,26 @@ def build_member(make_model, seed: int) -> nn.Module:
     return make_model()
 
 
-def _optimizer(params: list[Tensor], cfg: TrainConfig, fused: bool = False) -> torch.optim.Optimizer:
-    # fused: one kernel per step for all stacked tensors; element-wise, so still per member
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
-    return torch.optim.Adam(params, lr=cfg.lr, fused=fused)
+def _optimizer(params: dict[str, Tensor], cfg: TrainConfig, fused: bool = False,
+               member_axis: bool = False) -> torch.optim.Optimizer:
+    """Adam or AdamW over ``params`` (name -> tensor); fused: one kernel per step for all
+    stacked tensors, element-wise, so still per member. With ``decay_1d=False`` the tensors of
+    one dimension per member (biases, LayerNorm) form a group without weight decay."""
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(list(params.values()), lr=cfg.lr, betas=tuple(cfg.betas), fused=fused)
+    skip = 1 + int(member_axis)  # stacked members carry a leading axis
+    decay = [p for p in params.values() if cfg.decay_1d or p.dim() > skip]
+    plain = [p for p in params.values() if not (cfg.decay_1d or p.dim() > skip)]
+    groups = [dict(params=decay, weight_decay=cfg.weight_decay)]
+    if plain:
+        groups.append(dict(params=plain, weight_decay=0.0))
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=fused)
+
+
+def _set_lr(opt: torch.optim.Optimizer, cfg: TrainConfig, step: int) -> None:
+    if cfg.lr_schedule != "constant":
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr_at(step)
 
 
 def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainConfig, *,
@@ -137,25 +186,27 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
                    position: int = 0) -> TrainResult:
     """Train one member per (task, seed) pair; every member's model comes from ``make_model()``.
 
-    ``make_model`` must build models of one parameter shape (it is called after seeding). The
-    model provides ``loss(tokens, targets, lengths, q_start, n_query)`` for one member.
+    ``make_model`` must build models of one parameter shape and one forward (it is called after
+    seeding); the model provides ``loss(batch)`` for one member. Tasks may differ per member
+    (another offset K, say) as long as their batches have one shape.
     """
     cfg.validate()
     if len(tasks) != len(seeds):
         raise ValueError("one task per seed")
-    n_query = 1 if cfg.length_sampling == "batch" else cfg.max_length - cfg.min_length + 1
     models = [build_member(make_model, s).to(device) for s in seeds]
     params, buffers = stack_module_state(models)  # name -> [e, ...]
     params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
     buffers = {k: v[0] for k, v in buffers.items()}  # identical across members: shared, not mapped
     template = _LossOf(copy.deepcopy(models[0]).to("meta"))
 
-    def member_loss(p, tokens, targets, lengths, q_start):
+    n_queries = None  # the batches' query hint: a Python int, the same for every member
+
+    def member_loss(p, tensors):
         state = {f"model.{k}": v for k, v in (p | buffers).items()}
-        return functional_call(template, state, (tokens, targets, lengths, q_start, n_query))
+        return functional_call(template, state, (Batch(**tensors, n_queries=n_queries),))
 
     losses_fn = vmap(member_loss)
-    opt = _optimizer(list(params.values()), cfg, fused=True)
+    opt = _optimizer(params, cfg, fused=device_fused(device), member_axis=True)
     streams = [DataStream(t, s, cfg) for t, s in zip(tasks, seeds)]
     E = len(seeds)
     alive = torch.ones(E, dtype=torch.bool, device=device)
@@ -167,8 +218,10 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
     bar = tqdm(range(1, cfg.steps + 1), desc=desc, disable=not progress, unit="step", leave=False, position=position)
     batches = ensemble_batches(streams, device)
     for step in bar:
-        tokens, targets, lengths, q_start = next(batches)  # [e, b, T], [e, b], [e, b], [e]
-        losses = losses_fn(params, tokens, targets, lengths, q_start)  # [e]
+        batch = next(batches)  # tensors [e, b, ...]
+        n_queries = batch.n_queries
+        tensors = {k: getattr(batch, k) for k in Batch.TENSORS if getattr(batch, k) is not None}
+        losses = losses_fn(params, tensors)  # [e]
         finite = torch.isfinite(losses)
         if not bool(finite[alive].all()):
             for e in (~finite & alive).nonzero().flatten().tolist():
@@ -176,6 +229,7 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
             alive = alive & finite
             frozen = {k: v.detach().clone() for k, v in params.items()}
         opt.zero_grad(set_to_none=True)
+        _set_lr(opt, cfg, step - 1)
         torch.where(alive, losses, torch.zeros_like(losses)).sum().backward()
         if cfg.grad_clip is not None:
             _clip_per_member(params, cfg.grad_clip)
@@ -190,7 +244,8 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
         if progress and (step % 25 == 0 or step == cfg.steps):
             live = curve[step - 1][alive.cpu().numpy()]
             if live.size:
-                bar.set_postfix_str(f"loss {live.min():.3f}-{live.max():.3f}")
+                tokens_per_s = step * cfg.batch_size * batch.tokens.shape[-1] * E / (time.perf_counter() - start)
+                bar.set_postfix_str(f"loss {live.min():.3f}-{live.max():.3f}, {tokens_per_s:,.0f} tok/s")
     bar.close()
     seconds = time.perf_counter() - start
     trained = []
@@ -221,20 +276,56 @@ def _clip_per_member(params: dict[str, Tensor], max_norm: float) -> None:
         g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))
 
 
+def device_fused(device) -> bool:
+    """Fused Adam kernels exist for CPU and CUDA tensors."""
+    return torch.device(device).type in ("cpu", "cuda")
+
+
 def train_plain(make_model, task: Task, seed: int, cfg: TrainConfig, *, steps: int | None = None,
                 device: str | torch.device = "cpu") -> tuple[nn.Module, list[float]]:
     """The baseline: one model, a plain PyTorch loop over its direct forward, the same data."""
     cfg.validate()
     model = build_member(make_model, seed).to(device)
-    opt = _optimizer(list(model.parameters()), cfg)
+    opt = _optimizer(dict(model.named_parameters()), cfg)
     stream = DataStream(task, seed, cfg)
     losses = []
-    for _ in range(steps or cfg.steps):
-        tokens, targets, lengths, _ = stream.next()
-        logits = model(tokens.to(device), lengths=lengths.to(device))
-        loss = torch.nn.functional.cross_entropy(logits, targets.to(device))
+    for step in range(steps or cfg.steps):
+        batch = stream.next().to(device)
+        loss = masked_cross_entropy(model(batch.tokens, lengths=batch.lengths), batch)
         opt.zero_grad(set_to_none=True)
+        _set_lr(opt, cfg, step)
         loss.backward()
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         losses.append(loss.item())
     return model, losses
+
+
+def evaluate_loss(model: nn.Module, batches, *, chunk: int = 256) -> dict:
+    """Mean loss and accuracy over every masked target of ``batches`` (one Batch or an iterable),
+    ``chunk`` sequences per forward, so memory is bounded by the chunk.
+
+    Returns ``loss`` (mean cross-entropy per target), ``accuracy`` and ``targets`` (how many).
+    """
+    if isinstance(batches, Batch):
+        batches = [batches]
+    if chunk < 1:
+        raise ConfigError("chunk", chunk, "a positive integer")
+    device = next(model.parameters()).device
+    total = correct = count = 0.0
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for batch in batches:
+            for i in range(0, batch.size, chunk):
+                part = batch[i:i + chunk].to(device)
+                logits = model(part.tokens, lengths=part.lengths)
+                n = int(part.loss_mask.sum())
+                total += float(masked_cross_entropy(logits, part)) * n
+                logits = aligned_logits(logits, part)
+                correct += int(((logits.argmax(-1) == part.targets) & part.loss_mask).sum())
+                count += n
+    model.train(was_training)
+    return dict(loss=total / count if count else math.nan, accuracy=correct / count if count else math.nan,
+                targets=int(count))

@@ -6,15 +6,19 @@ import pytest
 
 from poslab.errors import ConfigError
 from poslab.experiments import EXPERIMENTS, get_experiment
-from poslab.experiments.config import StudyConfig, apply_overrides
-from poslab.experiments.runner import run_study
+from poslab.experiments.config import StudyConfig, apply_overrides, grid_points
+from poslab.experiments.runner import members, run_study
 from poslab.store import Store
 
 EXPECTED_FILES = {
-    "phenomenon": {"rows.csv", "table.md", "fig1_accuracy.png", "fig1_attention.png"},
-    "validation": {"rows.csv", "members.csv", "profiles.csv", "table.md", "fig2_carrier_profile.png",
+    "phenomenon": {"rows.csv", "table.md", "claims.json", "fig1_accuracy.png", "fig1_attention.png"},
+    "validation": {"rows.csv", "members.csv", "profiles.csv", "table.md", "claims.json", "fig2_carrier_profile.png",
                    "fig3_dilution.png"},
 }
+
+
+def n_members(study):
+    return len(grid_points(study)) * study.seeds
 
 
 def tiny(name):
@@ -28,7 +32,7 @@ def test_quick_preset_end_to_end_and_rerun_trains_nothing(name, tmp_path):
     study = exp.study("quick")
     with Store(tmp_path / "s.sqlite") as store:
         first = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
-        members = len(study.encodings) * len(study.K) * study.seeds
+        members = n_members(study)
         assert first["trained"] == members and first["reused"] == 0
         assert {p.name for p in first["files"]} == EXPECTED_FILES[name]
         rows = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
@@ -47,17 +51,17 @@ def test_quick_preset_end_to_end_and_rerun_trains_nothing(name, tmp_path):
 def test_an_interrupted_sweep_resumes_with_what_is_missing(tmp_path):
     exp, study = tiny("phenomenon")
     with Store(tmp_path / "s.sqlite") as store:
-        part = apply_overrides(study, ["encodings=[\"rope\"]"])
+        part = apply_overrides(study, ["grid.encoding=[\"rope\"]"])
         run_study(exp, part, store=store, out=tmp_path / "a", progress=False)
         full = run_study(exp, study, store=store, out=tmp_path / "b", progress=False)
-        assert full["reused"] == len(study.K) * study.seeds
-        assert full["trained"] == len(study.K) * study.seeds
+        assert full["reused"] == len(study.axis("task.K")) * study.seeds
+        assert full["trained"] == len(study.axis("task.K")) * study.seeds
         assert len(store.runs(experiment="phenomenon")) == full["members"]
 
 
 @pytest.mark.parametrize("override, field", [
-    (["encodings=[\"nosuch\"]"], "encoding"),
-    (["K=[8]"], "K"),
+    (["grid.encoding=[\"nosuch\"]"], "encoding"),
+    (["grid.task.K=[8]"], "K"),
     (["model.d_head=7"], "d_head"),
     (["encoding_options={\"learned\": {\"max_position\": 16}}", "eval.lengths=[12,48]"], "length"),
     (["train.stepz=3"], "--set"),
@@ -75,9 +79,9 @@ def test_bad_input_stops_before_anything_is_written(override, field, tmp_path):
 
 def test_validation_refuses_a_non_rotary_encoding_before_any_work(tmp_path):
     exp = get_experiment("validation")
-    study = apply_overrides(exp.study("quick"), ['encodings=["rope","learned"]'])
+    study = apply_overrides(exp.study("quick"), ['grid.encoding=["rope","learned"]'])
     with Store(tmp_path / "s.sqlite") as store:
-        with pytest.raises(ConfigError, match="encodings.*learned.*rotary"):
+        with pytest.raises(ConfigError, match="encoding.*learned.*rotary"):
             run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
         assert store.runs() == []
 
@@ -86,8 +90,9 @@ def test_every_registry_encoding_runs_the_phenomenon_protocol(tmp_path):
     from poslab.positional import ENCODINGS
 
     exp = get_experiment("phenomenon")
-    study = apply_overrides(exp.study("quick"), ["seeds=1", "K=[2]", "train.steps=3", "eval.n_sequences=8",
-                                                 "eval.lengths=[12,24]", f"encodings={list(ENCODINGS)}".replace("'", '"')])
+    study = apply_overrides(exp.study("quick"), ["seeds=1", "grid.task.K=[2]", "train.steps=3", "eval.n_sequences=8",
+                                                 "eval.lengths=[12,24]",
+                                                 f"grid.encoding={list(ENCODINGS)}".replace("'", '"')])
     with Store(tmp_path / "s.sqlite") as store:
         summary = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
         assert summary["trained"] == len(ENCODINGS)
@@ -100,16 +105,54 @@ def test_unknown_experiment():
 
 
 def test_overrides_are_typed():
-    cfg = apply_overrides(StudyConfig(), ["train.lr=0.01", "eval.lengths=[12]", "K=2", "model.encoding_options={}"])
-    assert cfg.train.lr == 0.01 and cfg.eval.lengths == (12,) and cfg.K == (2,)
-    for bad in ["train.steps=1.5", "K=[\"a\"]", "nokey", "train=3"]:
+    cfg = apply_overrides(StudyConfig(), ["train.lr=0.01", "eval.lengths=[12]", "grid.task.K=[2]",
+                                          "encoding_options={}", "train.betas=[0.9,0.99]"])
+    assert cfg.train.lr == 0.01 and cfg.eval.lengths == (12,) and cfg.axis("task.K") == (2,)
+    assert cfg.train.betas == (0.9, 0.99)
+    for bad in ["train.steps=1.5", "grid.train.steps=[\"a\"]", "nokey", "train=3", "train.lr=NaN",
+                "train.lr=Infinity", "grid.task.K=[]", "grid.task.K=3", "=3"]:
         with pytest.raises(ConfigError, match="--set"):
             apply_overrides(StudyConfig(), [bad])
 
 
+@pytest.mark.parametrize("override, named", [
+    ("task.K=3", "task.K"),  # a grid axis
+    ("encoding=\"alibi\"", "encoding"),  # a grid axis
+    ("model.encoding=\"no-such-encoding\"", "model.encoding"),  # set by the study
+    ("model.vocab_size=7", "model.vocab_size"),  # set from the task
+    ("model.encoding_options={}", "model.encoding_options"),
+])
+def test_set_never_overwrites_an_axis_or_a_field_the_study_fixes(override, named):
+    study = get_experiment("phenomenon").study("quick")
+    with pytest.raises(ConfigError, match=f"--set.*{named}"):
+        apply_overrides(study, [override])
+
+
+def test_model_and_task_options_are_checked_by_name_and_type(tmp_path):
+    exp = get_experiment("phenomenon")
+    for override, field in [("model.d_modle=3", "model.d_modle"), ("model.d_model=\"wide\"", "model.d_model"),
+                            ("task.m=2.5", "task.m"), ("task.Q=1", "task.Q")]:
+        study = apply_overrides(exp.study("quick"), [override])
+        with Store(tmp_path / "s.sqlite") as store:
+            with pytest.raises(ConfigError, match=field):
+                run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
+            assert store.runs() == []
+
+
+def test_grid_members_are_keyed_by_their_resolved_config_and_grouped_by_shape():
+    study = get_experiment("phenomenon").study("quick")
+    everyone = members("phenomenon", study)
+    assert len(everyone) == 2 * 3 * study.seeds and len({m.key for m in everyone}) == len(everyone)
+    assert len({m.group_key() for m in everyone}) == 2  # one ensemble per encoding: K only changes the data
+    assert everyone[0].ids == {"encoding": "rope", "K": 1, "seed": 0}
+    assert everyone[0].model_config.vocab_size == 20 and everyone[0].model_config.max_len == 48
+    wide = apply_overrides(study, ["grid.model.d_model=[32,64]"])
+    assert len({m.group_key() for m in members("phenomenon", wide)}) == 4
+
+
 def test_worker_processes_give_the_same_rows_as_one_process(tmp_path):
     exp, study = tiny("phenomenon")
-    study = apply_overrides(study, ["seeds=1", "K=[2]"])
+    study = apply_overrides(study, ["seeds=1", "grid.task.K=[2]"])
     with Store(tmp_path / "a.sqlite") as one, Store(tmp_path / "b.sqlite") as two:
         run_study(exp, study, store=one, out=tmp_path / "a", progress=False, workers=1)
         summary = run_study(exp, study, store=two, out=tmp_path / "b", progress=False, workers=2)
@@ -125,3 +168,57 @@ def test_pinning_share_and_spread():
             [dict(K=1, seed=1, peak_position=p) for p in (2, 2, 2, 2)]
     share, spread = pinning(cells)
     assert share == 7 / 8 and spread == 1.0
+
+
+def test_a_new_experiment_is_one_module_and_one_registry_entry(tmp_path, monkeypatch):
+    import demo_shift
+
+    from poslab.experiments.claims import read_claims
+
+    monkeypatch.setitem(EXPERIMENTS, "demo_shift", demo_shift)
+    exp = get_experiment("demo_shift")
+    study = exp.study("paper")
+    with Store(tmp_path / "s.sqlite") as store:
+        summary = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
+        assert summary["trained"] == 4 and len({r["encoding"] for r in store.rows()}) == 2
+        rows = store.rows(experiment="demo_shift")
+        assert {(r["encoding"], r["seed"], r["length"]) for r in rows} == \
+            {(e, s, L) for e in ("rope", "learned") for s in (0, 1) for L in (8, 16)}
+        assert all(0 <= r["accuracy"] <= 1 and r["loss"] > 0 for r in rows)
+        config = store.runs(experiment="demo_shift")[0]["config"]
+        assert config["model_type"] == "transformer" and config["model"]["n_layers"] == 2
+        assert config["task"] == {"m": 10, "K": 2}
+    assert len(read_claims(tmp_path / "out" / "claims.json")) == 4
+
+
+def test_evaluate_only_variants_reuse_trained_weights_and_resume(tmp_path, monkeypatch):
+    exp, study = tiny("phenomenon")
+    study = apply_overrides(study, ["seeds=1", "grid.task.K=[2]", "eval.lengths=[12,24]",
+                                    'encoding_options={"learned": {"out_of_range": "error"}}',
+                                    'variants={"clamp": {"encoding_options.learned.out_of_range": "clamp"}, '
+                                    '"pi": {"where": {"encoding": "rope"}, "encoding": "rope_pi"}}'])
+    # the learned table has 48 rows here, so both lengths fit; clamp changes nothing in range
+    with Store(tmp_path / "s.sqlite") as store:
+        first = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
+        assert first["trained"] == 2 and first["variants"] == 3 and first["evaluated"] == 3
+        rows = store.rows(experiment="phenomenon")
+        base = {(r["encoding"], r["length"]): r["accuracy"] for r in rows if r.get("probe") == "length"
+                and "variant" not in r}
+        clamp = {(r["encoding"], r["length"]): r["accuracy"] for r in rows if r.get("variant") == "clamp"
+                 and r.get("probe") == "length"}
+        assert clamp == base  # positions < 48 are never clamped: the same weights give the same numbers
+        pi = {r["length"]: r for r in rows if r.get("variant") == "pi" and r.get("probe") == "length"
+              and r["encoding"] == "rope"}
+        assert set(pi) == {12, 24}  # rope evaluated under position interpolation, no retraining
+        again = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
+        assert again["trained"] == 0 and again["evaluated"] == 0
+        assert len(store.rows(experiment="phenomenon")) == len(rows)
+
+
+def test_a_variant_that_changes_parameter_shapes_is_refused_before_any_work(tmp_path):
+    exp, study = tiny("phenomenon")
+    study = apply_overrides(study, ['variants={"wide": {"model.d_model": 32}}'])
+    with Store(tmp_path / "s.sqlite") as store:
+        with pytest.raises(ConfigError, match="variants.wide"):
+            run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
+        assert store.runs() == []

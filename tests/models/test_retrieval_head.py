@@ -5,10 +5,12 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from poslab.errors import ConfigError
 from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
 from poslab.positional import ENCODINGS
+from poslab.tasks import Batch
 
 torch.manual_seed(0)
 
@@ -81,7 +83,10 @@ def test_every_encoding_forward_backward_and_intermediates(name):
     assert layer.pattern.shape == (6, 1, 1, 12)
     torch.testing.assert_close(layer.pattern.sum(-1), torch.ones(6, 1, 1))
     assert (layer.pattern[..., 0, :][torch.arange(12) >= lengths[:, None, None].expand(6, 1, 12)] == 0).all()
-    model.loss(tokens, tokens[:, 0], lengths).backward()
+    loss = model.loss(Batch(tokens=tokens, targets=tokens[:, 0], loss_mask=torch.ones(6, dtype=torch.bool),
+                            lengths=lengths))
+    assert float(loss) == pytest.approx(float(F.cross_entropy(logits, tokens[:, 0])), rel=1e-5)  # fast path = direct
+    loss.backward()
     for pname, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), pname
 

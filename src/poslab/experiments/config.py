@@ -1,21 +1,30 @@
-"""Typed experiment configs, the ``paper`` and ``quick`` presets, and ``--set key=value``.
+"""A study is a grid: typed configs, the ``paper`` and ``quick`` presets, and ``--set key=value``.
 
-A study is a grid of (encoding, K, seed) members that share one model, training and evaluation
-config. ``--set`` addresses any field by its dotted path (``train.steps=100``,
-``model.d_model=32``, ``eval.lengths=[12,16]``, ``K=[2,3]``); values are JSON, with bare words
-taken as strings. An unknown path or a value of the wrong type stops before any work.
+A :class:`StudyConfig` names its model and task by registry key plus options, and declares
+``grid``: named axes over any config field by its dotted path (``encoding``, ``task.K``,
+``model.n_heads``, ``train.weight_decay``, ``model.d_model``) with the values each takes.
+A member is one point of the grid (one value per axis) and one seed of ``range(seeds)``; its
+fully resolved config is the study with those values applied (:func:`apply_point`).
+
+``--set`` addresses any field by the same dotted path (``train.steps=100``,
+``model.d_model=32``, ``eval.lengths=[12,16]``) and changes an axis's values with
+``grid.<path>=[...]`` (``grid.task.K=[2,3]``). Values are JSON, bare words are strings. An
+unknown path, a value of the wrong type, a path that is a grid axis, and a path the study or the
+experiment fixes itself (``model.encoding`` is set from ``encoding``, ``model.vocab_size`` from
+the task) stop before any work: a value is never silently overwritten.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
 
 from poslab.errors import ConfigError
-from poslab.models.retrieval_head import RetrievalHeadConfig
 from poslab.train import TrainConfig
 
 
@@ -24,40 +33,129 @@ class EvalConfig:
     lengths: tuple[int, ...] = (12, 16, 20, 24, 32, 40, 48)  # evaluation lengths L'
     n_sequences: int = 4096  # sequences per length, for accuracy and for the attention probes
     seed: int = 0  # evaluation seed: each length's set is fixed by (task, length, seed)
+    chunk: int = 1024  # sequences per forward: evaluation memory is bounded by it
 
 
 @dataclass(frozen=True, kw_only=True)
 class StudyConfig:
-    encodings: tuple[str, ...] = ("rope", "learned")  # keys of poslab.positional.ENCODINGS
-    K: tuple[int, ...] = (1, 2, 3)  # offsets of the fixed-offset task
-    seeds: int = 8  # seeds 0 .. seeds-1
-    m: int = 20  # vocabulary size
+    model_type: str = "retrieval_head"  # key of poslab.models.MODELS
+    model: dict = field(default_factory=dict)  # that model's config fields (see STUDY_OWNED)
+    task_type: str = "fixed_offset"  # key of poslab.tasks.TASKS
+    task: dict = field(default_factory=dict)  # that task's options
+    encoding: str = "rope"  # key of poslab.positional.ENCODINGS (usually a grid axis)
     encoding_options: dict = field(default_factory=dict)  # encoding name -> its options
-    model: RetrievalHeadConfig = field(default_factory=RetrievalHeadConfig)
+    grid: dict = field(default_factory=dict)  # axis (dotted path) -> tuple of values
+    seeds: int = 8  # seeds 0 .. seeds-1
+    variants: dict = field(default_factory=dict)  # name -> {path: value}: evaluate-only variants
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
+    def axis(self, path: str) -> tuple:
+        """The values of grid axis ``path``, or the field's single value when it is no axis."""
+        return tuple(self.grid[path]) if path in self.grid else (get_path(self, path),)
+
+
+# Model fields the study sets itself, with where their value comes from.
+STUDY_OWNED = {
+    "model.vocab_size": "the task's vocabulary",
+    "model.encoding": "the field `encoding` (or its grid axis)",
+    "model.encoding_options": "the field `encoding_options`",
+}
 
 PRESETS = ("paper", "quick")
 
 
-def quick(cfg: StudyConfig) -> StudyConfig:
+def quick(cfg: StudyConfig, steps: int = 60, batch_size: int = 64, n_sequences: int = 128) -> StudyConfig:
     """A few steps and a small evaluation: every code path in seconds, for tests and smoke runs."""
     return dataclasses.replace(
         cfg, seeds=min(cfg.seeds, 2),
-        train=dataclasses.replace(cfg.train, steps=60, batch_size=64),
-        eval=dataclasses.replace(cfg.eval, n_sequences=128),
+        train=dataclasses.replace(cfg.train, steps=steps, batch_size=batch_size,
+                                  warmup_steps=min(cfg.train.warmup_steps, steps // 2)),
+        eval=dataclasses.replace(cfg.eval, n_sequences=n_sequences),
     )
 
 
-def apply_overrides(cfg, overrides: list[str] | tuple[str, ...]):
-    """Return ``cfg`` with each ``path=value`` applied (frozen dataclasses, nested by dots)."""
+def short_name(path: str) -> str:
+    """The column a grid axis gets in result rows: its last path component (``task.K`` -> ``K``)."""
+    return path.rsplit(".", 1)[-1]
+
+
+def grid_points(study: StudyConfig) -> list[dict]:
+    """Every point of the grid, {axis path: value}, in the order the axes are declared."""
+    axes = list(study.grid)
+    return [dict(zip(axes, values)) for values in itertools.product(*(tuple(study.grid[a]) for a in axes))]
+
+
+def apply_point(study: StudyConfig, point: dict) -> StudyConfig:
+    """The study with each axis set to its value and no grid left: one member's config."""
+    cfg = dataclasses.replace(study, grid={}, variants={})
+    for path, value in point.items():
+        cfg = _set(cfg, path.split("."), value, path)
+    return cfg
+
+
+def get_path(obj, path: str):
+    """The value at a dotted path (dataclass fields, then dict keys); ConfigError if there is none."""
+    current = obj
+    for key in path.split("."):
+        if dataclasses.is_dataclass(current) and key in {f.name for f in dataclasses.fields(current)}:
+            current = getattr(current, key)
+        elif isinstance(current, dict):
+            current = current.get(key)
+        else:
+            raise ConfigError("path", path, "a dotted path of the study config")
+    return current
+
+
+# ----------------------------------------------------------------------------- --set
+
+def apply_overrides(cfg, overrides: list[str] | tuple[str, ...], fixed: dict[str, str] | None = None):
+    """Return ``cfg`` with each ``path=value`` applied (frozen dataclasses, nested by dots).
+
+    ``fixed`` maps paths the experiment sets itself to the reason; they, the study-owned model
+    fields and the current grid axes are refused (``grid.<axis>=[...]`` changes an axis).
+    """
     for item in overrides:
         if "=" not in item:
             raise ConfigError("--set", item, "key=value with a dotted key, e.g. train.steps=100")
-        path, raw = item.split("=", 1)
-        cfg = _set(cfg, path.strip().split("."), _parse(raw.strip()), path.strip())
+        path, raw = (part.strip() for part in item.split("=", 1))
+        if not path:
+            raise ConfigError("--set", item, "key=value with a dotted key, e.g. train.steps=100")
+        value = _parse(raw)
+        if isinstance(cfg, StudyConfig):
+            _refuse_owned(cfg, path, fixed or {})
+            if path.startswith("grid."):
+                cfg = _set_axis(cfg, path[len("grid."):], value)
+                continue
+        cfg = _set(cfg, path.split("."), value, path)
     return cfg
+
+
+def _refuse_owned(cfg: StudyConfig, path: str, fixed: dict[str, str]) -> None:
+    owned = {**STUDY_OWNED, **fixed}
+    for prefix in _prefixes(path):
+        if prefix in cfg.grid:
+            raise ConfigError(f"--set {path}", prefix, f"not a grid axis: `{prefix}` is one of this study's axes "
+                                                       f"(values {list(cfg.grid[prefix])}); change them with "
+                                                       f"--set grid.{prefix}=[...]")
+        if prefix in owned:
+            raise ConfigError(f"--set {path}", prefix, f"a field the study does not fix: `{prefix}` is set by "
+                                                       f"{owned[prefix]}")
+
+
+def _prefixes(path: str) -> list[str]:
+    parts = path.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _set_axis(cfg: StudyConfig, axis: str, value) -> StudyConfig:
+    if not axis:
+        raise ConfigError("--set grid", value, "grid.<dotted path>=[values], e.g. grid.task.K=[2,3]")
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"--set grid.{axis}", value, "a non-empty JSON list of values")
+    for v in value:  # each value must be one the field accepts
+        _set(dataclasses.replace(cfg, grid={}), axis.split("."), v, axis)
+    return dataclasses.replace(cfg, grid={**cfg.grid, axis: tuple(value)})
 
 
 def _parse(raw: str):
@@ -95,7 +193,12 @@ def _set_dict(current, keys: list[str], value, path):
 
 
 def _coerce(value, hint, path: str):
-    """Check ``value`` against the field's type hint; lists become tuples, ints may be floats."""
+    """Check ``value`` against the field's type hint; lists become tuples, ints may be floats.
+
+    NaN and infinities are refused everywhere: no config field means anything by them.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"--set {path}", value, "a finite number")
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         errors = []

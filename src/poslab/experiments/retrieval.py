@@ -1,5 +1,7 @@
 """What the retrieval-head experiments share: per-member evaluation and the report helpers.
 
+``markdown_table`` is re-exported from :mod:`poslab.experiments.claims` for the reports.
+
 Rows are tidy dicts. ``probe="length"`` rows hold one (encoding, K, seed, length) cell;
 ``probe="member"`` rows hold per-member numbers (carrier energies, rank concentration);
 ``probe="profile"`` rows hold one offset of the carrier profile.
@@ -14,24 +16,25 @@ from pathlib import Path
 import numpy as np
 
 from poslab import probes
-from poslab.experiments.config import StudyConfig
-from poslab.models.retrieval_head import RetrievalHead
-from poslab.tasks import build_task, eval_batch
+from poslab.experiments.claims import markdown_table
+from poslab.experiments.runner import MemberContext
+from poslab.tasks import eval_batch
 
 
-def length_rows(model: RetrievalHead, member, study: StudyConfig, device: str) -> list[dict]:
-    """Accuracy, selected peak offset/position/height and target weight a* at every length."""
-    task = build_task("fixed_offset", m=study.m, K=member.K)
+def length_rows(ctx: MemberContext) -> list[dict]:
+    """Accuracy, selected peak offset/position/height and target weight a* at every length.
+
+    The target offset is the task's ``K`` (a fixed-offset retrieval task)."""
+    study, task = ctx.study, ctx.task
     rows = []
     for L in study.eval.lengths:
-        batch = eval_batch(task, L, study.eval.n_sequences, study.eval.seed, device=device)
-        acc, attn = probes.accuracy_and_attention(model, batch)
+        batch = eval_batch(task, L, study.eval.n_sequences, study.eval.seed, device=ctx.device)
+        acc, attn = probes.accuracy_and_attention(ctx.model, batch, chunk=study.eval.chunk)
         attn = attn[0]  # head 0, [L]
-        ids = dict(encoding=member.encoding, K=member.K, seed=member.seed, length=L)
-        rows.append(dict(probe="length", **ids, in_range=L <= study.train.max_length,
+        rows.append(dict(probe="length", length=L, in_range=L <= study.train.max_length,
                          accuracy=acc, **probes.peak(attn, L),
-                         a_star=probes.attention_at_offset(attn, L, -member.K), chance=task.chance))
-        rows += [dict(probe="attention", **ids, offset=t - (L - 1), weight=float(w)) for t, w in enumerate(attn)]
+                         a_star=probes.attention_at_offset(attn, L, -task.K), chance=task.chance))
+        rows += [dict(probe="attention", length=L, offset=t - (L - 1), weight=float(w)) for t, w in enumerate(attn)]
     return rows
 
 
@@ -61,12 +64,6 @@ def write_csv(rows: list[dict], path: Path, columns: list[str] | None = None) ->
     return path
 
 
-def markdown_table(header: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
-    return "\n".join(lines)
-
-
 def save(fig, path: Path) -> Path:
     """Write a figure as PNG and release it."""
     import matplotlib.pyplot as plt
@@ -75,7 +72,3 @@ def save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
-
-
-def mark(ok: bool) -> str:
-    return "yes" if ok else "**no**"

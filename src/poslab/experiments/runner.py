@@ -1,46 +1,120 @@
 """Run a study: validate, skip what the store has, train the rest in ensembles, record, report.
 
     validate everything (before any work)
-      -> members (encoding, K, seed), each keyed by the hash of its full config
+      -> members: one per grid point x seed, keyed by the hash of its fully resolved config
       -> the store: a recorded member (finished or diverged) is never trained again (--force redoes it)
-      -> the missing members of one encoding train together in one vectorized ensemble
-      -> each member is evaluated by the experiment's probes and recorded in one transaction
+      -> missing members with the same model and training config train as one vectorized ensemble
+         (tasks may differ: another K is only other data), groups side by side through an executor
+      -> each member is evaluated by the experiment and recorded in one transaction
+      -> evaluate-only variants: trained weights from the store under another encoding option,
+         schedule or inference-time fix; their rows are stored and resumed like trained ones
       -> the experiment's report reads every member's rows back from the store
 
 Members are recorded one by one as their group finishes, so an interrupted sweep loses at most
-the group in flight and a rerun trains only what is missing.
+the groups in flight and a rerun trains only what is missing.
+
+An experiment is a module with ``name``, ``title``, ``study(preset) -> StudyConfig``,
+``evaluate(ctx: MemberContext) -> rows`` and ``report(rows, study, out) -> files``; optionally
+``FIXED`` ({path: reason} its --set may not change) and ``check(study)`` (its own validation).
+The runner adds each member's axis values and seed to every row it returns.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import os
+import json
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
+from torch import nn
 
 from poslab.errors import ConfigError
-from poslab.experiments.config import StudyConfig
-from poslab.models.retrieval_head import RetrievalHead
+from poslab.experiments.config import StudyConfig, apply_point, grid_points, short_name, _coerce
+from poslab.experiments.executors import Executor, make_executor
+from poslab.models import model_classes
 from poslab.positional import check_encoding
 from poslab.store import Store, config_hash, git_revision
-from poslab.tasks import build_task
+from poslab.tasks import Task, build_task
+from poslab.tasks import task_options
 from poslab.train import TrainResult, build_member, train_ensemble
+
+import typing
 
 DEVICES = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
 class Member:
-    encoding: str
-    K: int
+    """One point of a study's grid and one seed, with its fully resolved config."""
+
+    experiment: str
+    point: tuple  # ((axis path, value), ...) in the grid's axis order
     seed: int
+    study: StudyConfig  # the study with this point applied (no grid left)
+    variant: str | None = None  # an evaluate-only variant's name; None for a trained member
+
+    @property
+    def ids(self) -> dict:
+        """The columns every row of this member carries: axis values (short names) and seed."""
+        ids = {short_name(path): value for path, value in self.point}
+        ids["seed"] = self.seed
+        if self.variant is not None:
+            ids["variant"] = self.variant
+        return ids
+
+    @cached_property
+    def task(self) -> Task:
+        return resolve_task(self.study)
+
+    @cached_property
+    def model_config(self):
+        return resolve_model_config(self.study, self.task)
+
+    def make_model(self) -> partial:
+        """The factory of this member's model (called after seeding, see ``build_member``)."""
+        return partial(model_classes(self.study.model_type)[0], self.model_config)
+
+    def config(self) -> dict:
+        """Everything that determines this member's result; its hash is the run key."""
+        s = self.study
+        return dict(experiment=self.experiment, point=[[p, v] for p, v in self.point], seed=self.seed,
+                    variant=self.variant, model_type=s.model_type,
+                    model=dataclasses.asdict(self.model_config), task_type=s.task_type,
+                    task=dataclasses.asdict(self.task), train=dataclasses.asdict(s.train),
+                    eval=dataclasses.asdict(s.eval))
+
+    @cached_property
+    def key(self) -> str:
+        return config_hash(self.config())
+
+    def group_key(self) -> str:
+        """Members with one group key share one model forward and one training config: they
+        train as one ensemble."""
+        s = self.study
+        return config_hash(dict(model_type=s.model_type, model=dataclasses.asdict(self.model_config),
+                                train=dataclasses.asdict(s.train)))
+
+
+@dataclass
+class MemberContext:
+    """What an experiment's ``evaluate`` gets for one member."""
+
+    model: nn.Module  # trained, in eval mode
+    untrained: nn.Module  # the same member's initial weights (baselines)
+    member: Member
+    device: str
+
+    @property
+    def study(self) -> StudyConfig:
+        return self.member.study
+
+    @property
+    def task(self) -> Task:
+        return self.member.task
 
 
 class Experiment(Protocol):
@@ -49,60 +123,139 @@ class Experiment(Protocol):
 
     def study(self, preset: str) -> StudyConfig: ...
 
-    def evaluate(self, model: RetrievalHead, untrained: RetrievalHead, member: Member,
-                 study: StudyConfig, device: str) -> list[dict]: ...
+    def evaluate(self, ctx: MemberContext) -> list[dict]: ...
 
     def report(self, rows: list[dict], study: StudyConfig, out: Path) -> list[Path]: ...
 
 
-def model_config(study: StudyConfig, encoding: str):
-    longest = max((*study.eval.lengths, study.train.max_length))
-    return dataclasses.replace(study.model, vocab_size=study.m, encoding=encoding,
-                               encoding_options=dict(study.encoding_options.get(encoding, {})),
-                               max_len=max(study.model.max_len, longest))
+# ----------------------------------------------------------------------------- resolution
+
+def resolve_task(study: StudyConfig) -> Task:
+    hints = typing.get_type_hints(_task_class(study.task_type))
+    options = {k: _coerce(v, hints[k], f"task.{k}") if k in hints else v for k, v in study.task.items()}
+    return build_task(study.task_type, **options)
 
 
-def member_config(experiment: str, study: StudyConfig, member: Member) -> dict:
-    """Everything that determines a member's result; its hash is the run key."""
-    return dict(experiment=experiment, encoding=member.encoding, K=member.K, seed=member.seed,
-                model=dataclasses.asdict(model_config(study, member.encoding)),
-                task=dict(name="fixed_offset", m=study.m, K=member.K),
-                train=dataclasses.asdict(study.train), eval=dataclasses.asdict(study.eval))
+def _task_class(name: str):
+    task_options(name)  # ConfigError for an unknown task
+    from poslab.tasks import TASKS
+
+    return TASKS[name]
 
 
-def validate(study: StudyConfig, device: str, experiment: Experiment | None = None) -> None:
-    """Every check on user input, before anything is trained or written (the experiment's own
-    ``check(study)`` too, where it has one)."""
+def longest_length(study: StudyConfig) -> int:
+    return max((*study.eval.lengths, study.train.max_length))
+
+
+def resolve_model_config(study: StudyConfig, task: Task):
+    """The model's config: the study's options plus what the study owns (vocabulary from the
+    task, the encoding and its options, tables long enough for every length the study uses)."""
+    _, cfg_cls = model_classes(study.model_type)
+    fields = {f.name: f for f in dataclasses.fields(cfg_cls)}
+    hints = typing.get_type_hints(cfg_cls)
+    options = {}
+    for key, value in study.model.items():
+        if key not in fields:
+            raise ConfigError(f"model.{key}", key, sorted(fields))
+        options[key] = _coerce(value, hints[key], f"model.{key}")
+    default_len = fields["max_len"].default
+    needed = longest_length(study) + int(bool(options.get("bos", False)))
+    options["max_len"] = max(options.get("max_len", default_len), needed)
+    check_encoding(study.encoding, study.encoding_options.get(study.encoding))
+    return cfg_cls(**options, vocab_size=task.vocab_size, encoding=study.encoding,
+                   encoding_options=dict(study.encoding_options.get(study.encoding, {})))
+
+
+def members(experiment: str, study: StudyConfig) -> list[Member]:
+    """Every trained member of the study: grid points (axis order) x seeds."""
+    out = []
+    for point in grid_points(study):
+        resolved = apply_point(study, point)
+        out += [Member(experiment, tuple(point.items()), s, resolved) for s in range(study.seeds)]
+    return out
+
+
+def variant_members(experiment: str, study: StudyConfig, trained: list[Member]) -> list[tuple[Member, Member]]:
+    """(variant member, its trained member) for every variant of every trained member it applies to.
+
+    A variant is {dotted path: value} applied to the trained member's config before evaluation;
+    an optional ``"where": {axis: value}`` limits it to members with those axis values
+    (``{"where": {"encoding": "rope"}, "encoding": "rope_yarn"}``).
+    """
+    from poslab.experiments.config import apply_overrides
+
+    out = []
+    for name, changes in study.variants.items():
+        if not isinstance(changes, dict) or not changes:
+            raise ConfigError(f"variants.{name}", changes, "a JSON object of {dotted path: value}")
+        where = changes.get("where", {})
+        if not isinstance(where, dict):
+            raise ConfigError(f"variants.{name}.where", where, "a JSON object of {axis: value}")
+        sets = [f"{path}={json.dumps(value)}" for path, value in changes.items() if path != "where"]
+        for base in trained:
+            point = dict(base.point)
+            if all(point.get(axis, base.ids.get(axis)) == value for axis, value in where.items()):
+                changed = apply_overrides(base.study, sets)
+                out.append((Member(experiment, base.point, base.seed, changed, variant=name), base))
+    return out
+
+
+# ----------------------------------------------------------------------------- validation
+
+def validate(study: StudyConfig, device: str, experiment: Experiment | None = None) -> list[Member]:
+    """Every check on user input, before anything is trained or written; returns the members.
+
+    Builds one small real model per distinct model config (every table the run will use) and
+    asks it about every length; variants must keep the trained parameter shapes.
+    """
     if device not in DEVICES:
         raise ConfigError("device", device, DEVICES)
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", device, "cpu (no CUDA device is available here)")
-    if study.seeds < 1:
+    if not isinstance(study.seeds, int) or study.seeds < 1:
         raise ConfigError("seeds", study.seeds, "a positive integer")
-    if not study.encodings:
-        raise ConfigError("encodings", study.encodings, "one or more encoding names")
     study.train.validate()
     if not study.eval.lengths or min(study.eval.lengths) < 1:
         raise ConfigError("eval.lengths", study.eval.lengths, "positive integers")
-    if study.eval.n_sequences < 1:
-        raise ConfigError("eval.n_sequences", study.eval.n_sequences, "a positive integer")
+    for name in ("n_sequences", "chunk"):
+        if getattr(study.eval, name) < 1:
+            raise ConfigError(f"eval.{name}", getattr(study.eval, name), "a positive integer")
+    for path, values in study.grid.items():
+        if not values:
+            raise ConfigError(f"grid.{path}", values, "a non-empty list of values")
+    encodings = set(study.axis("encoding"))
     for name in study.encoding_options:
-        if name not in study.encodings:
+        if name not in encodings:
             raise ConfigError("encoding_options", name, f"options for one of the study's encodings: "
-                                                        f"{', '.join(study.encodings)}")
-    for K in study.K:
-        task = build_task("fixed_offset", m=study.m, K=K)
-        task.validate(study.train.min_length)
-        for L in study.eval.lengths:
-            task.validate(L)
-    for name in study.encodings:
-        check_encoding(name, study.encoding_options.get(name))
-        model = RetrievalHead(model_config(study, name))  # small; builds every table the run will use
-        for L in (*study.eval.lengths, study.train.max_length):
-            model.check_length(L)
+                                                        f"{', '.join(sorted(encodings))}")
+    name = experiment.name if experiment is not None else "study"
+    trained = members(name, study)
+    shapes: dict[str, dict] = {}
+    for member in trained:
+        member.task.validate(member.study.train.min_length)
+        for L in member.study.eval.lengths:
+            member.task.validate(L)
+        if member.group_key() not in shapes:
+            shapes[member.group_key()] = _check_model(member)
+    for variant, base in variant_members(name, study, trained):
+        variant.task.validate(variant.study.train.min_length)
+        got = _check_model(variant)
+        if got != shapes[base.group_key()]:
+            raise ConfigError(f"variants.{variant.variant}", dict(study.variants[variant.variant]),
+                              "changes that keep the trained parameters' names and shapes (evaluate-only)")
     if experiment is not None and hasattr(experiment, "check"):
         experiment.check(study)
+    return trained
 
+
+def _check_model(member: Member) -> dict:
+    model = member.make_model()()
+    for L in (*member.study.eval.lengths, member.study.train.max_length):
+        model.check_length(L)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+# ----------------------------------------------------------------------------- training
 
 @dataclass
 class MemberResult:
@@ -113,99 +266,114 @@ class MemberResult:
     timings: dict
 
 
-def make_model(study: StudyConfig, encoding: str) -> partial:
-    """The factory of one encoding's members (called after seeding, see ``build_member``)."""
-    return partial(RetrievalHead, model_config(study, encoding))
-
-
-def train_members(study: StudyConfig, encoding: str, group: list[Member], *, device: str = "cpu",
-                  progress: bool = True, desc: str = "train", threads: int | None = None,
+def train_members(group: list[Member], *, device: str = "cpu", progress: bool = True, desc: str = "train",
                   position: int = 0) -> TrainResult:
-    """Train one shape-compatible group as one ensemble (picklable: a worker may run it)."""
-    if threads:
-        torch.set_num_threads(threads)
-    tasks = [build_task("fixed_offset", m=study.m, K=m.K) for m in group]
-    return train_ensemble(make_model(study, encoding), tasks, [m.seed for m in group], study.train, device=device,
-                          progress=progress, desc=desc, position=position)
+    """Train one group (one group key) as one ensemble."""
+    study = group[0].study
+    return train_ensemble(group[0].make_model(), [m.task for m in group], [m.seed for m in group], study.train,
+                          device=device, progress=progress, desc=desc, position=position)
 
 
-def worker_pool(workers: int) -> tuple[ProcessPoolExecutor, int]:
-    """``workers`` fresh processes ("spawn": safe after torch has started threads) and the
-    CPU threads each gets, a share of the cores."""
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")), threads
+def train_group(experiment_name: str, group: list[Member], device: str = "cpu", progress: bool = True,
+                position: int = 0) -> list[MemberResult]:
+    """Train one group as an ensemble and evaluate every member.
 
-
-def train_group(experiment_name: str, study: StudyConfig, encoding: str, group: list[Member], device: str = "cpu",
-                progress: bool = True, threads: int | None = None, position: int = 0) -> list[MemberResult]:
-    """Train one shape-compatible group as an ensemble and probe every member.
-
-    A pure function of its arguments (all picklable), so an executor may run it anywhere: in
-    this process, in a worker process, or on a Ray worker. It never touches the store.
+    A pure function of its (picklable) arguments, so an executor may run it anywhere: in this
+    process, in a worker process, or on a Ray worker. It never touches the store.
     """
     from poslab.experiments import get_experiment
 
     experiment = get_experiment(experiment_name)
-    result = train_members(study, encoding, group, device=device, progress=progress, threads=threads,
-                           desc=f"{experiment_name} {encoding} x{len(group)}", position=position)
-    make = make_model(study, encoding)
+    label = ",".join(f"{k}={v}" for k, v in group[0].ids.items() if k not in ("seed", "K"))
+    result = train_members(group, device=device, progress=progress, position=position,
+                           desc=f"{experiment_name} {label} x{len(group)}")
     out = []
     for i, member in enumerate(group):
         model = result.models[i].eval()
-        untrained = build_member(make, member.seed).to(device).eval()
+        untrained = build_member(member.make_model(), member.seed).to(device).eval()
         start = time.perf_counter()
-        rows = experiment.evaluate(model, untrained, member, study, device)
+        rows = evaluate_member(experiment, MemberContext(model, untrained, member, device))
         out.append(MemberResult(member=member, rows=rows, diverged_at=result.diverged_at[i],
                                 weights={k: v.detach().cpu() for k, v in model.state_dict().items()},
                                 timings=dict(train_seconds=result.seconds / len(group), group_size=len(group),
                                              group_train_seconds=result.seconds,
                                              eval_seconds=time.perf_counter() - start,
-                                             diverged_at=result.diverged_at[i])))
+                                             diverged_at=result.diverged_at[i],
+                                             final_loss=[float(x) for x in result.loss_curve[-1:, i]])))
     return out
 
 
+def evaluate_member(experiment: Experiment, ctx: MemberContext) -> list[dict]:
+    with torch.no_grad():
+        rows = experiment.evaluate(ctx)
+    return [{**ctx.member.ids, **row} for row in rows]
+
+
+def evaluate_variant(experiment_name: str, variant: Member, weights: dict[str, torch.Tensor],
+                     device: str = "cpu") -> MemberResult:
+    """Evaluate trained weights under a variant's config (no training)."""
+    from poslab.experiments import get_experiment
+
+    experiment = get_experiment(experiment_name)
+    make = variant.make_model()
+    model = build_member(make, variant.seed)
+    model.load_state_dict(weights)
+    model = model.to(device).eval()
+    untrained = build_member(make, variant.seed).to(device).eval()
+    start = time.perf_counter()
+    rows = evaluate_member(experiment, MemberContext(model, untrained, variant, device))
+    return MemberResult(member=variant, rows=rows, weights=None, diverged_at=None,
+                        timings=dict(eval_seconds=time.perf_counter() - start))
+
+
+# ----------------------------------------------------------------------------- the study
+
 def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: Path,
-              device: str = "cpu", force: bool = False, progress: bool = True, workers: int = 1) -> dict:
+              device: str = "cpu", force: bool = False, progress: bool = True, workers: int = 1,
+              executor: Executor | str | None = None) -> dict:
     """Run (or resume) a study and write its report; returns a summary of what was done.
 
-    ``workers`` > 1 trains that many groups at once in worker processes (one CPU thread each
-    share of the cores); only this process writes the store, as each group comes back.
+    ``workers`` > 1 trains that many groups at once in worker processes (each a share of the
+    cores); ``executor`` may be given instead. Only this process writes the store, as each
+    group comes back.
     """
-    validate(study, device, experiment)
-    if workers < 1:
+    trained = validate(study, device, experiment)
+    if not isinstance(workers, int) or workers < 1:
         raise ConfigError("workers", workers, "a positive integer")
-    members = [Member(e, K, s) for e in study.encodings for K in study.K for s in range(study.seeds)]
-    configs = {m: member_config(experiment.name, study, m) for m in members}
-    keys = {m: config_hash(c) for m, c in configs.items()}
+    variants = variant_members(experiment.name, study, trained)
+    everyone = trained + [v for v, _ in variants]
     if force:
-        for key in keys.values():
-            store.delete(key)
-    done = {r["key"] for r in store.runs(experiment=experiment.name)} & set(keys.values())  # diverged too
-    todo = [m for m in members if keys[m] not in done]
-    groups = [(e, [m for m in todo if m.encoding == e]) for e in study.encodings]
-    groups = [(e, g) for e, g in groups if g]
+        for m in everyone:
+            store.delete(m.key)
+    done = {r["key"] for r in store.runs(experiment=experiment.name)} & {m.key for m in everyone}  # diverged too
+    todo = [m for m in trained if m.key not in done]
+    groups: dict[str, list[Member]] = {}
+    for m in todo:
+        groups.setdefault(m.group_key(), []).append(m)
     revision = git_revision(Path(__file__).parent)
     start = time.perf_counter()
 
     def record(results: list[MemberResult]) -> None:
         for r in results:
-            store.record(keys[r.member], experiment=experiment.name, config=configs[r.member], rows=r.rows,
+            store.record(r.member.key, experiment=experiment.name, config=r.member.config(), rows=r.rows,
                          status="finished" if r.diverged_at is None else "diverged", timings=r.timings,
                          weights=r.weights, revision=revision)
 
-    workers = min(workers, len(groups))
-    if workers <= 1 or device != "cpu":
-        for encoding, group in groups:
-            record(train_group(experiment.name, study, encoding, group, device, progress))
-    else:
-        pool, threads = worker_pool(workers)
-        with pool:
-            futures = [pool.submit(train_group, experiment.name, study, encoding, group, device, progress, threads, i)
-                       for i, (encoding, group) in enumerate(groups)]
-            for future in as_completed(futures):
-                record(future.result())
-    rows = store.rows(keys=keys.values())
+    if isinstance(executor, str) or executor is None:
+        executor = make_executor(executor or "local", workers=min(workers, max(1, len(groups))), device=device)
+    jobs = [(experiment.name, group, device, progress, i) for i, group in enumerate(groups.values())]
+    for results in executor.map_unordered(train_group, jobs):
+        record(results)
+
+    evaluated = 0
+    for variant, base in variants:
+        if variant.key in done:
+            continue
+        weights = store.load_weights(base.key)
+        record([evaluate_variant(experiment.name, variant, weights, device)])
+        evaluated += 1
+    rows = store.rows(keys=[m.key for m in everyone])
     out.mkdir(parents=True, exist_ok=True)
     files = experiment.report(rows, study, out)
-    return dict(members=len(members), trained=len(todo), reused=len(members) - len(todo),
-                seconds=time.perf_counter() - start, files=files)
+    return dict(members=len(trained), trained=len(todo), reused=len(trained) - len(todo),
+                variants=len(variants), evaluated=evaluated, seconds=time.perf_counter() - start, files=files)

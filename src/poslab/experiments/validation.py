@@ -23,12 +23,12 @@ import numpy as np  # noqa: E402
 from poslab import probes  # noqa: E402
 from poslab.experiments.config import StudyConfig, quick  # noqa: E402
 from poslab.experiments.phenomenon import COLUMNS  # noqa: E402
-from poslab.experiments.retrieval import (fmt, group_stats, length_rows, mark, markdown_table,  # noqa: E402
+from poslab.experiments.claims import Claim, claims_markdown, write_claims  # noqa: E402
+from poslab.experiments.retrieval import (fmt, length_rows, markdown_table,  # noqa: E402
                                           save, select, write_csv)
 from poslab.errors import ConfigError  # noqa: E402
-from poslab.positional import ENCODINGS, encoding_class  # noqa: E402
-from poslab.positional.rope import RoPE  # noqa: E402
-from poslab.tasks import build_task, eval_batch  # noqa: E402
+from poslab.positional import ENCODINGS, rotary_encodings  # noqa: E402
+from poslab.tasks import eval_batch  # noqa: E402
 
 name = "validation"
 title = "Table 2 / Figs. 2-3: target-aligned carrier and dilution"
@@ -38,33 +38,33 @@ PAPER = dict(carrier_k=0.80, carrier_cos=0.83, baseline=0.016, carrier_range=(0.
 
 
 def study(preset: str) -> StudyConfig:
-    cfg = StudyConfig(encodings=("rope",), K=(2, 3), seeds=5)
+    cfg = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20),
+                      grid={"encoding": ("rope",), "task.K": (2, 3)}, seeds=5)
     return quick(cfg) if preset == "quick" else cfg
 
 
 def check(study: StudyConfig) -> None:
     """The carrier profile needs rotary frequencies: refuse other encodings before any work."""
-    rotary = sorted(n for n in ENCODINGS if issubclass(encoding_class(n), RoPE))
-    for name in study.encodings:
+    rotary = rotary_encodings()
+    for name in study.axis("encoding"):
         if name in ENCODINGS and name not in rotary:
-            raise ConfigError("encodings", name, f"rotary encodings: {', '.join(rotary)}")
+            raise ConfigError("encoding", name, f"rotary encodings: {', '.join(rotary)}")
 
 
-def evaluate(model, untrained, member, study: StudyConfig, device: str) -> list[dict]:
-    rows = length_rows(model, member, study, device)
-    task = build_task("fixed_offset", m=study.m, K=member.K)
-    batch = eval_batch(task, study.train.max_length, study.eval.n_sequences, study.eval.seed, device=device)
-    trained, base = probes.carrier(model, batch), probes.carrier(untrained, batch)
-    ids = dict(encoding=member.encoding, K=member.K, seed=member.seed)
+def evaluate(ctx) -> list[dict]:
+    rows = length_rows(ctx)
+    study, model, K = ctx.study, ctx.model, ctx.task.K
+    batch = eval_batch(ctx.task, study.train.max_length, study.eval.n_sequences, study.eval.seed, device=ctx.device)
+    trained, base = probes.carrier(model, batch), probes.carrier(ctx.untrained, batch)
     offsets = np.arange(-(study.train.max_length - 1), study.train.max_length)
     profile = probes.carrier_profile(model, batch, offsets)
-    cos = probes.carrier_profile(model, batch, [-member.K], normalize=True)[0]
-    rows.append(dict(probe="member", **ids, carrier_q=trained["carrier_q"], carrier_k=trained["carrier_k"],
+    cos = probes.carrier_profile(model, batch, [-K], normalize=True)[0]
+    rows.append(dict(probe="member", carrier_q=trained["carrier_q"], carrier_k=trained["carrier_k"],
                      baseline_q=base["carrier_q"], baseline_k=base["carrier_k"], carrier_cos=float(cos),
                      profile_peak=int(offsets[int(np.argmax(profile))]),
                      rank_concentration=probes.rank_concentration(model),
-                     margin=probes.margin(model, batch, member.K)))
-    rows += [dict(probe="profile", **ids, offset=int(d), phi=float(p)) for d, p in zip(offsets, profile)]
+                     margin=probes.margin(model, batch, K)))
+    rows += [dict(probe="profile", offset=int(d), phi=float(p)) for d, p in zip(offsets, profile)]
     return rows
 
 
@@ -87,8 +87,8 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     fit = fits(rows)
     body, checks = [], []
     Lmax_eval = max(study.eval.lengths)
-    for enc in study.encodings:
-        for K in study.K:
+    for enc in study.axis("encoding"):
+        for K in study.axis("task.K"):
             mk = [r for r in members if r["encoding"] == enc and r["K"] == K]
             if not mk:
                 continue
@@ -104,38 +104,45 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          f"{st['baseline_q'][0]:.3f} / {st['baseline_k'][0]:.3f}", fmt(*st["carrier_cos"]),
                          f"{100 * np.mean([p == -K for p in peaks]):.0f}%", fmt(*slope), fmt(*r2),
                          fmt(np.mean(peak48), np.std(peak48)) if peak48 else "", fmt(*st["rank_concentration"])])
+            n = f"{len(mk)} seeds"
             checks += [
-                [f"{enc}, K={K}: key carrier energy (untrained baseline)", f"{PAPER['carrier_k']} ({PAPER['baseline']})",
-                 f"{st['carrier_k'][0]:.3f} ({st['baseline_k'][0]:.3f})",
-                 mark(st["carrier_k"][0] > 5 * st["baseline_k"][0])],
-                [f"{enc}, K={K}: query carrier energy (untrained baseline)", f"{PAPER['carrier_range'][0]}-"
-                 f"{PAPER['carrier_range'][1]} ({PAPER['baseline']})", f"{st['carrier_q'][0]:.3f} ({st['baseline_q'][0]:.3f})",
-                 mark(st["carrier_q"][0] > 5 * st["baseline_q"][0])],
-                [f"{enc}, K={K}: cos(m_Q, R_-K m_K)", f"{PAPER['carrier_cos']}", f"{st['carrier_cos'][0]:.3f}",
-                 mark(st["carrier_cos"][0] > 0.5)],
-                [f"{enc}, K={K}: carrier profile peaks at -K", "yes", f"{100 * np.mean([p == -K for p in peaks]):.0f}% of seeds",
-                 mark(all(p == -K for p in peaks))],
-                [f"{enc}, K={K}: R^2 of 1/a* on L-1", f">= {PAPER['r2']}", f"{r2[0]:.3f}", mark(r2[0] >= PAPER["r2"])],
+                Claim(name=f"{enc}, K={K}: key carrier energy (untrained baseline {st['baseline_k'][0]:.3f})",
+                      paper=f"{PAPER['carrier_k']} (baseline {PAPER['baseline']})", measured=float(st["carrier_k"][0]),
+                      holds=bool(st["carrier_k"][0] > 5 * st["baseline_k"][0]), criterion="> 5 x baseline", note=n),
+                Claim(name=f"{enc}, K={K}: query carrier energy (untrained baseline {st['baseline_q'][0]:.3f})",
+                      paper=f"{PAPER['carrier_range'][0]}-{PAPER['carrier_range'][1]} (baseline {PAPER['baseline']})",
+                      measured=float(st["carrier_q"][0]), holds=bool(st["carrier_q"][0] > 5 * st["baseline_q"][0]),
+                      criterion="> 5 x baseline", note=n),
+                Claim(name=f"{enc}, K={K}: cos(m_Q, R_-K m_K)", paper=f"{PAPER['carrier_cos']}",
+                      measured=float(st["carrier_cos"][0]), holds=bool(st["carrier_cos"][0] > 0.5), criterion="> 0.5",
+                      note=n),
+                Claim(name=f"{enc}, K={K}: carrier profile peaks at -K", paper="yes",
+                      measured=f"{100 * np.mean([p == -K for p in peaks]):.0f}% of seeds",
+                      holds=all(p == -K for p in peaks), criterion="every seed", note=n),
+                Claim(name=f"{enc}, K={K}: R^2 of 1/a* on L-1", paper=f">= {PAPER['r2']}", measured=float(r2[0]),
+                      holds=bool(r2[0] >= PAPER["r2"]), criterion=f">= {PAPER['r2']}", note=n),
             ]
             if peak48:
-                checks.append([f"{enc}, K={K}: peak attention at L={Lmax_eval}", f"{PAPER['peak_at_48']} (L=48, H=1)",
-                               f"{np.mean(peak48):.3f}", "-"])
+                checks.append(Claim(name=f"{enc}, K={K}: peak attention at L={Lmax_eval}",
+                                    paper=f"{PAPER['peak_at_48']} (L=48, H=1)", measured=float(np.mean(peak48)),
+                                    holds=None, note=n))
     header = ["encoding", "K", "carrier q", "carrier k", "untrained q / k", "cos(m_Q, R_-K m_K)", "profile peak at -K",
               "dilution slope c", "R^2", f"peak height L={Lmax_eval}", "rank conc. of W"]
     text = [f"# {title}", "", "Mean ± std over seeds. Carrier energies on the projected (unrotated) queries and keys "
             f"at L = {study.train.max_length}; dilution: least squares of 1/a* on L - 1 over the evaluation lengths.",
             "", markdown_table(header, body), "", "## The paper's claims beside this run", "",
-            markdown_table(["claim", "paper", "measured", "met"], checks), ""]
+            claims_markdown(checks), ""]
     (out / "table.md").write_text("\n".join(text))
-    files.append(out / "table.md")
+    files += [out / "table.md", write_claims(checks, out / "claims.json")]
     return files + figures(rows, study, out, fit)
 
 
 def figures(rows: list[dict], study: StudyConfig, out: Path, fit: dict) -> list[Path]:
     paths = []
     prof = select(rows, "profile")
-    fig, axes = plt.subplots(1, len(study.K), figsize=(4 * len(study.K), 3.2), squeeze=False)
-    for ax, K in zip(axes[0], study.K):
+    Ks = study.axis("task.K")
+    fig, axes = plt.subplots(1, len(Ks), figsize=(4 * len(Ks), 3.2), squeeze=False)
+    for ax, K in zip(axes[0], Ks):
         for seed in sorted({r["seed"] for r in prof if r["K"] == K}):
             pts = sorted((r["offset"], r["phi"]) for r in prof if r["K"] == K and r["seed"] == seed)
             if pts:
@@ -147,8 +154,9 @@ def figures(rows: list[dict], study: StudyConfig, out: Path, fit: dict) -> list[
     paths.append(save(fig, out / "fig2_carrier_profile.png"))
 
     cells = select(rows, "length")
-    fig, axes = plt.subplots(1, len(study.K), figsize=(4 * len(study.K), 3.2), squeeze=False)
-    for ax, K in zip(axes[0], study.K):
+    Ks = study.axis("task.K")
+    fig, axes = plt.subplots(1, len(Ks), figsize=(4 * len(Ks), 3.2), squeeze=False)
+    for ax, K in zip(axes[0], Ks):
         for (enc, k, seed), f in fit.items():
             if k != K:
                 continue

@@ -34,7 +34,9 @@ from torch import Tensor, nn
 from poslab.attention import KINDS, attention, attention_weights, build_mask
 from poslab.errors import ConfigError, check_choice
 from poslab.models.intermediates import Intermediates, LayerIntermediates
+from poslab.models.loss import masked_cross_entropy
 from poslab.positional import build_encoding
+from poslab.tasks.base import Batch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,7 +105,7 @@ class RetrievalHead(nn.Module):
         logits = o @ self.U.T  # [b, m]
         if not return_intermediates:
             return logits
-        layer = LayerIntermediates(attn_scores=att.attn_scores, pattern=att.pattern, rot_q=att.rot_q,
+        layer = LayerIntermediates(attn_scores=att.attn_scores, pattern=att.pattern, q=q, k=k, rot_q=att.rot_q,
                                    rot_k=att.rot_k, v=v, resid_pre=z, resid_post=o[:, None, :])
         return logits, Intermediates(embed=z, positions=positions, layers=[layer])
 
@@ -143,10 +145,14 @@ class RetrievalHead(nn.Module):
             scores = scores + bias
         return scores[0], self._heads(x, self.W_V)[0], v_pos
 
-    def loss(self, tokens: Tensor, targets: Tensor, lengths: Tensor, q_start: Tensor | int = 0,
-             n_query: int | None = None) -> Tensor:
-        """Mean cross-entropy of the fast path: the trainer's objective for one member."""
-        return F.cross_entropy(self.forward_table(tokens, lengths, q_start, n_query), targets)
+    def loss(self, batch: Batch) -> Tensor:
+        """Mean cross-entropy over the loss mask, by the grid fast path: the trainer's objective.
+
+        The batch's query hint (``first_query``, ``n_queries``) bounds the query positions the
+        grid must hold: one length per batch needs only the m queries at L - 1.
+        """
+        q_start = 0 if batch.first_query is None else batch.first_query
+        return masked_cross_entropy(self.forward_table(batch.tokens, batch.lengths, q_start, batch.n_queries), batch)
 
     def forward_table(self, tokens: Tensor, lengths: Tensor, q_start: Tensor | int = 0,
                       n_query: int | None = None) -> Tensor:
@@ -188,3 +194,14 @@ class RetrievalHead(nn.Module):
         if v_pos is not None:
             out = out + weights @ (v_pos @ U.transpose(1, 2))  # via [h, T, m]
         return out.sum(0), weights  # [b, m], [h, b, T]
+
+    # ------------------------------------------------------------------ probes
+
+    def collect(self, batch: Batch) -> Intermediates:
+        """What the probes read about ``batch``: the direct forward's intermediates under no_grad,
+        with its ``logits`` [b, m] and the batch's ``lengths`` (the query of sequence b is at
+        ``lengths[b] - 1``; one query row, ``i = 1``)."""
+        with torch.no_grad():
+            logits, inter = self.forward(batch.tokens, batch.lengths, return_intermediates=True)
+        inter.logits, inter.lengths = logits, batch.lengths
+        return inter

@@ -48,7 +48,9 @@ from torch import Tensor, nn
 from poslab.attention import KINDS, attention, build_mask
 from poslab.errors import ConfigError, check_choice
 from poslab.models.intermediates import Intermediates, LayerIntermediates
+from poslab.models.loss import masked_cross_entropy
 from poslab.positional import PositionalEncoding, build_encoding, check_encoding
+from poslab.tasks.base import Batch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,8 +129,8 @@ class Block(nn.Module):
         out = resid_mid + self.MLP(self.ln_mlp(resid_mid))
         if not need_weights:
             return out, None
-        return out, LayerIntermediates(attn_scores=att.attn_scores, pattern=att.pattern, rot_q=att.rot_q,
-                                       rot_k=att.rot_k, v=v, resid_pre=x, resid_post=out)
+        return out, LayerIntermediates(attn_scores=att.attn_scores, pattern=att.pattern, q=q, k=k,
+                                       rot_q=att.rot_q, rot_k=att.rot_k, v=v, resid_pre=x, resid_post=out)
 
     def _heads(self, x: Tensor, W: Tensor) -> Tensor:
         """[b, n, D] -> [b, h, n, d]."""
@@ -158,6 +160,15 @@ class Transformer(nn.Module):
         """
         _require_positive_int("length", L)
         self.encoding.check_positions(L - 1 + int(self.cfg.bos))
+
+    def loss(self, batch: Batch) -> Tensor:
+        """Mean cross-entropy over the batch's loss mask (one target per position or per sequence).
+
+        A causal model needs no key padding: every key past a sequence's end is also after each
+        of its real queries, so the mask is the plain causal one and the fused kernel applies.
+        """
+        logits = self(batch.tokens, lengths=None if self.cfg.causal else batch.lengths)
+        return masked_cross_entropy(logits, batch)
 
     def forward(self, tokens: Tensor, positions: Tensor | None = None, lengths: Tensor | None = None,
                 return_intermediates: bool = False):
@@ -195,6 +206,15 @@ class Transformer(nn.Module):
                 inter.layers.append(layer)
         logits = self.ln_final(x[:, int(cfg.bos):]) @ self.U.T  # real tokens only, [b, s, m]
         return (logits, inter) if return_intermediates else logits
+
+    def collect(self, batch: Batch) -> Intermediates:
+        """What the probes read about ``batch``: the forward's intermediates under no_grad (key
+        padding from ``batch.lengths``), with its ``logits`` [b, s, m], the batch's ``lengths``
+        and ``prefix`` = 1 with BOS (token t sits at internal index prefix + t)."""
+        with torch.no_grad():
+            logits, inter = self.forward(batch.tokens, lengths=batch.lengths, return_intermediates=True)
+        inter.logits, inter.lengths, inter.prefix = logits, batch.lengths, int(self.cfg.bos)
+        return inter
 
 
 def _uniform(n_out: int, n_in: int) -> Tensor:

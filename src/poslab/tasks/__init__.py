@@ -13,11 +13,13 @@ from poslab.errors import ConfigError
 from poslab.tasks.base import Batch, Length, Task, eval_batch, eval_seed, length_range
 from poslab.tasks.retrieval import ContentConditioned, FixedOffset
 from poslab.tasks.shift import Shift
+from poslab.tasks.text import CharText
 
 TASKS: dict[str, type] = {
     "fixed_offset": FixedOffset,
     "content_conditioned": ContentConditioned,
     "shift": Shift,
+    "text": CharText,
 }
 
 
@@ -37,5 +39,5 @@ def build_task(name: str, **options) -> Task:
     return TASKS[name](**options)
 
 
-__all__ = ["TASKS", "Batch", "ContentConditioned", "FixedOffset", "Length", "Shift", "Task", "build_task",
-           "eval_batch", "eval_seed", "length_range", "task_options"]
+__all__ = ["TASKS", "Batch", "CharText", "ContentConditioned", "FixedOffset", "Length", "Shift", "Task",
+           "build_task", "eval_batch", "eval_seed", "length_range", "task_options"]

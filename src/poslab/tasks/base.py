@@ -36,10 +36,29 @@ class Batch:
     targets: Tensor  # [b] for last-position tasks, [b, s] for full-sequence tasks, int64
     loss_mask: Tensor  # bool, same shape as targets
     lengths: Tensor  # [b] int64, real length of each sequence
+    # Optional hint of where the queries of last-position tasks sit, for a model's fast path
+    # (RetrievalHead's grid): every L - 1 lies in first_query .. first_query + n_queries - 1.
+    first_query: Tensor | None = None  # [] int64
+    n_queries: int | None = None
+
+    TENSORS = ("tokens", "targets", "loss_mask", "lengths", "first_query")
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(tokens=self.tokens.to(device), targets=self.targets.to(device),
-                     loss_mask=self.loss_mask.to(device), lengths=self.lengths.to(device))
+        return self.map(lambda x: x.to(device))
+
+    def map(self, fn) -> Batch:
+        """A batch with ``fn`` applied to every tensor field (the hint ``n_queries`` is kept)."""
+        return Batch(**{k: None if getattr(self, k) is None else fn(getattr(self, k)) for k in self.TENSORS},
+                     n_queries=self.n_queries)
+
+    def __getitem__(self, index) -> Batch:
+        """Sequences ``index`` (a slice or index tensor over the batch axis), hint kept."""
+        return Batch(tokens=self.tokens[index], targets=self.targets[index], loss_mask=self.loss_mask[index],
+                     lengths=self.lengths[index], first_query=self.first_query, n_queries=self.n_queries)
+
+    @property
+    def size(self) -> int:
+        return self.tokens.shape[0]
 
 
 class Task(Protocol):
@@ -63,6 +82,49 @@ class Task(Protocol):
     def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch: ...
 
 
+PER = ("batch", "sequence")
+
+
+def sample_steps(task: Task, generator: torch.Generator, steps: int, batch_size: int, length: tuple[int, int],
+                 per: str = "batch") -> Batch:
+    """``steps`` training batches at once, stacked: every tensor gets a leading [n] axis.
+
+    ``per="batch"``: one length per step, uniform in [lo, hi]; ``per="sequence"``: one per
+    sequence. Sequences are right-padded to hi. A task may provide its own ``sample_steps``
+    (the uniform-token tasks draw all tokens in one call); otherwise each step is one
+    ``task.sample`` call. Every batch carries the query hint (``first_query``, ``n_queries``).
+    """
+    lo, hi = length_range(length)
+    own = getattr(task, "sample_steps", None)
+    if own is not None:
+        return own(generator, steps, batch_size, (lo, hi), per)
+    parts = []
+    for _ in range(steps):
+        if per == "batch":
+            L = int(torch.randint(lo, hi + 1, (1,), generator=generator, device=generator.device))
+            batch = task.sample(generator, batch_size, L)
+            first, n = L - 1, 1
+        else:
+            batch, first, n = task.sample(generator, batch_size, (lo, hi)), lo - 1, hi - lo + 1
+        batch = _pad(batch, hi)
+        batch.first_query, batch.n_queries = torch.tensor(first), n
+        parts.append(batch)
+    return Batch(**{k: torch.stack([getattr(p, k) for p in parts]) for k in Batch.TENSORS},
+                 n_queries=max(p.n_queries for p in parts))
+
+
+def _pad(batch: Batch, width: int) -> Batch:
+    """Right-pad tokens (and per-position targets / mask) of ``batch`` to ``width`` positions."""
+    extra = width - batch.tokens.shape[1]
+    if extra == 0:
+        return batch
+    pad = lambda x, v: torch.nn.functional.pad(x, (0, extra), value=v)  # noqa: E731
+    per_position = batch.targets.ndim == 2
+    return Batch(tokens=pad(batch.tokens, 0), lengths=batch.lengths,
+                 targets=pad(batch.targets, 0) if per_position else batch.targets,
+                 loss_mask=pad(batch.loss_mask, False) if per_position else batch.loss_mask)
+
+
 class UniformTokens:
     """What the tasks over i.i.d. uniform tokens share; each is a frozen dataclass with a field
     ``m`` (vocabulary size) that adds its own ``validate`` and ``label``."""
@@ -82,6 +144,25 @@ class UniformTokens:
         tokens, lengths = uniform_sequences(generator, batch_size, length, self.m)
         targets, loss_mask = self.label(tokens, lengths)
         return Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, lengths=lengths)
+
+    def sample_steps(self, generator: torch.Generator, steps: int, batch_size: int, length: tuple[int, int],
+                     per: str = "batch") -> Batch:
+        """Every step's tokens in one draw, then the lengths: [n, b, hi] (see :func:`sample_steps`)."""
+        (lo, hi), n, b = length, steps, batch_size
+        self.validate(lo)
+        device = generator.device
+        tokens = torch.randint(0, self.m, (n * b, hi), generator=generator, device=device)
+        if per == "batch":
+            first = torch.randint(lo, hi + 1, (n,), generator=generator, device=device) - 1  # L - 1 per step
+            lengths, n_queries = (first + 1).repeat_interleave(b), 1
+        else:
+            lengths = torch.randint(lo, hi + 1, (n * b,), generator=generator, device=device)
+            first, n_queries = torch.full((n,), lo - 1, device=device), hi - lo + 1
+        tokens = tokens.masked_fill(torch.arange(hi, device=device) >= lengths[:, None], 0)
+        targets, loss_mask = self.label(tokens, lengths)
+        return Batch(tokens=tokens.view(n, b, hi), targets=targets.view(n, b, *targets.shape[1:]),
+                     loss_mask=loss_mask.view(n, b, *loss_mask.shape[1:]), lengths=lengths.view(n, b),
+                     first_query=first, n_queries=n_queries)
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -1,4 +1,5 @@
-"""Probes on hand-built heads whose answers are known, and on synthetic inputs with exact answers.
+"""Probes on hand-built heads whose answers are known, on hand-built intermediates, and on synthetic
+inputs with exact answers.
 
 The RoPE head: every token embedding shares the direction e_0, W_Q and W_K read only e_0, so
 every query is u and every key is w = R_K u (built here with explicit 2x2 rotations, not with
@@ -17,7 +18,9 @@ import pytest
 import torch
 
 from poslab.errors import ConfigError
+from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
+from poslab.models.transformer import Transformer, TransformerConfig
 from poslab.probes import (accuracy, attention_at_offset, carrier, carrier_energy, carrier_profile, dilution_fit,
                            kernel_ratio, margin, margin_bound, mean_attention, peak, pinned_position,
                            rank_concentration, rotary_kernel, rotary_theta)
@@ -319,3 +322,118 @@ def test_fast_accuracy_and_attention_equal_the_direct_probes(encoding):
     acc, attn = probes.accuracy_and_attention(model, batch, chunk=128)
     assert acc == probes.accuracy(model, batch)
     np.testing.assert_allclose(attn, probes.mean_attention(model, batch), atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- pure functions of intermediates
+
+def hand_built(q, k, scores, lengths, prefix=0) -> Intermediates:
+    """Intermediates with the given q [b, h, i, d], k [b, h, s, d] and attn_scores [b, h, i, s]."""
+    b, _, s, _ = k.shape
+    z = torch.zeros(b, s, 1, dtype=torch.float64)
+    layer = LayerIntermediates(attn_scores=scores, pattern=scores, q=q, k=k, rot_q=q, rot_k=k, v=k, resid_pre=z,
+                               resid_post=z)
+    return Intermediates(embed=z, positions=torch.arange(s), layers=[layer], lengths=lengths, prefix=prefix)
+
+
+def test_projection_moments_and_carrier_energies_by_hand():
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64).view(2, 1, 1, 2)  # one query row each
+    k = torch.tensor([[1.0, 0.0]], dtype=torch.float64).expand(2, 1, 3, 2).clone()
+    k[1, 0, 2] = 100.0  # sequence 1 has length 2: its third key is padding
+    mom = probes.projection_moments(hand_built(q, k, torch.zeros(2, 1, 1, 3), torch.tensor([3, 2])))
+    assert (mom.n_q, mom.n_k) == (2, 5)
+    torch.testing.assert_close(mom.m_Q, torch.tensor([[0.5, 0.5]], dtype=torch.float64))
+    torch.testing.assert_close(mom.m_K, torch.tensor([[1.0, 0.0]], dtype=torch.float64))
+    cq, ck = mom.carrier_energies()
+    assert cq.tolist() == [0.5] and ck.tolist() == [1.0]
+    # with BOS at index 0 the first key is not a token: it is left out of the key moments
+    k_bos = k.clone()
+    k_bos[:, 0, 0] = torch.tensor([0.0, 7.0], dtype=torch.float64)
+    mom_bos = probes.projection_moments(hand_built(q, k_bos, torch.zeros(2, 1, 1, 3), torch.tensor([2, 1]), prefix=1))
+    assert mom_bos.n_k == 3 and mom_bos.carrier_energies()[1].tolist() == [1.0]
+    # chunks add up
+    lengths = torch.tensor([3, 2])
+    halves = [hand_built(q[i:i + 1], k[i:i + 1], torch.zeros(1, 1, 1, 3), lengths[i:i + 1]) for i in (0, 1)]
+    added = probes.projection_moments(halves[0]) + probes.projection_moments(halves[1])
+    for name in ("sum_q", "sq_q", "sum_k", "sq_k"):
+        torch.testing.assert_close(getattr(added, name), getattr(mom, name))
+    assert (added.n_q, added.n_k) == (mom.n_q, mom.n_k)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_carrier_profile_of_one_pair_is_a_cosine(layout):
+    offsets = np.arange(-6, 1)
+    e0, e1 = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+    theta = torch.tensor([0.7], dtype=torch.float64)
+    np.testing.assert_allclose(probes.carrier_profile_of(e0, e0, theta, layout, offsets)[0], np.cos(0.7 * offsets),
+                               atol=1e-12)
+    np.testing.assert_allclose(probes.carrier_profile_of(e1, e0, theta, layout, offsets)[0], np.sin(0.7 * offsets),
+                               atol=1e-12)
+    cos = probes.carrier_cosine(3 * e0, 2 * e0, theta, layout, offsets)
+    np.testing.assert_allclose(cos[0], np.cos(0.7 * offsets), atol=1e-12)
+    two_heads = probes.carrier_profile_of(torch.stack([e0, e1]), torch.stack([e0, e0]), theta, layout, offsets)
+    assert two_heads.shape == (2, len(offsets))
+
+
+def test_margins_by_hand_with_padding_and_bos():
+    scores = torch.tensor([[0.0, 5.0, 1.0, 2.0, 99.0], [4.0, 1.0, 3.0, 99.0, 99.0]], dtype=torch.float64)
+    one_row = scores.view(2, 1, 1, 5)  # the head's single query row
+    k = torch.zeros(2, 1, 5, 2, dtype=torch.float64)
+    mu = probes.margins(hand_built(k[:, :, :1], k, one_row, torch.tensor([4, 3])), K=2)
+    # L=4: target key 1 (5.0) against keys 0, 2, 3; L=3: target key 0 (4.0) against keys 1, 2
+    assert mu[:, 0].tolist() == [3.0, 1.0]
+    # full rows (a Transformer) with BOS: tokens at 1 .. L; BOS competes, padding does not
+    full = torch.full((2, 1, 5, 5), -50.0, dtype=torch.float64)
+    full[0, 0, 3] = torch.tensor([4.5, 1.0, 5.0, 0.0, 99.0])  # L=3: query at 3, target token 0 = key 1
+    full[1, 0, 4] = torch.tensor([0.0, 1.0, 6.0, 2.0, 3.0])  # L=4: query at 4, target token 1 = key 2
+    mu = probes.margins(hand_built(k, k, full, torch.tensor([3, 4]), prefix=1), K=2)
+    assert mu[:, 0].tolist() == [1.0 - 5.0, 6.0 - 3.0]
+    with pytest.raises(ConfigError) as err:
+        probes.margins(hand_built(k, k, full, torch.tensor([3, 4]), prefix=1), K=3)
+    assert err.value.field == "K"
+
+
+def test_rank_concentrations_from_weights():
+    W_Q = torch.eye(4)
+    W_K = torch.diag(torch.tensor([3.0, 1.0, 2.0, 0.0]))
+    np.testing.assert_allclose(probes.rank_concentrations(W_Q, W_K, n_heads=2), [0.9, 1.0])
+    np.testing.assert_allclose(probes.rank_concentrations(W_Q, W_K, n_heads=1), [9 / 14])
+
+
+def test_rotary_theta_comes_from_the_encoding():
+    mope = RetrievalHead(RetrievalHeadConfig(vocab_size=M, d_model=D, encoding="mope", max_len=48))
+    with torch.no_grad():
+        mope.encoding.log_omega_scale.fill_(0.5)
+    torch.testing.assert_close(rotary_theta(mope), mope.encoding.omega)
+    scaled = RetrievalHead(RetrievalHeadConfig(vocab_size=M, d_model=D, encoding="rope_pi", max_len=48))
+    torch.testing.assert_close(rotary_theta(scaled), scaled.encoding.inv_freq)
+    with pytest.raises(ConfigError) as err:
+        rotary_theta(RetrievalHead(RetrievalHeadConfig(vocab_size=M, d_model=D, encoding="alibi", max_len=48)))
+    assert err.value.field == "encoding" and "mope" in err.value.allowed and "rope_yarn" in err.value.allowed
+
+
+@pytest.mark.parametrize("bos", [False, True])
+def test_carrier_and_margin_of_a_transformer_match_naive(bos):
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=M, d_model=D, n_layers=2, n_heads=4, max_len=24, bos=bos)
+    model = Transformer(cfg).double()
+    batch = eval_batch(build_task("shift", m=M, K=2), (4, 12), 40, seed=0)
+    c = carrier(model, batch, chunk=16)
+    inter = model.collect(batch)
+    layer = inter.layers[0]
+    last = batch.lengths - 1 + bos
+    for h in range(4):
+        queries = layer.q[torch.arange(40), h, last]  # [b, d]
+        j = torch.arange(layer.k.shape[2])
+        token = (j >= bos) & (j < (batch.lengths + bos)[:, None])  # real tokens, BOS left out
+        keys = layer.k[:, h][token]  # [N, d]
+        assert c["carrier_q_heads"][h] == pytest.approx(carrier_energy(queries), rel=1e-10)
+        assert c["carrier_k_heads"][h] == pytest.approx(carrier_energy(keys), rel=1e-10)
+    profile = carrier_profile(model, batch, np.arange(-3, 1), head=None, chunk=16)
+    assert profile.shape == (4,)
+    mu = margin(model, batch, 2, head=3, reduce="none", chunk=16)
+    naive = []
+    for b in range(40):
+        row = layer.attn_scores[b, 3, int(last[b]), :int(last[b]) + 1].tolist()
+        target = row.pop(int(last[b]) - 2)
+        naive.append(target - max(row))
+    np.testing.assert_allclose(mu, naive, rtol=1e-12)
