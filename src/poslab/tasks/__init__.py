@@ -13,6 +13,7 @@ from poslab.errors import ConfigError
 from poslab.tasks.base import Batch, Length, Task, eval_batch, eval_seed, length_range
 from poslab.tasks.retrieval import ContentConditioned, FixedOffset
 from poslab.tasks.shift import Shift
+from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.text import CharText
 
 TASKS: dict[str, type] = {
@@ -20,6 +21,7 @@ TASKS: dict[str, type] = {
     "content_conditioned": ContentConditioned,
     "shift": Shift,
     "text": CharText,
+    "passkey": PasskeyText,
 }
 
 
@@ -39,5 +41,5 @@ def build_task(name: str, **options) -> Task:
     return TASKS[name](**options)
 
 
-__all__ = ["TASKS", "Batch", "CharText", "ContentConditioned", "FixedOffset", "Length", "Shift", "Task",
+__all__ = ["TASKS", "Batch", "CharText", "ContentConditioned", "FixedOffset", "Length", "PasskeyText", "Shift", "Task",
            "build_task", "eval_batch", "eval_seed", "length_range", "task_options"]

@@ -1,0 +1,218 @@
+"""Passkey retrieval inside text: a digit string planted at a controlled depth, asked for at the end.
+
+The retrieval protocol of the context-extension literature (Mohtashami & Jaggi 2023, "Landmark
+Attention"; used by Position Interpolation, YaRN and LongRoPE), at character level. A window of
+L characters of the corpus is the haystack; the needle ``"pass key NNNNN. "`` overwrites it at
+depth ``delta`` in [0, 1], and the window ends with the question ``"pass key NNNNN"``:
+
+    start of the needle   p = round(delta * (L - |needle| - |query|))
+    window                c_0 .. c_{p-1} | pass key 40719.  | c .. | pass key 40719
+                                                                              ^^^^^ answer
+
+The targets are next characters, as in :class:`poslab.tasks.text.CharText`, so the last
+``digits`` targets are the answer: nothing but the needle predicts them (each digit is uniform,
+chance 1/10 per digit), so a model that gets them right copied them from depth ``delta``.
+
+A character model learns to copy only if its training data holds some of this, so the task mixes
+a share of passkey windows into plain text: ``share`` = 0.1 means that each window, independently,
+carries a needle (at a uniform depth) with probability 0.1 and is plain corpus text otherwise.
+``score="answer"`` keeps only the answer's targets in the loss mask (the evaluation of a
+passkey grid); ``score="all"`` trains on every character.
+
+The vocabulary is the corpus's, with any needle character it lacks (TinyShakespeare has no digit
+but "3") appended after it, so plain text has the same token ids as under ``CharText``:
+
+    TinyShakespeare: 65 corpus characters + "012456789" -> vocab_size 74; "0" -> 65, "3" -> 9
+
+Worked examples (``digits=5``, L = 40; needle 16 and query 14 characters, so p = round(10 delta))::
+
+    delta = 0     "pass key 40719. ow, sir, what news?pass key 40719"   needle at 0
+    delta = 1     "ow, sir, what newpass key 40719. pass key 40719"     needle at 10 (right
+                                                                        before the query)
+    share = 0     windows exactly as CharText draws them from the same generator state? no:
+                  the passkey draws (offsets, passkey flags, digits, depths) come first, so
+                  only the text windows are alike in distribution, not draw for draw.
+
+Notation: b batch, s sequence index, L a window's length, N |needle|, Q |query| (digits included).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from poslab.errors import ConfigError, check_choice
+from poslab.tasks.base import Batch, Length, length_range
+from poslab.tasks.text import SPLITS, load_corpus
+
+NEEDLE = "pass key {}. "  # planted at depth delta
+QUERY = "pass key {}"  # the question, at the end of the window; the answer digits end it
+SCORES = ("all", "answer")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PasskeyText:
+    """Character-level text with a share of windows that plant a passkey and ask for it at the end."""
+
+    name: ClassVar[str] = "passkey"
+    target_kind: ClassVar[str] = "sequence"
+
+    corpus: str | None = None  # path of a UTF-8 text file; None: the packaged TinyShakespeare
+    split: str = "train"  # "train": the first 90% of the characters; "val": the last 10%
+    share: float = 0.1  # probability that a window carries a passkey (1.0: every window)
+    digits: int = 5  # length of the digit string
+    depth: float | None = None  # needle depth delta in [0, 1]; None: uniform per window
+    score: str = "all"  # "all": every next-character target; "answer": the answer digits only
+
+    def __post_init__(self):
+        check_choice("split", self.split, SPLITS)
+        check_choice("score", self.score, SCORES)
+        if not (isinstance(self.share, (int, float)) and not isinstance(self.share, bool) and 0 <= self.share <= 1):
+            raise ConfigError("share", self.share, "a number in [0, 1]")
+        if not (isinstance(self.digits, int) and not isinstance(self.digits, bool) and 1 <= self.digits <= 16):
+            raise ConfigError("digits", self.digits, "an integer in [1, 16]")
+        if self.depth is not None and not (isinstance(self.depth, (int, float)) and 0 <= self.depth <= 1):
+            raise ConfigError("depth", self.depth, "a number in [0, 1] or None (uniform)")
+        if self.score == "answer" and self.share != 1:
+            raise ConfigError("share", self.share, "1.0 when score='answer' (only passkey windows have an answer)")
+        _vocab(self.corpus)  # read and check the corpus now, before any work
+
+    # -- vocabulary ----------------------------------------------------------------------------
+
+    @property
+    def vocab(self) -> str:
+        """The corpus's characters, then the needle characters it lacks; a token indexes it."""
+        return _vocab(self.corpus)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def chance(self) -> float:
+        return 0.1 if self.score == "answer" else 1.0 / self.vocab_size
+
+    def encode(self, text: str) -> Tensor:
+        index = {c: i for i, c in enumerate(self.vocab)}
+        unknown = sorted(set(text) - index.keys())
+        if unknown:
+            raise ConfigError("text", "".join(unknown), f"characters of the vocabulary ({len(index)})")
+        return torch.tensor([index[c] for c in text], dtype=torch.long)
+
+    def decode(self, ids: Tensor) -> str:
+        vocab = self.vocab
+        return "".join(vocab[i] for i in torch.as_tensor(ids).tolist())
+
+    @property
+    def needle_length(self) -> int:
+        return len(NEEDLE.format("0" * self.digits))  # N
+
+    @property
+    def query_length(self) -> int:
+        return len(QUERY.format("0" * self.digits))  # Q, the answer included
+
+    # -- the Task protocol -----------------------------------------------------------------------
+
+    def validate(self, min_length: int) -> None:
+        L = length_range(min_length)[0]
+        if self.share > 0 and L < self.needle_length + self.query_length:
+            raise ConfigError("length", L, f"at least {self.needle_length + self.query_length} characters for a "
+                                           f"{self.digits}-digit passkey (needle {self.needle_length} + question "
+                                           f"{self.query_length}), or share=0")
+        data = load_corpus(self.corpus)
+        n = data.size(self.split)
+        if n < L + 1:
+            raise ConfigError("corpus", data.where, f"a text whose {self.split} split holds a window of length {L} "
+                                                    f"(at least {L + 1} characters; it has {n}), or a shorter length")
+
+    def label(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """targets[t] = tokens[t + 1] for t < L - 1; the last target needs the corpus (masked)."""
+        t = torch.arange(tokens.shape[1], device=tokens.device)
+        loss_mask = t < lengths[:, None] - 1
+        targets = torch.nn.functional.pad(tokens[:, 1:], (0, 1)).masked_fill(~loss_mask, 0)
+        return targets, loss_mask
+
+    def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch:
+        """``batch_size`` windows (``share`` of them with a passkey) of L characters, or lengths
+        uniform in (lo, hi) with the question ending each window."""
+        batch, _ = self.sample_with_answers(generator, batch_size, length)
+        return batch
+
+    def sample_with_answers(self, generator: torch.Generator, batch_size: int,
+                            length: Length) -> tuple[Batch, Tensor]:
+        """The batch and the answer mask [b, s]: True at the targets that are answer digits.
+
+        Draws, in order: window offsets [b], lengths [b] (only when lo < hi), passkey flags [b],
+        digits [b, digits], depths [b] (only when ``depth`` is None).
+        """
+        lo, hi = length_range(length)
+        self.validate(lo)
+        self.validate(hi)
+        b, device = batch_size, generator.device
+        data = load_corpus(self.corpus)
+        ids = data.ids[data.bounds(self.split)]  # [n]
+        starts = torch.randint(0, ids.numel() - hi, (b,), generator=generator, device=device).cpu()
+        window = ids[starts[:, None] + torch.arange(hi + 1)]  # [b, hi + 1]: tokens, then one more target
+        if lo == hi:
+            lengths = torch.full((b,), hi, dtype=torch.long)
+        else:
+            lengths = torch.randint(lo, hi + 1, (b,), generator=generator, device=device).cpu()
+        planted = (torch.rand(b, generator=generator, device=device) < self.share).cpu()  # [b]
+        digits = torch.randint(0, 10, (b, self.digits), generator=generator, device=device).cpu()
+        if self.depth is None:
+            depth = torch.rand(b, generator=generator, device=device, dtype=torch.float64).cpu()
+        else:
+            depth = torch.full((b,), float(self.depth), dtype=torch.float64)
+
+        N, Q = self.needle_length, self.query_length
+        needle, query = self._templates(digits)  # [b, N], [b, Q]
+        # The window holds tokens c_0 .. c_{L-1} and the target after them, c_L: L + 1 characters,
+        # the question occupying the last Q of them so that the answer's last digit is c_L.
+        p = torch.round(depth * (lengths - N - Q + 1).clamp(min=0)).long()  # needle start [b]
+        q = lengths + 1 - Q  # question start [b]
+        cols = torch.arange(hi + 1)
+        rows = torch.arange(b)[:, None]
+        out = window.clone()
+        if planted.any():
+            n_pos = p[:, None] + torch.arange(N)  # [b, N]
+            q_pos = q[:, None] + torch.arange(Q)  # [b, Q]
+            out[rows.expand(-1, N)[planted], n_pos[planted]] = needle[planted]
+            out[rows.expand(-1, Q)[planted], q_pos[planted]] = query[planted]
+        tokens, targets = out[:, :-1].contiguous(), out[:, 1:].contiguous()  # [b, hi] each
+        real = cols[:-1] < lengths[:, None]  # [b, hi]
+        # target t is character t + 1: the answer digits are characters L - digits + 1 .. L
+        answer = (cols[1:] >= (lengths + 1 - self.digits)[:, None]) & real & planted[:, None]
+        loss_mask = answer if self.score == "answer" else real
+        batch = Batch(tokens=tokens.masked_fill(~real, 0).to(device),
+                      targets=targets.masked_fill(~real, 0).to(device), loss_mask=loss_mask.to(device),
+                      lengths=lengths.to(device))
+        return batch, answer.to(device)
+
+    def _templates(self, digits: Tensor) -> tuple[Tensor, Tensor]:
+        """digits [b, k] -> needle ids [b, N] and question ids [b, Q] with those digits in place."""
+        index = {c: i for i, c in enumerate(self.vocab)}
+        digit_ids = torch.tensor([index[str(d)] for d in range(10)])[digits]  # [b, k]
+        out = []
+        for template in (NEEDLE, QUERY):
+            text = template.format("#" * self.digits)
+            ids = torch.tensor([index.get(c, 0) for c in text]).expand(digits.shape[0], -1).clone()
+            slot = text.index("#")
+            ids[:, slot:slot + self.digits] = digit_ids
+            out.append(ids)
+        return out[0], out[1]
+
+
+@functools.lru_cache(maxsize=8)
+def _vocab_cached(corpus: str | None, where: str, size: int) -> str:
+    vocab = load_corpus(corpus).vocab
+    needed = sorted(set(NEEDLE.format("0123456789") + QUERY.format("")) - set(vocab))
+    return vocab + "".join(needed)
+
+
+def _vocab(corpus: str | None) -> str:
+    data = load_corpus(corpus)
+    return _vocab_cached(corpus, data.where, len(data.text))
