@@ -15,7 +15,9 @@ chance 1/10 per digit), so a model that gets them right copied them from depth `
 
 A character model learns to copy only if its training data holds some of this, so the task mixes
 a share of passkey windows into plain text: ``share`` = 0.1 means that each window, independently,
-carries a needle (at a uniform depth) with probability 0.1 and is plain corpus text otherwise.
+carries a needle (at a uniform depth) with probability 0.1 and is plain corpus text otherwise
+(a window shorter than needle + question, N + Q, is always plain text; with ``share`` = 1 such
+lengths are refused).
 ``score="answer"`` keeps only the answer's targets in the loss mask (the evaluation of a
 passkey grid); ``score="all"`` trains on every character.
 
@@ -119,10 +121,10 @@ class PasskeyText:
 
     def validate(self, min_length: int) -> None:
         L = length_range(min_length)[0]
-        if self.share > 0 and L < self.needle_length + self.query_length:
+        if self.share == 1 and L < self.needle_length + self.query_length:
             raise ConfigError("length", L, f"at least {self.needle_length + self.query_length} characters for a "
                                            f"{self.digits}-digit passkey (needle {self.needle_length} + question "
-                                           f"{self.query_length}), or share=0")
+                                           f"{self.query_length}) in every window, or share < 1")
         data = load_corpus(self.corpus)
         n = data.size(self.split)
         if n < L + 1:
@@ -162,6 +164,7 @@ class PasskeyText:
         else:
             lengths = torch.randint(lo, hi + 1, (b,), generator=generator, device=device).cpu()
         planted = (torch.rand(b, generator=generator, device=device) < self.share).cpu()  # [b]
+        planted &= lengths >= self.needle_length + self.query_length  # a needle only where it fits
         digits = torch.randint(0, 10, (b, self.digits), generator=generator, device=device).cpu()
         if self.depth is None:
             depth = torch.rand(b, generator=generator, device=device, dtype=torch.float64).cpu()
