@@ -10,11 +10,12 @@ from __future__ import annotations
 from types import ModuleType
 
 from poslab.errors import ConfigError
-from poslab.experiments import phenomenon, validation
+from poslab.experiments import context_extension, phenomenon, validation
 
 EXPERIMENTS: dict[str, ModuleType] = {
     "phenomenon": phenomenon,
     "validation": validation,
+    "context-extension": context_extension,
 }
 
 
