@@ -71,13 +71,17 @@ def _table(header, rows) -> str:
               help="override any config field by dotted path, e.g. train.steps=100 (repeatable)")
 @click.option("--device", default="cpu", show_default=True, help="cpu | cuda")
 @click.option("--executor", default="local", show_default=True, help="local (worker processes) | inline | ray")
+@click.option("--address", default=None, help="with --executor ray: the Ray cluster (host:port, or auto); "
+                                               "default: a local Ray instance")
+@click.option("--task-cpus", type=int, default=1, show_default=True, help="with --executor ray: CPUs per Ray task")
 @click.option("--workers", type=int, default=None,
               help="groups trained at once in worker processes (default: one per CPU core, at most one per group)")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="default: results/<experiment>/")
 @click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
 @click.option("--force", is_flag=True, help="retrain members the store already holds")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def run(experiment, preset, seeds, overrides, device, executor, workers, out, store, force, progress):
+def run(experiment, preset, seeds, overrides, device, executor, address, task_cpus, workers, out, store, force,
+        progress):
     """Reproduce one published experiment: train, probe, and write its table and figures."""
     from poslab.errors import check_choice
     from poslab.experiments import get_experiment
@@ -93,7 +97,12 @@ def run(experiment, preset, seeds, overrides, device, executor, workers, out, st
         study = apply_overrides(study, [f"seeds={seeds}"])
     study = apply_overrides(study, overrides, fixed=getattr(exp, "FIXED", {}))
     validate(study, device, exp)  # before the store is even opened
-    pool = make_executor(executor, workers=workers or os.cpu_count() or 1, device=device)
+    if executor != "ray" and address is not None:
+        raise ConfigError("--address", address, "only with --executor ray")
+    if task_cpus < 1:
+        raise ConfigError("--task-cpus", task_cpus, "a positive integer")
+    pool = make_executor(executor, workers=workers or os.cpu_count() or 1, device=device,
+                         **(dict(address=address, cpus=task_cpus) if executor == "ray" else {}))
 
     from poslab.store import Store
 

@@ -8,7 +8,11 @@ the names ``--executor`` takes to factories; another backend is one class and on
 
 - ``inline``: in this process, one job after another;
 - ``local``: a pool of fresh worker processes (``spawn``: safe after torch has started threads),
-  each with its share of the CPU cores; one worker, or a CUDA device, runs inline.
+  each with its share of the CPU cores; one worker, or a CUDA device, runs inline;
+- ``ray``: each job a Ray task on a Ray cluster (``--address``, or a local instance), with
+  ``cpus`` CPUs (and one GPU when the device is ``cuda``) reserved per task. Only the driver
+  (the process that called ``poslab run``) writes the store: workers return results.
+  Ray is the optional extra ``poslab[ray]``.
 """
 
 from __future__ import annotations
@@ -70,8 +74,51 @@ def _inline(**_) -> Executor:
     return Inline()
 
 
-def _ray(address: str | None = None, device: str = "cpu", **_) -> Executor:
-    raise ConfigError("executor", "ray", "local or inline (the Ray executor is not built yet)")
+class Ray:
+    """Run each job as a Ray task with ``cpus`` CPUs (and ``gpus`` GPUs) reserved for it.
+
+    Connects to the cluster at ``address`` (``"auto"``: the one this machine belongs to), or
+    starts a local instance when ``address`` is None and none is running. Each task sets torch's
+    thread count to its CPU reservation, so a group computes exactly what an inline run with
+    that many threads computes; results come back to the driver as they finish.
+    """
+
+    def __init__(self, address: str | None = None, cpus: int = 1, gpus: float = 0):
+        ray = _import_ray()
+        self.ray, self.cpus, self.gpus = ray, cpus, gpus
+        if not ray.is_initialized():
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
+            except (ConnectionError, ValueError, RuntimeError) as e:
+                raise ConfigError("--address", address, f"the address of a running Ray cluster "
+                                                        f"(host:port or auto): {str(e).splitlines()[0]}") from None
+
+    def map_unordered(self, fn: Callable, jobs: Iterable[tuple]) -> Iterator:
+        ray = self.ray
+        task = ray.remote(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=2)(_ray_call)
+        pending = [task.remote(fn, self.cpus, *job) for job in jobs]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+
+
+def _ray_call(fn: Callable, threads: int, *job):
+    torch.set_num_threads(threads)
+    return fn(*job)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--executor", "ray", "local or inline; ray needs the extra: "
+                                               "pip install 'poslab[ray]'") from None
+    return ray
+
+
+def _ray(address: str | None = None, device: str = "cpu", cpus: int | None = None, **_) -> Executor:
+    return Ray(address, cpus=cpus or 1, gpus=1 if device == "cuda" else 0)
 
 
 EXECUTORS: dict[str, Callable[..., Executor]] = {
