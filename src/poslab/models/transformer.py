@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from poslab.attention import KINDS, attention, build_mask
 from poslab.errors import ConfigError, check_choice
 from poslab.models.intermediates import Intermediates, LayerIntermediates
+from poslab.models.intervention import Intervention
 from poslab.models.loss import masked_cross_entropy
 from poslab.positional import PositionalEncoding, build_encoding, check_encoding
 from poslab.tasks.base import Batch
@@ -171,21 +172,25 @@ class Transformer(nn.Module):
         return masked_cross_entropy(logits, batch)
 
     def forward(self, tokens: Tensor, positions: Tensor | None = None, lengths: Tensor | None = None,
-                return_intermediates: bool = False):
+                return_intermediates: bool = False, intervention: Intervention | None = None):
         """tokens [b, s] -> logits [b, s, m], or (logits, Intermediates) on request.
 
         positions [s] | [b, s] of the tokens (default 0 .. s-1, or 1 .. s with BOS); lengths [b]
-        marks right padding: keys past a sequence's length are masked.
+        marks right padding: keys past a sequence's length are masked. ``intervention`` (leakage
+        study, models/intervention.py): BOS swap, position-0 residual patch, key-0 removal.
         """
         cfg = self.cfg
         b, s = tokens.shape
+        if intervention is not None:
+            intervention.check(cfg, b)
         dev = tokens.device
         if positions is None:
             positions = torch.arange(int(cfg.bos), s + int(cfg.bos), device=dev)
         x = F.embedding(tokens, self.W_E)  # [b, s, D]
         pos = positions
         if cfg.bos:
-            x = torch.cat((self.W_bos.expand(b, 1, cfg.d_model), x), dim=1)  # [b, n, D]
+            bos = self.W_bos.expand(b, 1, cfg.d_model) if intervention is None else intervention.bos(self.W_bos, b)
+            x = torch.cat((bos, x), dim=1)  # [b, n, D]
             pos = torch.cat((torch.zeros_like(positions[..., :1]), positions), dim=-1)  # BOS at 0, [n] | [b, n]
         n = x.shape[1]
 
@@ -200,19 +205,25 @@ class Transformer(nn.Module):
 
         x = self.encoding.embed(x, pos)  # [b, n, D]
         inter = Intermediates(embed=x, positions=pos) if return_intermediates else None
-        for block in self.layers:
-            x, layer = block(x, self.encoding, pos, mask, need_weights=return_intermediates)
+        for l, block in enumerate(self.layers):
+            layer_mask = mask
+            if intervention is not None:
+                x, layer_mask = intervention.patch(x, l), intervention.mask(mask, l, n)
+            x, layer = block(x, self.encoding, pos, layer_mask, need_weights=return_intermediates)
             if inter is not None:
                 inter.layers.append(layer)
+        if intervention is not None:
+            x = intervention.patch(x, len(self.layers))
         logits = self.ln_final(x[:, int(cfg.bos):]) @ self.U.T  # real tokens only, [b, s, m]
         return (logits, inter) if return_intermediates else logits
 
-    def collect(self, batch: Batch) -> Intermediates:
+    def collect(self, batch: Batch, intervention: Intervention | None = None) -> Intermediates:
         """What the probes read about ``batch``: the forward's intermediates under no_grad (key
         padding from ``batch.lengths``), with its ``logits`` [b, s, m], the batch's ``lengths``
         and ``prefix`` = 1 with BOS (token t sits at internal index prefix + t)."""
         with torch.no_grad():
-            logits, inter = self.forward(batch.tokens, lengths=batch.lengths, return_intermediates=True)
+            logits, inter = self.forward(batch.tokens, lengths=batch.lengths, return_intermediates=True,
+                                         intervention=intervention)
         inter.logits, inter.lengths, inter.prefix = logits, batch.lengths, int(self.cfg.bos)
         return inter
 

@@ -1,0 +1,173 @@
+"""Leakage probes on synthetic heads with known answers, and the interventions of
+models/intervention.py on a small Transformer: each changes only what it claims to."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from poslab.errors import ConfigError
+from poslab.models.intervention import Intervention
+from poslab.models.transformer import Transformer, TransformerConfig
+from poslab.probes import leakage as lk
+from poslab.tasks.base import Batch
+
+N = 12  # internal sequence length of the synthetic heads
+
+
+def synthetic(b: int, absolute: float = 0.0, key0: float = 0.0, noise: float = 0.5, seed: int = 0) -> torch.Tensor:
+    """Logits [b, 1, 1, N, N] = f(i - j) + absolute * i + key0 [j = 0] + content noise."""
+    g = torch.Generator().manual_seed(seed)
+    i = torch.arange(N)[:, None]
+    j = torch.arange(N)[None, :]
+    f = torch.cos(0.7 * (i - j)) + 0.1 * (i - j)
+    y = f + absolute * i / N + key0 * (j == 0) + noise * torch.randn(b, N, N, generator=g)
+    return y[:, None, None]
+
+
+def delta(y: torch.Tensor, queries: int | None = None) -> float:
+    keep = lk.keep_mask(N)
+    i, j = lk.pairs(keep, queries)
+    return float(lk.delta_r2(lk.pair_sums(y, lk.held_out_sequences(y.shape[0])), i, j)["delta"].reshape(-1)[0])
+
+
+def test_delta_r2_is_zero_for_an_offset_only_head_and_positive_with_the_absolute_index():
+    assert abs(delta(synthetic(200))) < 0.01
+    assert delta(synthetic(200, absolute=2.0)) > 0.1
+    assert delta(synthetic(200, key0=2.0)) > 0.05  # a sink column is absolute key position
+    assert abs(delta(synthetic(200), queries=5)) < 0.02
+
+
+def test_delta_r2_held_out_and_chunked_sums_agree():
+    y = synthetic(40, absolute=1.0)
+    keep = lk.keep_mask(N)
+    i, j = lk.pairs(keep)
+    whole = lk.pair_sums(y, lk.held_out_sequences(40))
+    parts = lk.pair_sums(y[:15], lk.held_out_sequences(15, 0)) + lk.pair_sums(y[15:], lk.held_out_sequences(25, 15))
+    assert whole.n_fit == parts.n_fit == 20
+    np.testing.assert_allclose(lk.delta_r2(whole, i, j)["delta"], lk.delta_r2(parts, i, j)["delta"], atol=1e-9)
+
+
+def test_component_a_is_positive_for_uniform_causal_attention():
+    keep = lk.keep_mask(N)
+    noisy = 0.3 * torch.randn(200, 1, 1, N, N, generator=torch.Generator().manual_seed(0))  # no position at all
+    for scores in (torch.zeros(20, 1, 1, N, N), noisy):
+        held = lk.held_out_sequences(scores.shape[0])
+        i, j = lk.pairs(keep)
+        logits = lk.delta_r2(lk.pair_sums(scores, held), i, j)["delta"].item()
+        logw = lk.delta_r2(lk.pair_sums(lk.log_weights(scores, keep), held), i, j)["delta"].item()
+        assert abs(logits) < 0.02
+        assert logw - logits > 0.1
+    log_z = lk.log_partition(torch.zeros(N, N), keep).numpy()
+    fit = lk.log_z_fit(log_z)
+    assert fit["slope"] == pytest.approx(1.0) and fit["r2"] == pytest.approx(1.0)
+
+
+def test_received_attention_sink_heads_and_mean_cosine():
+    keep = lk.keep_mask(4)
+    sink = torch.zeros(1, 4, 4)
+    sink[0, :, 0] = 1.0  # every query puts all weight on key 0
+    uniform = keep.float() / keep.sum(-1, keepdim=True)
+    pattern = torch.stack([sink[0], uniform])[None]  # [b=1, h=2, 4, 4]
+    got = lk.received_attention(pattern, keep)
+    assert got[0, 0] == pytest.approx(1.0)
+    assert got[1, 0] == pytest.approx((1 / 2 + 1 / 3 + 1 / 4) / 3)
+    assert torch.isnan(got[:, 3]).all()  # no other query sees the last key
+    assert lk.sink_heads(got[:, 0]).tolist() == [True, True]
+    assert lk.sink_heads(torch.tensor([0.29, 0.3])).tolist() == [False, True]
+    x = torch.randn(1, 8).repeat(5, 1)
+    assert lk.mean_cosine(x) == pytest.approx(1.0)
+    assert lk.mean_cosine(torch.eye(4)) == pytest.approx(0.0)
+    with pytest.raises(ConfigError):
+        lk.mean_cosine(x[:1])
+
+
+# ----------------------------------------------------------------------------- on a Transformer
+
+def model_and_batch(window=None, bos=True, b=8, L=10):
+    """A small untrained 3-layer, 2-head Transformer and ``b`` random full windows of ``L`` tokens."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=12, d_model=16, n_layers=3, n_heads=2, max_len=32, bos=bos, window=window)
+    tokens = torch.randint(0, 12, (b, L), generator=torch.Generator().manual_seed(1))
+    return Transformer(cfg).eval(), Batch(tokens=tokens, targets=tokens, lengths=torch.full((b,), L),
+                                          loss_mask=torch.ones_like(tokens, dtype=torch.bool))
+
+
+def test_bos_swap_changes_only_position_0_input():
+    model, batch = model_and_batch()
+    base = model.collect(batch)
+    same = model.collect(batch, Intervention(bos_embedding=model.W_bos.detach()))
+    torch.testing.assert_close(same.logits, base.logits)
+    swaps = lk.bos_replacements(model, token=3)
+    assert float(swaps["random"].norm()) == pytest.approx(float(model.W_bos.detach().norm()), rel=1e-5)
+    torch.testing.assert_close(swaps["mean"], model.W_E.detach().mean(0))
+    for vec in swaps.values():
+        got = model.collect(batch, Intervention(bos_embedding=vec))
+        torch.testing.assert_close(got.embed[:, 1:], base.embed[:, 1:])
+        torch.testing.assert_close(got.embed[:, 0], vec.expand(8, -1))
+        assert not torch.allclose(got.logits, base.logits)
+    per_seq = model.W_E.detach()[batch.tokens[:, 0]]  # [b, D]
+    torch.testing.assert_close(model.collect(batch, Intervention(bos_embedding=per_seq)).embed[:, 0], per_seq)
+
+
+def test_resid0_patch_acts_from_its_layer_on_and_only_at_position_0():
+    model, batch = model_and_batch()
+    base = model.collect(batch)
+    own = base.layers[1].resid_pre[:, 0]
+    torch.testing.assert_close(model.collect(batch, Intervention(resid0=own, resid0_layer=1)).logits, base.logits)
+    other = torch.randn(16)
+    got = model.collect(batch, Intervention(resid0=other, resid0_layer=1))
+    torch.testing.assert_close(got.layers[0].resid_post, base.layers[0].resid_post)  # before the patch
+    torch.testing.assert_close(got.layers[1].resid_pre[:, 0], other.expand(8, -1))
+    torch.testing.assert_close(got.layers[1].resid_pre[:, 1:], base.layers[1].resid_pre[:, 1:])
+    assert not torch.allclose(got.logits, base.logits)
+    last = model.collect(batch, Intervention(resid0=other, resid0_layer=3))  # entering the readout
+    torch.testing.assert_close(last.logits, base.logits)  # position 0 (BOS) has no logits
+
+
+def test_drop_key0_removes_key_0_in_the_chosen_heads_only():
+    model, batch = model_and_batch()
+    base = model.collect(batch)
+    drop = torch.zeros(3, 2, dtype=torch.bool)
+    drop[1, 0] = True
+    got = model.collect(batch, Intervention(drop_key0=drop))
+    torch.testing.assert_close(got.layers[0].pattern, base.layers[0].pattern)
+    p = got.layers[1].pattern
+    assert (p[:, 0, 1:, 0] == 0).all() and (p[:, 0, 0, 0] == 1).all()  # query 0 keeps itself
+    torch.testing.assert_close(p[:, 1], base.layers[1].pattern[:, 1])  # the other head of the layer
+    torch.testing.assert_close(got.layers[1].attn_scores, base.layers[1].attn_scores)  # logits before masking
+    assert not torch.allclose(got.logits, base.logits)
+    window_model, _ = model_and_batch(window=3)
+    w = window_model.collect(batch, Intervention(drop_key0=drop)).layers[1].pattern
+    assert (w[:, 0, 1:, 0] == 0).all() and (w[:, 0, 3:, :] .sum(-1) - 1).abs().max() < 1e-5
+
+
+def test_interventions_refuse_what_does_not_fit_before_work():
+    model, batch = model_and_batch()
+    for bad in (Intervention(bos_embedding=torch.zeros(5)), Intervention(resid0_layer=4),
+                Intervention(drop_key0=torch.zeros(3, 2)), Intervention(resid0=torch.zeros(3, 16))):
+        with pytest.raises(ConfigError):
+            model.collect(batch, bad)
+    no_bos, _ = model_and_batch(bos=False)
+    with pytest.raises(ConfigError):
+        no_bos.collect(batch, Intervention(bos_embedding=torch.zeros(16)))
+
+
+def test_leakage_driver_shapes_closed_system_and_refusals():
+    model, batch = model_and_batch(b=12)
+    out = lk.leakage(model, batch, early=4, chunk=5)
+    assert out["logits_delta"].shape == (3, 2) and out["log_z"].shape == (3, 2, 11)
+    np.testing.assert_allclose(out["component_a"], out["log_weights_delta"] - out["logits_delta"])
+    assert out["sink"].dtype == bool and "early_component_b" in out
+    whole = lk.leakage(model, batch, early=4, chunk=12)
+    np.testing.assert_allclose(out["logits_delta"], whole["logits_delta"], atol=1e-8)
+    closed = lk.closed_system(model, batch)
+    np.testing.assert_allclose(closed["fixed_bos"], 1.0, atol=1e-6)
+    assert closed["content"].shape == (4,) and closed["content"].min() < 0.99
+    with pytest.raises(ConfigError):
+        lk.leakage(model, batch, early=0)
+    with pytest.raises(ConfigError):
+        lk.leakage(model, batch[:1])
+    with pytest.raises(ConfigError):
+        lk.closed_system(model_and_batch(bos=False)[0], batch)
