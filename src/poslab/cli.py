@@ -4,6 +4,7 @@
     poslab run EXPERIMENT [--preset paper|quick] [--seeds N] [--set key=value ...]
                           [--device cpu|cuda] [--out DIR] [--store PATH] [--force]
     poslab report [--store PATH]                  what the store holds
+    poslab encodings [--store PATH]               the survey's comparison table, extrapolation measured
     poslab bench train [--steps N] [--plain-steps N]
 
 Bad input stops before any work with one line naming the field and the allowed values, exit 2.
@@ -120,6 +121,16 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
     if table.exists():
         click.echo("")
         click.echo(table.read_text())
+
+
+@main.command()
+@click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
+def encodings(store):
+    """The survey's comparison of every encoding: metadata, and extrapolation measured from the store."""
+    from poslab.survey import HEADER, comparison_rows
+
+    rows = comparison_rows(store)
+    click.echo(_table(tuple(HEADER.values()), [tuple(r[k] for k in HEADER) for r in rows]))
 
 
 @main.command()
