@@ -6,7 +6,7 @@ import pytest
 
 from poslab.errors import ConfigError
 from poslab.experiments import EXPERIMENTS, get_experiment
-from poslab.experiments.config import StudyConfig, apply_overrides, grid_points
+from poslab.experiments.config import StudyConfig, apply_overrides, grid_points, quick
 from poslab.experiments.runner import members, run_study
 from poslab.store import Store
 
@@ -26,7 +26,16 @@ def tiny(name):
     return exp, apply_overrides(exp.study("quick"), ["train.steps=20", "eval.n_sequences=32", "eval.lengths=[12,20]"])
 
 
-@pytest.mark.parametrize("name", list(EXPERIMENTS))
+def table1_grid(**changes):
+    """A Table 1 study written out here, so engine tests do not depend on the experiment's preset."""
+    cfg = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20),
+                      grid={"encoding": ("rope", "learned"), "task.K": (1, 2, 3)}, seeds=2)
+    return apply_overrides(quick(cfg), ["train.steps=20", "eval.n_sequences=32", "eval.lengths=[12,20]",
+                                        *[f"{k}={v}" for k, v in changes.items()]])
+
+
+# Experiments writing the Table 1 row format; the others (context-extension, ...) have their own end-to-end test.
+@pytest.mark.parametrize("name", [n for n in EXPERIMENTS if n in EXPECTED_FILES])
 def test_quick_preset_end_to_end_and_rerun_trains_nothing(name, tmp_path):
     exp = get_experiment(name)
     study = exp.study("quick")
@@ -105,14 +114,14 @@ def test_unknown_experiment():
 
 
 def test_overrides_are_typed():
-    cfg = apply_overrides(StudyConfig(), ["train.lr=0.01", "eval.lengths=[12]", "grid.task.K=[2]",
+    cfg = apply_overrides(StudyConfig(model_type="transformer", task_type="shift"), ["train.lr=0.01", "eval.lengths=[12]", "grid.task.K=[2]",
                                           "encoding_options={}", "train.betas=[0.9,0.99]"])
     assert cfg.train.lr == 0.01 and cfg.eval.lengths == (12,) and cfg.axis("task.K") == (2,)
     assert cfg.train.betas == (0.9, 0.99)
     for bad in ["train.steps=1.5", "grid.train.steps=[\"a\"]", "nokey", "train=3", "train.lr=NaN",
                 "train.lr=Infinity", "grid.task.K=[]", "grid.task.K=3", "=3"]:
         with pytest.raises(ConfigError, match="--set"):
-            apply_overrides(StudyConfig(), [bad])
+            apply_overrides(StudyConfig(model_type="transformer", task_type="shift"), [bad])
 
 
 @pytest.mark.parametrize("override, named", [
@@ -140,7 +149,7 @@ def test_model_and_task_options_are_checked_by_name_and_type(tmp_path):
 
 
 def test_grid_members_are_keyed_by_their_resolved_config_and_grouped_by_shape():
-    study = get_experiment("phenomenon").study("quick")
+    study = table1_grid()
     everyone = members("phenomenon", study)
     assert len(everyone) == 2 * 3 * study.seeds and len({m.key for m in everyone}) == len(everyone)
     assert len({m.group_key() for m in everyone}) == 2  # one ensemble per encoding: K only changes the data
@@ -151,8 +160,8 @@ def test_grid_members_are_keyed_by_their_resolved_config_and_grouped_by_shape():
 
 
 def test_worker_processes_give_the_same_rows_as_one_process(tmp_path):
-    exp, study = tiny("phenomenon")
-    study = apply_overrides(study, ["seeds=1", "grid.task.K=[2]"])
+    exp = get_experiment("phenomenon")
+    study = apply_overrides(table1_grid(), ["seeds=1", "grid.task.K=[2]"])
     with Store(tmp_path / "a.sqlite") as one, Store(tmp_path / "b.sqlite") as two:
         run_study(exp, study, store=one, out=tmp_path / "a", progress=False, workers=1)
         summary = run_study(exp, study, store=two, out=tmp_path / "b", progress=False, workers=2)
@@ -192,10 +201,10 @@ def test_a_new_experiment_is_one_module_and_one_registry_entry(tmp_path, monkeyp
 
 
 def test_evaluate_only_variants_reuse_trained_weights_and_resume(tmp_path, monkeypatch):
-    exp, study = tiny("phenomenon")
-    study = apply_overrides(study, ["seeds=1", "grid.task.K=[2]", "eval.lengths=[12,24]",
+    exp = get_experiment("phenomenon")
+    study = apply_overrides(table1_grid(), ["seeds=1", "grid.task.K=[2]", "eval.lengths=[12,24]",
                                     'encoding_options={"learned": {"out_of_range": "error"}}',
-                                    'variants={"clamp": {"encoding_options.learned.out_of_range": "clamp"}, '
+                                    'variants={"clamp_policy": {"encoding_options.learned.out_of_range": "clamp"}, '
                                     '"pi": {"where": {"encoding": "rope"}, "encoding": "rope_pi"}}'])
     # the learned table has 48 rows here, so both lengths fit; clamp changes nothing in range
     with Store(tmp_path / "s.sqlite") as store:
@@ -204,7 +213,7 @@ def test_evaluate_only_variants_reuse_trained_weights_and_resume(tmp_path, monke
         rows = store.rows(experiment="phenomenon")
         base = {(r["encoding"], r["length"]): r["accuracy"] for r in rows if r.get("probe") == "length"
                 and "variant" not in r}
-        clamp = {(r["encoding"], r["length"]): r["accuracy"] for r in rows if r.get("variant") == "clamp"
+        clamp = {(r["encoding"], r["length"]): r["accuracy"] for r in rows if r.get("variant") == "clamp_policy"
                  and r.get("probe") == "length"}
         assert clamp == base  # positions < 48 are never clamped: the same weights give the same numbers
         pi = {r["length"]: r for r in rows if r.get("variant") == "pi" and r.get("probe") == "length"
@@ -216,8 +225,8 @@ def test_evaluate_only_variants_reuse_trained_weights_and_resume(tmp_path, monke
 
 
 def test_a_variant_that_changes_parameter_shapes_is_refused_before_any_work(tmp_path):
-    exp, study = tiny("phenomenon")
-    study = apply_overrides(study, ['variants={"wide": {"model.d_model": 32}}'])
+    exp = get_experiment("phenomenon")
+    study = apply_overrides(table1_grid(), ['variants={"wide": {"model.d_model": 32}}'])
     with Store(tmp_path / "s.sqlite") as store:
         with pytest.raises(ConfigError, match="variants.wide"):
             run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
