@@ -1,0 +1,94 @@
+"""Passkey retrieval inside text: the needle is planted where asked, and scored on its digits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from poslab.errors import ConfigError
+from poslab.experiments.context_extension import passkey
+from poslab.tasks import build_task
+from poslab.tasks.passkey import NEEDLE, QUERY, PasskeyText
+from poslab.tasks.text import CharText
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("depth", [0.0, 0.3, 0.5, 1.0])
+@pytest.mark.parametrize("L", [40, 97])
+def test_needle_planted_at_depth_and_asked_at_the_end(depth, L):
+    task = PasskeyText(share=1.0, split="val", depth=depth, digits=5)
+    batch, answer = task.sample_with_answers(gen(3), 6, L)
+    N, Q = len(NEEDLE.format("00000")), len(QUERY.format("00000"))
+    p = round(depth * (L + 1 - N - Q))
+    for i in range(6):
+        text = task.decode(torch.cat([batch.tokens[i], batch.targets[i, -1:]]))  # L + 1 characters
+        digits = text[p + len("pass key "):p + len("pass key ") + 5]
+        assert digits.isdigit()
+        assert text[p:p + N] == NEEDLE.format(digits)
+        assert text[-Q:] == QUERY.format(digits)
+        assert task.decode(batch.targets[i][answer[i]]) == digits  # the answer is the last 5 targets
+        assert answer[i].nonzero().flatten().tolist() == list(range(L - 5, L))
+    assert (batch.loss_mask == torch.ones_like(batch.loss_mask)).all()  # score="all": every character
+
+
+def test_share_is_the_fraction_of_windows_with_a_needle_and_text_keeps_its_ids():
+    task = PasskeyText(share=0.25)
+    batch, answer = task.sample_with_answers(gen(0), 2000, 64)
+    frac = answer.any(1).float().mean().item()
+    assert abs(frac - 0.25) < 0.03
+    text = CharText()
+    assert task.vocab.startswith(text.vocab) and task.vocab_size == text.vocab_size + 9  # "3" is in the corpus
+    plain = batch.tokens[~answer.any(1)]
+    assert plain.max() < text.vocab_size  # windows without a needle are corpus text, ids unchanged
+
+
+def test_answer_score_masks_everything_but_the_digits_and_validation():
+    task = build_task("passkey", share=1.0, score="answer", depth=0.5)
+    batch = task.sample(gen(0), 4, 50)
+    assert batch.loss_mask.sum().item() == 4 * task.digits
+    assert task.chance == 0.1
+    with pytest.raises(ConfigError, match="share"):
+        PasskeyText(share=0.5, score="answer")
+    with pytest.raises(ConfigError, match="depth"):
+        PasskeyText(depth=1.5)
+    with pytest.raises(ConfigError, match="length"):
+        PasskeyText(share=1.0).validate(20)
+
+
+class Copier(torch.nn.Module):
+    """An oracle that copies the digits after the first "pass key " into the answer positions."""
+
+    def __init__(self, task):
+        super().__init__()
+        self.cue = task.encode("pass key ")
+        self.digits, self.m = task.digits, task.vocab_size
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, tokens):
+        b, L = tokens.shape
+        k = len(self.cue)
+        hit = (tokens.unfold(1, k, 1) == self.cue).all(-1)  # [b, L - k + 1]
+        p = hit.float().argmax(1)  # the needle's start
+        logits = torch.zeros(b, L, self.m)
+        for i in range(b):
+            for j in range(self.digits):
+                logits[i, L - self.digits + j, tokens[i, p[i] + k + j]] = 30.0
+        return logits
+
+
+def test_passkey_scoring_with_a_perfect_copier_and_a_blind_model():
+    task = PasskeyText(share=1.0, split="val")
+    rows = passkey(lambda L: Copier(task), None, [40, 80], n=8, seed=0, digits=5, device="cpu")
+    assert len(rows) == 2 * 5  # lengths x depths
+    assert all(r["accuracy"] == 1.0 and r["digit_accuracy"] == 1.0 for r in rows)
+    assert all(r["loss"] < 1e-3 for r in rows)
+
+    blind = lambda tokens: torch.zeros(*tokens.shape, task.vocab_size)  # noqa: E731
+    rows = passkey(lambda L: blind, None, [40], n=8, seed=0, digits=5, device="cpu")
+    assert all(r["loss"] == pytest.approx(math.log(task.vocab_size), rel=1e-5) for r in rows)
+    assert all(r["accuracy"] == 0.0 for r in rows)  # argmax of flat logits is token 0, never a digit
