@@ -11,7 +11,7 @@ from poslab.experiments.runner import members, run_study
 from poslab.store import Store
 
 EXPECTED_FILES = {
-    "phenomenon": {"rows.csv", "table.md", "claims.json", "fig1_accuracy.png", "fig1_attention.png"},
+    "phenomenon": {"rows.csv", "pinning.csv", "table.md", "claims.json", "fig1_accuracy.png", "fig1_attention.png"},
     "validation": {"rows.csv", "members.csv", "profiles.csv", "table.md", "claims.json", "fig2_carrier_profile.png",
                    "fig3_dilution.png"},
 }
@@ -45,7 +45,8 @@ def test_quick_preset_end_to_end_and_rerun_trains_nothing(name, tmp_path):
         assert first["trained"] == members and first["reused"] == 0
         assert {p.name for p in first["files"]} == EXPECTED_FILES[name]
         rows = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
-        assert len(rows) == members * len(study.eval.lengths)  # encoding x K x seed x length
+        # encoding x K x seed x length, and each evaluate-only variant's rows
+        assert len(rows) == (members + first["variants"]) * len(study.eval.lengths)
         assert {"encoding", "K", "seed", "length", "accuracy", "peak_offset", "peak_height"} <= set(rows[0])
         table = (tmp_path / "out" / "table.md").read_text()
         assert "paper" in table and "measured" in table

@@ -11,6 +11,10 @@ handled by the declared out-of-range policy (the seed paper's inference-time fix
   between rows, L - 1 the largest position of the sequence;
 - ``rescale``: index rescaling, the same map rounded to the nearest row.
 
+Rows are initialised N(0, init_std^2); ``init_std`` defaults to 0.02 (GPT-2's). Rows past the
+training lengths never get a gradient, so this value decides what an unseen position carries
+(the seed paper's Table 1 control compares it with N(0, 1)).
+
 Notation: b batch, s position index, D model width, N table rows.
 """
 
@@ -34,7 +38,7 @@ class LearnedAPE(PositionalEncoding):
     reference = "Gehring et al. 2017; Devlin et al. 2019"
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int,
-                 max_position: int | None = None, out_of_range: str = "error", init_std: float = 1.0):
+                 max_position: int | None = None, out_of_range: str = "error", init_std: float = 0.02):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)
         check_choice("out_of_range", out_of_range, POLICIES)
         self.max_position = int(max_position or max_len)
