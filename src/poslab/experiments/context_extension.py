@@ -23,7 +23,7 @@ Methods (target length L_t = s L0, s = ``FACTOR`` = 4):
   windows; every protocol below reads the validation split;
 - ``longrope2``: the same search guided by a needle-driven loss (Shang et al. 2025): the loss
   on the answer digits of planted passkeys only, at L_t (training-split haystacks);
-- fine-tuned: ``pi+ft`` and ``yarn+ft`` (``ft_steps`` = 5% of the pre-training steps at L_t on
+- fine-tuned: ``pi+ft`` and ``yarn+ft`` (``ft_steps`` = 2.5% of the pre-training steps at L_t on
   the training mix), and ``longrope2+ft``: LongRoPE2's mixed context-window fine-tuning, steps
   alternating between the rescaled RoPE on windows of L_t and the original RoPE on windows of
   L0; evaluated with the original RoPE at L <= L0 and the rescaled one beyond.
@@ -78,7 +78,7 @@ FACTOR = 4.0  # s: target length L_t = s L0
 MULTIPLES = (1, 2, 4, 8)  # evaluation lengths, in units of L0
 PASSKEY_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 SEARCH = dict(population=8, generations=3, survivors=3, sigma=0.25)  # LongRoPE search, scaled down
-FT_SHARE = 0.05  # fine-tune steps as a share of the pre-training steps
+FT_SHARE = 0.025  # fine-tune steps as a share of the pre-training steps (50 of 2000)
 FT_LR = 1e-4  # constant, AdamW, gradient clip 1.0
 BUCKETS = 4  # position buckets per L0
 FIXED = {"train.max_length": "the training length L0 every schedule is built around",
