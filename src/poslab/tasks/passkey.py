@@ -5,9 +5,13 @@ Attention"; used by Position Interpolation, YaRN and LongRoPE), at character lev
 L characters of the corpus is the haystack; the needle ``"pass key NNNNN. "`` overwrites it at
 depth ``delta`` in [0, 1], and the window ends with the question ``"pass key NNNNN"``:
 
-    start of the needle   p = round(delta * (L - |needle| - |query|))
-    window                c_0 .. c_{p-1} | pass key 40719.  | c .. | pass key 40719
-                                                                              ^^^^^ answer
+    start of the needle   p = round(delta * (L + 1 - N - Q))
+    window                c_0 .. c_{p-1} | pass key 40719.  | c .. | pass key 4071 | 9
+                                                                            tokens | last target
+
+(N = |needle|, Q = |question| with its digits; the window's L tokens and the target after them
+are L + 1 characters, the question filling the last Q, so the answer's last digit is the last
+target.)
 
 The targets are next characters, as in :class:`poslab.tasks.text.CharText`, so the last
 ``digits`` targets are the answer: nothing but the needle predicts them (each digit is uniform,
@@ -26,14 +30,11 @@ but "3") appended after it, so plain text has the same token ids as under ``Char
 
     TinyShakespeare: 65 corpus characters + "012456789" -> vocab_size 74; "0" -> 65, "3" -> 9
 
-Worked examples (``digits=5``, L = 40; needle 16 and query 14 characters, so p = round(10 delta))::
+Worked examples (``digits=5``, L = 40, N = 16, Q = 14, so p = round(11 delta); validation
+split, generator seed 0; tokens shown, then the answer targets)::
 
-    delta = 0     "pass key 40719. ow, sir, what news?pass key 40719"   needle at 0
-    delta = 1     "ow, sir, what newpass key 40719. pass key 40719"     needle at 10 (right
-                                                                        before the query)
-    share = 0     windows exactly as CharText draws them from the same generator state? no:
-                  the passkey draws (offsets, passkey flags, digits, depths) come first, so
-                  only the text windows are alike in distribution, not draw for draw.
+    delta = 0     tokens "pass key 30397. --whate'er pass key 3039"    answer "30397"
+    delta = 1     tokens "am to get apass key 30397. pass key 3039"    answer "30397"
 
 Notation: b batch, s sequence index, L a window's length, N |needle|, Q |query| (digits included).
 """
