@@ -1,7 +1,7 @@
 """The command line: thin wrappers over plain functions.
 
     poslab list                                   encodings (with metadata), tasks, experiments
-    poslab run EXPERIMENT [--preset paper|quick] [--seeds N] [--set key=value ...]
+    poslab run EXPERIMENT|all [--preset paper|quick] [--seeds N] [--set key=value ...]
                           [--device cpu|cuda] [--out DIR] [--store PATH] [--force]
     poslab report [--store PATH]                  what the store holds
     poslab encodings [--store PATH]               the survey's comparison table, extrapolation measured
@@ -89,15 +89,21 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
     from poslab.experiments.config import PRESETS, apply_overrides
     from poslab.experiments.runner import run_study, validate
 
-    exp = get_experiment(experiment)
-    check_choice("preset", preset, PRESETS)
+    from poslab.experiments import PAPER_STUDIES
+
+    names = list(PAPER_STUDIES) if experiment == "all" else [experiment]  # all: the seed paper, in order
+    plan = []
+    for name in names:
+        exp = get_experiment(name)
+        check_choice("preset", preset, PRESETS)
+        study = exp.study(preset)
+        if seeds is not None:
+            study = apply_overrides(study, [f"seeds={seeds}"])
+        study = apply_overrides(study, overrides, fixed=getattr(exp, "FIXED", {}))
+        validate(study, device, exp)  # every study, before the store is even opened
+        plan.append((name, exp, study))
     from poslab.experiments.executors import make_executor
 
-    study = exp.study(preset)
-    if seeds is not None:
-        study = apply_overrides(study, [f"seeds={seeds}"])
-    study = apply_overrides(study, overrides, fixed=getattr(exp, "FIXED", {}))
-    validate(study, device, exp)  # before the store is even opened
     if executor != "ray" and address is not None:
         raise ConfigError("--address", address, "only with --executor ray")
     if task_cpus < 1:
@@ -107,20 +113,22 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
 
     from poslab.store import Store
 
-    out = out or Path("results") / experiment
-    with Store(store) as db:
-        summary = run_study(exp, study, store=db, out=out, device=device, force=force, progress=progress,
-                            executor=pool)
-    click.echo(f"{experiment}: {summary['members']} members, trained {summary['trained']}, "
-               f"reused {summary['reused']} from {store} ({summary['seconds']:.1f} s)"
-               + (f"; {summary['variants']} evaluate-only variants, evaluated {summary['evaluated']}"
-                  if summary["variants"] else ""))
-    for f in summary["files"]:
-        click.echo(f"  wrote {f}")
-    table = out / "table.md"
-    if table.exists():
-        click.echo("")
-        click.echo(table.read_text())
+    root = out
+    for experiment, exp, study in plan:  # finished members are reused from the store, not retrained
+        out = (root or Path("results")) / experiment if (root is None or len(plan) > 1) else root
+        with Store(store) as db:
+            summary = run_study(exp, study, store=db, out=out, device=device, force=force, progress=progress,
+                                executor=pool)
+        click.echo(f"{experiment}: {summary['members']} members, trained {summary['trained']}, "
+                   f"reused {summary['reused']} from {store} ({summary['seconds']:.1f} s)"
+                   + (f"; {summary['variants']} evaluate-only variants, evaluated {summary['evaluated']}"
+                      if summary["variants"] else ""))
+        for f in summary["files"]:
+            click.echo(f"  wrote {f}")
+        table = out / "table.md"
+        if table.exists() and len(plan) == 1:
+            click.echo("")
+            click.echo(table.read_text())
 
 
 @main.command()
