@@ -23,6 +23,9 @@ EXPERIMENTS: dict[str, ModuleType] = {
     "k1": k1,
 }
 
+# ``poslab run all``: every study of the seed paper, in the paper's order.
+PAPER_STUDIES: tuple[str, ...] = ("phenomenon", "validation", "bias-comparison", "linear-control", "heads", "k1")
+
 
 def get_experiment(name: str) -> ModuleType:
     if name not in EXPERIMENTS:
