@@ -7,7 +7,8 @@ length extrapolation is *measured*, from what a store holds:
 - fixed-offset retrieval accuracy beyond the training length: every stored row with
   ``probe == "length"``, ``in_range`` False and an ``accuracy`` (the Table 1 protocol of the
   ``phenomenon`` experiment and any experiment that reuses it), of runs whose task is
-  ``fixed_offset``, averaged over seeds, offsets and unseen lengths;
+  ``fixed_offset``, trained members only (no evaluate-only variant such as an APE clamp), averaged
+  over seeds, offsets and unseen lengths;
 - the language model's loss at 2x and 4x its training length L0 beside the loss at L0: stored
   rows with ``probe == "loss"``, a ``length`` and a ``loss``, from trained members (no
   evaluate-only variant, no extension method other than the encoding itself), as the
@@ -45,7 +46,7 @@ def measurements(store_path: str | Path) -> dict[str, dict[str, str]]:
         if enc is None:
             continue
         if (r.get("probe") == "length" and r.get("in_range") is False and r.get("accuracy") is not None
-                and cfg.get("task_type") == "fixed_offset"):
+                and cfg.get("task_type") == "fixed_offset" and r.get("variant") is None):
             fixed[enc].append((r["accuracy"], r["length"], r.get("seed"), run["experiment"]))
         if (r.get("probe") == "loss" and r.get("length") and r.get("loss") is not None and r.get("variant") is None
                 and r.get("method") in (None, enc)):
