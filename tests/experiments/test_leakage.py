@@ -1,0 +1,81 @@
+"""poslab run leakage: the quick preset end to end, its refusals, and the analysis on hand-made rows."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from poslab.errors import ConfigError
+from poslab.experiments import get_experiment
+from poslab.experiments import leakage as exp
+from poslab.experiments.config import apply_overrides
+from poslab.experiments.runner import run_study
+from poslab.store import Store
+
+
+def test_quick_preset_end_to_end(tmp_path):
+    study = exp.study("quick")
+    assert get_experiment("leakage") is exp
+    with Store(tmp_path / "s.sqlite") as store:
+        summary = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
+    assert summary["trained"] == 4 * study.seeds
+    assert {p.name for p in summary["files"]} == {"rows.csv", "table.md", "claims.json", "fig_components_by_layer.png",
+                                                  "fig_sink_heads.png", "fig_interventions.png"}
+    rows = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
+    heads = [r for r in rows if r["probe"] == "head"]
+    L, H = study.model["n_layers"], study.model["n_heads"]
+    assert len(heads) == 4 * study.seeds * L * H
+    assert {r["window"] for r in heads} == {"", "6"} and {r["encoding"] for r in heads} == {"rope", "rope_ntk"}
+    closed = [r for r in rows if r["probe"] == "closed"]
+    assert all(float(r["fixed_bos"]) > 0.9999 for r in closed)
+    ivs = {r["intervention"] for r in rows if r["probe"] == "intervention"}
+    assert {"bos_token", "bos_random", "bos_mean", "resid0_patch"} <= ivs
+    claims = json.loads((tmp_path / "out" / "claims.json").read_text())
+    assert any("BOS swap" in c["name"] and c["paper"] == "-40%" for c in claims)
+    assert "measured" in (tmp_path / "out" / "table.md").read_text()
+
+
+@pytest.mark.parametrize("override", [['grid.encoding=["rope","learned"]'], ["model.n_layers=1"]])
+def test_refuses_before_any_work(override, tmp_path):
+    study = apply_overrides(exp.study("quick"), override)
+    with Store(tmp_path / "s.sqlite") as store:
+        with pytest.raises(ConfigError):
+            run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
+        assert store.runs(experiment="leakage") == []
+
+
+def test_bos_and_causal_are_fixed_by_the_study():
+    for item in ("model.bos=false", "model.causal=false"):
+        with pytest.raises(ConfigError):
+            apply_overrides(exp.study("quick"), [item], exp.FIXED)
+
+
+def rows_for(b_by_layer: dict[tuple, list[float]], swap: float) -> list[dict]:
+    """Hand-made head rows (one head per layer, one seed) and a BOS swap scaling early (b) by ``swap``."""
+    rows = []
+    for (enc, window), bs in b_by_layer.items():
+        for layer, b in enumerate(bs):
+            ids = dict(encoding=enc, window=window, seed=0, layer=layer, head=0)
+            rows.append(dict(probe="head", component_a=0.1, component_b=b, early_component_b=b, sink=True, **ids))
+            rows.append(dict(probe="intervention", intervention="bos_token", component_b=b,
+                             early_component_b=b * swap, **ids))
+        rows.append(dict(probe="member", encoding=enc, window=window, seed=0, sink_heads=1))
+    return rows
+
+
+def test_analysis_reads_the_published_pattern_and_its_absence():
+    published = {("rope", None): [0.02, 0.03], ("rope_ntk", None): [0.01, 0.01], ("rope", 16): [0.02, 0.06]}
+    claims = {c.name: c for c in exp.analyse(rows_for(published, 0.6), exp._models(rows_for(published, 0.6)), "1 seed")}
+    assert claims["NTK scaling suppresses (b)"].holds
+    assert claims["RoPE + window 16: (b) grows with depth"].holds
+    assert claims["standard RoPE sits between NTK and RoPE + window 16"].holds
+    swap = claims["standard RoPE: BOS swap (most frequent token) changes early (b)"]
+    assert swap.holds and swap.measured == "-40.0%"
+    reversed_ = {("rope", None): [0.01, 0.01], ("rope_ntk", None): [0.02, 0.03], ("rope", 16): [0.06, 0.02]}
+    rows = rows_for(reversed_, 1.0)
+    claims = {c.name: c for c in exp.analyse(rows, exp._models(rows), "1 seed")}
+    assert not claims["NTK scaling suppresses (b)"].holds
+    assert not claims["RoPE + window 16: (b) grows with depth"].holds
+    assert not claims["standard RoPE: BOS swap (most frequent token) changes early (b)"].holds
