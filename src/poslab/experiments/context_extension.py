@@ -42,6 +42,10 @@ Protocols, on the validation split (the last 10% of the corpus):
 The report also shows the RoPE scaling-law helpers (:mod:`poslab.positional.scaling_laws`) for
 the trained model: its critical dimension and the predicted extrapolation bound.
 
+Dynamic NTK (and LongRoPE's short/long choice) is applied as in one forward over the whole
+window: every position of a window of L uses the frequencies of length L, as Hugging Face does
+for a full forward; in token-by-token decoding earlier positions would use smaller bases.
+
 Not done: LongRoPE's progressive extension and its n-hat (first positions left unscaled);
 LongRoPE2's per-layer search details beyond the needle-driven objective.
 """
