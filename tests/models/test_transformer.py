@@ -179,14 +179,14 @@ def test_linear_attention_runs():
 
 
 def test_constant_energy_gate_is_plain_softmax_attention():
-    gated, plain = make(energy_gate=True), make(energy_gate=False)
+    gated, plain = make(energy_gate=True, gate_renormalize=True), make(energy_gate=False)
     state = {k: v for k, v in gated.state_dict().items() if "gate" not in k}
     plain.load_state_dict(state)
     for layer in gated.layers:  # a constant gate shifts every logit of a row equally
         torch.nn.init.zeros_(layer.W_gate)
     x = tokens()
     torch.testing.assert_close(gated(x), plain(x))
-    assert not torch.allclose(make(energy_gate=True)(x), plain(x))
+    assert not torch.allclose(make(energy_gate=True, gate_renormalize=True)(x), plain(x))
 
 
 def test_temperature_and_no_layer_norm_run():

@@ -24,10 +24,26 @@ positions 1 .. s (explicit ``positions`` are those of the real tokens; BOS keeps
 returned for the real tokens only; intermediates cover the whole internal sequence, BOS at index
 0, so sink-reading probes can see it.
 
-Energy gate (optional, ``energy_gate=True``): each layer scores every key with one gate per head,
-``gate_hj = sigmoid(w_h . a_j + b_h)`` from the layer's normalized input ``a``, passed to
-attention as ``key_gate`` (softmax: weights_ij ∝ gate_j exp(l_ij); linear: l_ij gate_j). A key
-the gate closes is ignored by every query, whatever its position.
+Energy-gated attention (optional, ``energy_gate=True``; the EGA companion of MoPE, seed survey
+``001``; the method section is not public, so this is our definition, every choice a config
+field). Each layer gates every key token j, per head h, by its energy relative to the past::
+
+    e_hj = W_gate[h] . a_j                               one linear projection of the normalized state
+    E_hj = e_hj^2 / (mean_{k<=j} e_hk^2 + eps)           gate_energy="power" (default)
+         = e_hj / sqrt(mean_{k<=j} e_hk^2 + eps)         gate_energy="amplitude"
+    g_hj = sigmoid((E_hj - tau_h) / T)                   tau_h learned per head (init gate_tau_init),
+                                                         T = gate_temperature
+    out_i = sum_j w_ij g_hj v_j                          gate_renormalize=False (default)
+          = sum_j w_ij g_hj v_j / sum_j w_ij g_hj        gate_renormalize=True (softmax(l + log g))
+
+The running mean runs over internal indices k <= j, so the gate is causal: no token's gate reads a
+later token (right padding sits after every real key and never reaches a real gate). A
+power-ratio E has running mean about 1: E_hj > 1 is "above average energy". Unrenormalized, the
+gate scales the values (v_j -> g_hj v_j), which keeps the fused attention kernel; renormalized, it
+goes to attention as ``key_gate``. ``gate_projection="shared"`` uses one projection for all heads
+(e_j the same for every head, tau_h still per head). Extra parameters per layer: h D + h
+(shared: D + h); :func:`gate_parameter_count` counts them. :meth:`Block.energy_gate` returns
+(E, g) for probes, from the layer's normalized input.
 
 The forward is pure — no ``.item()``, no branches on tensor values, no buffer writes — so an
 ensemble is ``torch.func.functional_call`` + ``vmap`` over stacked parameters.
@@ -53,6 +69,11 @@ from poslab.models.loss import masked_cross_entropy
 from poslab.positional import PositionalEncoding, build_encoding, check_encoding
 from poslab.tasks.base import Batch
 
+GATE_PROJECTIONS = ("per_head", "shared")  # energy-gate projection: one per head, or one for all heads
+GATE_ENERGIES = ("power", "amplitude")  # E_j as e_j^2 / mean e^2, or e_j / sqrt(mean e^2)
+_GATE_PARAMETERS = ("W_gate", "gate_tau")
+_GATE_EPS = 1e-6  # keeps E finite where every e so far is 0
+
 
 @dataclass(frozen=True, kw_only=True)
 class TransformerConfig:
@@ -69,8 +90,15 @@ class TransformerConfig:
     bos: bool = False  # prepend a learned BOS vector at position 0
     attention: str = "softmax"  # "softmax" | "linear" (no normalization; seed paper §7)
     temperature: float = 1.0  # logits are divided by it before the softmax
-    energy_gate: bool = False  # per-head sigmoid gate on keys (see module docstring)
+    energy_gate: bool = False  # energy-gated attention (see module docstring)
+    gate_projection: str = "per_head"  # "per_head": e_hj = W_gate[h] . a_j; "shared": one e_j for all heads
+    gate_energy: str = "power"  # E_j: "power" e_j^2 / mean e^2, "amplitude" e_j / sqrt(mean e^2)
+    gate_temperature: float = 0.1  # T in g = sigmoid((E - tau) / T)
+    gate_tau_init: float = 0.5  # tau_h at initialization (learned per head)
+    gate_renormalize: bool = False  # True: weights w_ij g_j renormalized over j (softmax(l + log g))
     layer_norm: bool = True  # pre-LN before attention, MLP and readout; False: identity
+    bias: bool = True  # biases in the MLP and LayerNorms (False: none, as nanoGPT's bias=False)
+    dropout: float = 0.0  # training-only dropout on embeddings, attention weights and residual branches
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
@@ -84,6 +112,12 @@ class TransformerConfig:
         check_choice("attention", self.attention, KINDS)
         if not self.temperature > 0:
             raise ConfigError("temperature", self.temperature, "a positive number")
+        if not (isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1):
+            raise ConfigError("dropout", self.dropout, "a number in [0, 1)")
+        check_choice("gate_projection", self.gate_projection, GATE_PROJECTIONS)
+        check_choice("gate_energy", self.gate_energy, GATE_ENERGIES)
+        if not self.gate_temperature > 0:
+            raise ConfigError("gate_temperature", self.gate_temperature, "a positive number")
         check_encoding(self.encoding, self.encoding_options)
 
     @property
@@ -102,36 +136,56 @@ class Block(nn.Module):
         super().__init__()
         self.cfg = cfg
         D, hd = cfg.d_model, cfg.n_heads * cfg.d_head
-        self.ln_attn = nn.LayerNorm(D) if cfg.layer_norm else nn.Identity()
+        self.ln_attn = nn.LayerNorm(D, bias=cfg.bias) if cfg.layer_norm else nn.Identity()
         # Projections act as y = W x (the paper's convention): [out, in]; head r owns rows r d .. (r+1) d.
         self.W_Q = nn.Parameter(_uniform(hd, D))
         self.W_K = nn.Parameter(_uniform(hd, D))
         self.W_V = nn.Parameter(_uniform(hd, D))
         self.W_O = nn.Parameter(_uniform(D, hd))
         if cfg.energy_gate:
-            self.W_gate = nn.Parameter(_uniform(cfg.n_heads, D))  # w_h
-            self.b_gate = nn.Parameter(torch.zeros(cfg.n_heads))  # b_h
-        self.ln_mlp = nn.LayerNorm(D) if cfg.layer_norm else nn.Identity()
-        self.MLP = nn.Sequential(nn.Linear(D, cfg.mlp_width), nn.GELU(), nn.Linear(cfg.mlp_width, D))
+            rows = cfg.n_heads if cfg.gate_projection == "per_head" else 1
+            self.W_gate = nn.Parameter(_uniform(rows, D))  # energy projection, [h | 1, D]
+            self.gate_tau = nn.Parameter(torch.full((cfg.n_heads,), float(cfg.gate_tau_init)))  # tau_h, [h]
+        self.ln_mlp = nn.LayerNorm(D, bias=cfg.bias) if cfg.layer_norm else nn.Identity()
+        self.MLP = nn.Sequential(nn.Linear(D, cfg.mlp_width, bias=cfg.bias), nn.GELU(),
+                                 nn.Linear(cfg.mlp_width, D, bias=cfg.bias))
 
     def forward(self, x: Tensor, encoding: PositionalEncoding, pos: Tensor, mask: Tensor | None,
-                need_weights: bool) -> tuple[Tensor, LayerIntermediates | None]:
-        """x [b, n, D], pos [n] | [b, n] -> x [b, n, D] and, on request, what the layer computed."""
+                need_weights: bool, is_causal: bool = False) -> tuple[Tensor, LayerIntermediates | None]:
+        """x [b, n, D], pos [n] | [b, n] -> x [b, n, D] and, on request, what the layer computed.
+        ``is_causal``: the mask is the plain causal one (``mask`` is None), see ``attention``."""
+        p = self.cfg.dropout if self.training else 0.0
         a = self.ln_attn(x)
         q, k, v = self._heads(a, self.W_Q), self._heads(a, self.W_K), self._heads(a, self.W_V)  # [b, h, n, d]
         gate = None
         if self.cfg.energy_gate:
-            gate = torch.sigmoid(a @ self.W_gate.T + self.b_gate).transpose(1, 2)[:, :, None, :]  # [b, h, 1, n]
+            _, g = self.energy_gate(a)  # [b, h, n]
+            if self.cfg.gate_renormalize:
+                gate = g[:, :, None, :]  # key_gate, [b, h, 1, n]
+            else:
+                v = v * g[..., None]  # token j's value contribution scaled by g_hj, [b, h, n, d]
         att = attention(q, k, v, encoding, pos, pos, mask=mask, kind=self.cfg.attention,
-                        temperature=self.cfg.temperature, key_gate=gate, need_weights=need_weights)
+                        temperature=self.cfg.temperature, key_gate=gate, need_weights=need_weights,
+                        is_causal=is_causal, dropout=p)
         b, h, n, d = att.out.shape
         o = att.out.transpose(1, 2).reshape(b, n, h * d)  # heads concatenated, [b, n, h d]
-        resid_mid = x + o @ self.W_O.T
-        out = resid_mid + self.MLP(self.ln_mlp(resid_mid))
+        resid_mid = x + _dropout(o @ self.W_O.T, p)
+        out = resid_mid + _dropout(self.MLP(self.ln_mlp(resid_mid)), p)
         if not need_weights:
             return out, None
         return out, LayerIntermediates(attn_scores=att.attn_scores, pattern=att.pattern, q=q, k=k,
                                        rot_q=att.rot_q, rot_k=att.rot_k, v=v, resid_pre=x, resid_post=out)
+
+    def energy_gate(self, a: Tensor) -> tuple[Tensor, Tensor]:
+        """Normalized input a [b, n, D] -> relative energy E and gate g, each [b, h, n] (causal)."""
+        cfg = self.cfg
+        e = (a @ self.W_gate.T).transpose(1, 2)  # e_hj, [b, h | 1, n]
+        count = torch.arange(1, e.shape[-1] + 1, device=e.device, dtype=e.dtype)  # j + 1, [n]
+        mean_square = e.square().cumsum(-1) / count + _GATE_EPS  # causal running mean of e^2, [b, h | 1, n]
+        E = e.square() / mean_square if cfg.gate_energy == "power" else e / mean_square.sqrt()
+        E = E.expand(-1, cfg.n_heads, -1)  # [b, h, n]
+        g = torch.sigmoid((E - self.gate_tau[:, None]) / cfg.gate_temperature)  # [b, h, n]
+        return E, g
 
     def _heads(self, x: Tensor, W: Tensor) -> Tensor:
         """[b, n, D] -> [b, h, n, d]."""
@@ -150,7 +204,7 @@ class Transformer(nn.Module):
         if cfg.bos:
             self.W_bos = nn.Parameter(torch.randn(D))  # the BOS vector, embedded like a token
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.ln_final = nn.LayerNorm(D) if cfg.layer_norm else nn.Identity()
+        self.ln_final = nn.LayerNorm(D, bias=cfg.bias) if cfg.layer_norm else nn.Identity()
         self.U = nn.Parameter(_uniform(m, D))  # readout, [m, D]
 
     def check_length(self, L: int) -> None:
@@ -169,7 +223,9 @@ class Transformer(nn.Module):
         of its real queries, so the mask is the plain causal one and the fused kernel applies.
         """
         logits = self(batch.tokens, lengths=None if self.cfg.causal else batch.lengths)
-        return masked_cross_entropy(logits, batch)
+        loss = masked_cross_entropy(logits, batch)
+        penalty = self.encoding.penalty()  # a training-only term (MoPE's admissibility penalty)
+        return loss if penalty is None else loss + penalty
 
     def forward(self, tokens: Tensor, positions: Tensor | None = None, lengths: Tensor | None = None,
                 return_intermediates: bool = False, intervention: Intervention | None = None):
@@ -197,19 +253,23 @@ class Transformer(nn.Module):
         key_padding = None
         if lengths is not None:
             key_padding = torch.arange(n, device=dev) < (lengths + int(cfg.bos))[:, None]  # [b, n]
-        mask = build_mask(n, n, causal=cfg.causal, window=cfg.window, key_padding=key_padding, device=dev)
+        # The plain causal mask goes to attention as is_causal (the fused kernel skips the masked half).
+        plain_causal = cfg.causal and cfg.window is None and lengths is None and intervention is None
+        mask = None if plain_causal else build_mask(n, n, causal=cfg.causal, window=cfg.window,
+                                                    key_padding=key_padding, device=dev)
         if lengths is not None:
             # A padded query keeps itself so no softmax row is empty (its output is never read);
             # real queries are unaffected, their own key is always kept.
             mask = mask | torch.eye(n, dtype=torch.bool, device=dev)
 
-        x = self.encoding.embed(x, pos)  # [b, n, D]
+        x = _dropout(self.encoding.embed(x, pos), cfg.dropout if self.training else 0.0)  # [b, n, D]
         inter = Intermediates(embed=x, positions=pos) if return_intermediates else None
         for l, block in enumerate(self.layers):
             layer_mask = mask
             if intervention is not None:
                 x, layer_mask = intervention.patch(x, l), intervention.mask(mask, l, n)
-            x, layer = block(x, self.encoding, pos, layer_mask, need_weights=return_intermediates)
+            x, layer = block(x, self.encoding, pos, layer_mask, need_weights=return_intermediates,
+                             is_causal=plain_causal)
             if inter is not None:
                 inter.layers.append(layer)
         if intervention is not None:
@@ -226,6 +286,15 @@ class Transformer(nn.Module):
                                          intervention=intervention)
         inter.logits, inter.lengths, inter.prefix = logits, batch.lengths, int(self.cfg.bos)
         return inter
+
+
+def gate_parameter_count(model: nn.Module) -> int:
+    """The extra parameters energy gating adds to ``model`` (W_gate and tau_h of every layer)."""
+    return sum(p.numel() for name, p in model.named_parameters() if name.rsplit(".", 1)[-1] in _GATE_PARAMETERS)
+
+
+def _dropout(x: Tensor, p: float) -> Tensor:
+    return F.dropout(x, p) if p > 0 else x
 
 
 def _uniform(n_out: int, n_in: int) -> Tensor:

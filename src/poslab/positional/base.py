@@ -129,6 +129,10 @@ class PositionalEncoding(nn.Module):
     def check_positions(self, max_position: int) -> None:
         """Raise ConfigError if positions up to ``max_position`` cannot be encoded."""
 
+    def penalty(self) -> Tensor | None:
+        """A term the model adds to its training loss (MoPE's admissibility penalty), or None."""
+        return None
+
 
 # ----------------------------------------------------------------------------- helpers
 

@@ -31,6 +31,23 @@ encoding starts as RoPE / sinusoidal (damping exp(-(L/1e4)^2/2) > 0.995 for offs
 and must learn its locality from data; Adam's per-parameter normalization moves s_f even though
 its raw gradient is small at that width.
 
+Admissibility boundary (relative form, option ``admissibility``). A Morlet wavelet is admissible
+(near-zero mean) when its frequency-bandwidth product is large enough; the MoPE abstract reports
+that every learned pair converges to the boundary omega_f sigma_f = c. ``admissibility_c`` is c
+(5 by default):
+
+- ``"none"`` (default): omega and sigma are free, as above;
+- ``"hard"``: a reparametrization that holds the boundary for any weights,
+  sigma_f = c / omega_f + init_sigma exp(s_f), so omega_f sigma_f = c + omega_f init_sigma e^(s_f) > c;
+  a pair on the boundary has its second term ~ 0 (sigma at init: c / theta_f + init_sigma);
+- ``"penalty"``: sigma as in "none", and :meth:`MoPERelative.penalty` =
+  penalty_weight * mean_f relu(log c - log(omega_f sigma_f))^2, which the model adds to its
+  training loss (never to a validation loss).
+
+``per_head=True`` learns one (omega, sigma) per head and pair ([h, F] instead of [F]): a model
+of width D then has D/2 pairs in each layer's encoding, e.g. 128 at D = 256 (the abstract's
+count), and ``rotary_frequencies()`` is the [h, F] table.
+
 Notation: b batch, h head, i/j query/key index, p_i/p_j their positions, d head dim,
 D model width, F pairs, f pair index, c the two channels of a pair.
 """
@@ -42,12 +59,13 @@ import math
 import torch
 from torch import Tensor, nn
 
-from poslab.errors import check_choice
+from poslab.errors import ConfigError, check_choice
 from poslab.positional.base import PositionalEncoding, relative_positions, require_even, require_positive
 from poslab.positional.rope import LAYOUTS, rotate
 from poslab.positional.rope_scaling import rope_frequencies
 
 _REFERENCE = "Morlet Positional Encoding (seed survey 001)"
+ADMISSIBILITY = ("none", "hard", "penalty")  # how omega_f sigma_f >= c is kept (module docstring)
 
 
 def morlet_omega(theta: Tensor, log_omega_scale: Tensor) -> Tensor:
@@ -69,31 +87,52 @@ class MoPERelative(PositionalEncoding):
     reference = _REFERENCE
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, base: float = 10000.0,
-                 init_sigma: float = 1e4, layout: str = "interleaved"):
+                 init_sigma: float = 1e4, layout: str = "interleaved", admissibility: str = "none",
+                 admissibility_c: float = 5.0, penalty_weight: float = 1.0, per_head: bool = False):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)
         check_choice("layout", layout, LAYOUTS)
+        check_choice("admissibility", admissibility, ADMISSIBILITY)
         require_positive("base", base)
         require_positive("init_sigma", init_sigma)
+        require_positive("admissibility_c", admissibility_c)
+        require_positive("penalty_weight", penalty_weight)
+        if not isinstance(per_head, bool):
+            raise ConfigError("per_head", per_head, "true or false")
         require_even("d_head", d_head)
         self.layout, self.init_sigma = layout, float(init_sigma)
+        self.admissibility, self.c, self.penalty_weight = admissibility, float(admissibility_c), float(penalty_weight)
+        self.per_head = per_head
         theta, _ = rope_frequencies(d_head, base)  # the same table RoPE uses, [F]
         self.register_buffer("theta", theta, persistent=False)  # [F]
-        self.log_omega_scale = nn.Parameter(torch.zeros_like(theta))  # w_f, [F]
-        self.log_sigma_scale = nn.Parameter(torch.zeros_like(theta))  # s_f, [F]
+        shape = (n_heads, theta.numel()) if per_head else theta.shape  # [h, F] | [F]
+        self.log_omega_scale = nn.Parameter(torch.zeros(shape))  # w_f
+        self.log_sigma_scale = nn.Parameter(torch.zeros(shape))  # s_f
 
     @property
     def omega(self) -> Tensor:
-        return morlet_omega(self.theta, self.log_omega_scale)  # [F]
+        return morlet_omega(self.theta, self.log_omega_scale)  # [F] | [h, F]
 
     @property
     def sigma(self) -> Tensor:
-        return morlet_sigma(self.init_sigma, self.log_sigma_scale)  # [F]
+        free = morlet_sigma(self.init_sigma, self.log_sigma_scale)  # [F] | [h, F]
+        return self.c / self.omega + free if self.admissibility == "hard" else free
+
+    def penalty(self) -> Tensor | None:
+        """The admissibility penalty added to the training loss ("penalty" mode), else None."""
+        if self.admissibility != "penalty":
+            return None
+        gap = math.log(self.c) - (self.omega * self.sigma).log()  # log c - log(omega sigma), [F] | [h, F]
+        return self.penalty_weight * torch.relu(gap).square().mean()
 
     def rotary_frequencies(self) -> Tensor:
-        return self.omega  # [F]
+        return self.omega  # [F] | [h, F]
+
+    def _per_head(self, x: Tensor) -> Tensor:
+        """[F] -> [F]; [h, F] -> [h, 1, F], broadcasting against [..., h, s, F]."""
+        return x[:, None, :] if self.per_head else x
 
     def rotate_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        omega = self.omega.to(q.dtype)
+        omega = self._per_head(self.omega.to(q.dtype))  # [F] | [h, 1, F]
         return rotate(q, q_pos, omega, self.layout), rotate(k, k_pos, omega, self.layout)
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -101,7 +140,8 @@ class MoPERelative(PositionalEncoding):
         q_pairs, k_pairs = self._pairs(q), self._pairs(k)  # [b, h, i|j, F, 2]
         pair_terms = torch.einsum("bhifc,bhjfc->bhijf", q_pairs, k_pairs)  # P_f, [b, h, i, j, F]
         delta = relative_positions(q_pos, k_pos).to(q.dtype)[..., None]  # [1|b, 1, i, j, 1]
-        damping = torch.expm1(-delta.square() / (2 * self.sigma.to(q.dtype).square()))  # g_f - 1, [.., i, j, F]
+        sigma = self._per_head(self.sigma.to(q.dtype))[..., None, :]  # [F] | [h, 1, 1, F]
+        damping = torch.expm1(-delta.square() / (2 * sigma.square()))  # g_f - 1, [.., h | 1, i, j, F]
         return (pair_terms * damping).sum(-1) / math.sqrt(q.shape[-1])  # [b, h, i, j]
 
     def _pairs(self, x: Tensor) -> Tensor:
