@@ -59,7 +59,7 @@ def test_quick_preset_end_to_end_and_rerun_trains_nothing(name, tmp_path):
 
 
 def test_an_interrupted_sweep_resumes_with_what_is_missing(tmp_path):
-    exp, study = tiny("phenomenon")
+    exp, study = get_experiment("phenomenon"), table1_grid()
     with Store(tmp_path / "s.sqlite") as store:
         part = apply_overrides(study, ["grid.encoding=[\"rope\"]"])
         run_study(exp, part, store=store, out=tmp_path / "a", progress=False)

@@ -38,9 +38,9 @@ class EvalConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class StudyConfig:
-    model_type: str = "retrieval_head"  # key of poslab.models.MODELS
+    model_type: str  # key of poslab.models.MODELS
     model: dict = field(default_factory=dict)  # that model's config fields (see STUDY_OWNED)
-    task_type: str = "fixed_offset"  # key of poslab.tasks.TASKS
+    task_type: str  # key of poslab.tasks.TASKS
     task: dict = field(default_factory=dict)  # that task's options
     encoding: str = "rope"  # key of poslab.positional.ENCODINGS (usually a grid axis)
     encoding_options: dict = field(default_factory=dict)  # encoding name -> its options
