@@ -12,6 +12,7 @@ from types import ModuleType
 from poslab.errors import ConfigError
 from poslab.experiments import context_extension, phenomenon, validation
 from poslab.experiments import leakage
+from poslab.experiments import mope
 from poslab.experiments import bias_comparison, heads, k1, linear_control  # the seed paper's other studies
 
 EXPERIMENTS: dict[str, ModuleType] = {
@@ -23,6 +24,7 @@ EXPERIMENTS: dict[str, ModuleType] = {
     "linear-control": linear_control,
     "heads": heads,
     "k1": k1,
+    "mope": mope,
 }
 
 # ``poslab run all``: every study of the seed paper, in the paper's order.
