@@ -107,6 +107,7 @@ class MemberContext:
     untrained: nn.Module  # the same member's initial weights (baselines)
     member: Member
     device: str
+    snapshots: dict[int, dict[str, torch.Tensor]] = dataclasses.field(default_factory=dict)  # step -> weights
 
     @property
     def study(self) -> StudyConfig:
@@ -292,7 +293,8 @@ def train_group(experiment_name: str, group: list[Member], device: str = "cpu", 
         model = result.models[i].eval()
         untrained = build_member(member.make_model(), member.seed).to(device).eval()
         start = time.perf_counter()
-        rows = evaluate_member(experiment, MemberContext(model, untrained, member, device))
+        snapshots = {step: states[i] for step, states in result.snapshots.items()}  # train.snapshot_steps
+        rows = evaluate_member(experiment, MemberContext(model, untrained, member, device, snapshots))
         out.append(MemberResult(member=member, rows=rows, diverged_at=result.diverged_at[i],
                                 weights={k: v.detach().cpu() for k, v in model.state_dict().items()},
                                 timings=dict(train_seconds=result.seconds / len(group), group_size=len(group),
