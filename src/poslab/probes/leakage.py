@@ -38,6 +38,7 @@ n its length, C the number of kept pairs, F regression features, D d_model.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -124,16 +125,24 @@ def r_squared(sums: PairSums, i: Tensor, j: Tensor, absolute: bool) -> Tensor:
         raise ConfigError("sequences", sums.n_fit + sums.n_test, "at least 2 (one to fit, one held out)")
     n = sums.fit_sum.shape[-1]
     lead = sums.fit_sum.shape[:-2]
-    X = design(i, j, n, absolute)  # [C, F]
+    X, X_pinv = _least_squares(n, absolute, i.numpy().tobytes(), j.numpy().tobytes())  # [C, F], [F, C]
     mean_fit = (sums.fit_sum[..., i, j] / sums.n_fit).reshape(-1, len(i)).T  # [C, lead]
-    coef = torch.linalg.lstsq(X, mean_fit, driver="gelsd").solution  # [F, lead]
-    pred = (X @ coef).T.reshape(*lead, len(i))  # [..., C]
+    pred = (X @ (X_pinv @ mean_fit)).T.reshape(*lead, len(i))  # least-squares fit on the pairs, [..., C]
     s1, s2, N = sums.test_sum[..., i, j], sums.test_sq[..., i, j], sums.n_test
     sse = (s2 - 2 * pred * s1 + N * pred.square()).sum(-1)
     sst = s2.sum(-1) - s1.sum(-1).square() / (N * len(i))
     tiny = 1e-10 * s2.sum(-1).clamp_min(1e-300)
     constant = sst <= tiny  # nothing to explain: a perfect fit by definition
     return torch.where(constant, torch.ones_like(sst), 1 - sse / torch.where(constant, torch.ones_like(sst), sst))
+
+
+@functools.lru_cache(maxsize=16)
+def _least_squares(n: int, absolute: bool, i_bytes: bytes, j_bytes: bytes) -> tuple[Tensor, Tensor]:
+    """The design of a pair set and its pseudo-inverse (minimum-norm least squares; the one-hot
+    blocks are collinear), computed once per pair set and reused for every head, layer and run."""
+    i, j = (torch.from_numpy(np.frombuffer(b, dtype=np.int64).copy()) for b in (i_bytes, j_bytes))
+    X = design(i, j, n, absolute)
+    return X, torch.linalg.pinv(X)
 
 
 def delta_r2(sums: PairSums, i: Tensor, j: Tensor) -> dict[str, Tensor]:
