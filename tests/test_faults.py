@@ -1,0 +1,124 @@
+"""Faults and resume: a real sweep killed with SIGKILL part-way, then resumed, ends with the
+uninterrupted run's table; two sweeps writing one store at once leave it whole.
+
+The sweep is ``poslab run phenomenon --preset quick`` with four shape groups (d_model axis), run
+inline so each group is recorded as it finishes. The reference is the same study run in this
+process (same CPU thread count, so the same numbers bit for bit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import safetensors.torch
+import torch
+
+from poslab.experiments import get_experiment
+from poslab.experiments.config import apply_overrides
+from poslab.experiments.executors import Inline
+from poslab.experiments.runner import members, run_study
+from poslab.store import Store
+
+OWN = {"encoding": '["rope"]', "task.K": "[2]", "model.d_model": "[8,16,24,32]"}
+SETS = ["seeds=1", "train.steps=30", "train.batch_size=16", "eval.lengths=[12,20]", "eval.n_sequences=32"]
+
+
+def _overrides() -> list[str]:
+    """The sweep's --set list: our axes, every other axis of the preset pinned to its first value
+    (so the test does not depend on what else the experiment sweeps)."""
+    grid = get_experiment("phenomenon").study("quick").grid
+    pinned = [f"grid.{axis}={json.dumps([values[0]])}" for axis, values in grid.items() if axis not in OWN]
+    return [f"grid.{axis}={values}" for axis, values in OWN.items()] + pinned + SETS
+
+
+def _cmd(store: Path, out: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "poslab", "run", "phenomenon", "--preset", "quick", "--executor", "inline",
+           "--no-progress", "--store", str(store), "--out", str(out)]
+    for item in _overrides():
+        cmd += ["--set", item]
+    return cmd
+
+
+def _runs(store: Path) -> list[tuple]:
+    if not store.exists():
+        return []
+    with sqlite3.connect(f"{store.absolute().as_uri()}?mode=ro", uri=True, timeout=30) as conn:
+        try:
+            return conn.execute("SELECT key, created_at FROM runs ORDER BY rowid").fetchall()
+        except sqlite3.OperationalError:  # the schema is being created
+            return []
+
+
+def _tidy(rows: list[dict]) -> list[str]:
+    return sorted(json.dumps({k: v for k, v in r.items() if k != "run_key"}, sort_keys=True) for r in rows)
+
+
+def test_sigkill_part_way_then_resume_equals_uninterrupted(tmp_path):
+    exp = get_experiment("phenomenon")
+    study = apply_overrides(exp.study("quick"), _overrides())
+    keys = [m.key for m in members("phenomenon", study)]
+    assert len(keys) == 4
+
+    # the reference: uninterrupted, in this process
+    with Store(tmp_path / "ref" / "s.sqlite") as ref:
+        run_study(exp, study, store=ref, out=tmp_path / "ref", progress=False, executor=Inline())
+        ref_rows = _tidy(ref.rows())
+        ref_weights = {k: ref.load_weights(k) for k in keys}
+
+    # a real sweep, killed with SIGKILL once at least one group is recorded
+    store = tmp_path / "runs" / "s.sqlite"
+    proc = subprocess.Popen(_cmd(store, tmp_path / "killed"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not _runs(store) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+    before = _runs(store)
+    assert 0 < len(before) < len(keys), f"killed too late or too early: {len(before)} of {len(keys)} recorded"
+    finished = {k for k, _ in before}
+    weights_dir = store.parent / "weights"
+    stamps = {k: os.stat(weights_dir / f"{k}.safetensors").st_mtime_ns for k in finished}
+    # what a crash between writing weights and committing leaves: a half-written file for a member
+    # the store does not hold, and a stray temp file
+    missing = [k for k in keys if k not in finished]
+    (weights_dir / f"{missing[0]}.safetensors").write_bytes(b"\x00" * 7)
+    (weights_dir / f".{missing[0]}.junk.tmp").write_bytes(b"half")
+
+    # two sweeps resume into the same store at once
+    procs = [subprocess.Popen(_cmd(store, tmp_path / f"resume{i}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert f"reused {len(finished)}" in out or f"reused {len(keys)}" in out, out  # finished runs not retrained
+
+    with sqlite3.connect(store) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        runs = conn.execute("SELECT key FROM runs").fetchall()
+        dup = conn.execute("SELECT run_key, idx, COUNT(*) FROM metrics GROUP BY run_key, idx HAVING COUNT(*) > 1")
+        assert dup.fetchall() == []
+    assert sorted(k for (k,) in runs) == sorted(keys)
+    for k in finished:  # the runs recorded before the kill were never retrained
+        assert os.stat(weights_dir / f"{k}.safetensors").st_mtime_ns == stamps[k]
+        assert (k, dict(before)[k]) in _runs(store)
+    with Store(store) as db:
+        assert _tidy(db.rows()) == ref_rows  # no row lost or duplicated, same numbers
+        for k in keys:  # the half-written file was replaced, never read
+            got = db.load_weights(k)
+            assert got.keys() == ref_weights[k].keys()
+            assert all(torch.equal(got[n], ref_weights[k][n]) for n in got)
+    for i in range(2):
+        assert (tmp_path / f"resume{i}" / "table.md").read_text() == (tmp_path / "ref" / "table.md").read_text()
