@@ -171,10 +171,11 @@ def _ms(values) -> tuple[float, float]:
 
 def relative_change(rows, enc, window, iv_name, value="early_component_b") -> dict[int, float]:
     """Per seed: (mean (b) under the intervention - mean (b) as trained) / mean (b) as trained,
-    means over every layer and head."""
+    means over every layer and head. Seeds whose trained (b) is not positive are left out: with no
+    leakage measured there is nothing for a relative change to be relative to."""
     base = _per_seed(rows, "head", value, by=(), encoding=enc, window=window).get((), {})
     got = _per_seed(rows, "intervention", value, by=(), encoding=enc, window=window, intervention=iv_name).get((), {})
-    return {s: (got[s] - base[s]) / base[s] for s in got if s in base and base[s] != 0}
+    return {s: (got[s] - base[s]) / base[s] for s in got if s in base and base[s] > 0}
 
 
 def depth_slope(rows, enc, window) -> dict[int, float]:
