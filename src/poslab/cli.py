@@ -30,6 +30,20 @@ class _Group(click.Group):
         except ConfigError as e:
             click.echo(f"poslab: error: {e}", err=True)
             sys.exit(2)
+        except click.UsageError as e:  # a malformed command line: the same one line, exit 2
+            click.echo(f"poslab: error: {_usage_line(e)}", err=True)
+            sys.exit(2)
+
+
+def _usage_line(e: click.UsageError) -> str:
+    """click's usage error as ``field: got ...; allowed: ...`` (its own text names the option)."""
+    message = " ".join(e.format_message().split())
+    ctx = e.ctx
+    allowed = f"see `{ctx.command_path} --help`" if ctx is not None else "see `poslab --help`"
+    field = getattr(e, "param_hint", None) or getattr(getattr(e, "param", None), "name", None) or "command line"
+    if isinstance(field, (list, tuple)):
+        field = " / ".join(field)
+    return f"{field}: {message}; allowed: {allowed}"
 
 
 @click.group(cls=_Group)
@@ -81,8 +95,10 @@ def _table(header, rows) -> str:
 @click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
 @click.option("--force", is_flag=True, help="retrain members the store already holds")
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--corpus", type=click.Path(path_type=Path), default=None,
+              help="a UTF-8 text file for a text task (default: the packaged TinyShakespeare)")
 def run(experiment, preset, seeds, overrides, device, executor, address, task_cpus, workers, out, store, force,
-        progress):
+        progress, corpus):
     """Reproduce one published experiment: train, probe, and write its table and figures."""
     from poslab.errors import check_choice
     from poslab.experiments import get_experiment
@@ -95,8 +111,10 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
     plan = []
     for name in names:
         exp = get_experiment(name)
-        check_choice("preset", preset, PRESETS)
+        check_choice("preset", preset, getattr(exp, "PRESETS", PRESETS))
         study = exp.study(preset)
+        if corpus is not None:
+            study = _with_corpus(study, corpus)
         if seeds is not None:
             study = apply_overrides(study, [f"seeds={seeds}"])
         study = apply_overrides(study, overrides, fixed=getattr(exp, "FIXED", {}))
@@ -106,6 +124,8 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
 
     if executor != "ray" and address is not None:
         raise ConfigError("--address", address, "only with --executor ray")
+    if workers is not None and workers < 1:
+        raise ConfigError("--workers", workers, "a positive integer")
     if task_cpus < 1:
         raise ConfigError("--task-cpus", task_cpus, "a positive integer")
     pool = make_executor(executor, workers=workers or os.cpu_count() or 1, device=device,
@@ -129,6 +149,18 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
         if table.exists() and len(plan) == 1:
             click.echo("")
             click.echo(table.read_text())
+
+
+def _with_corpus(study, corpus: Path):
+    """The study with its text task reading ``corpus``; the file is read and checked now."""
+    from poslab.tasks import build_task, task_options
+
+    if "corpus" not in task_options(study.task_type):
+        raise ConfigError("--corpus", str(corpus), f"an experiment whose task reads a corpus (this one's task is "
+                                                   f"{study.task_type!r})")
+    task = {**study.task, "corpus": os.path.abspath(corpus)}
+    build_task(study.task_type, **task)  # a missing, empty, non-UTF-8 or too short file: one ConfigError
+    return dataclasses.replace(study, task=task)
 
 
 @main.command()
