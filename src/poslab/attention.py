@@ -12,12 +12,19 @@ no learned score bias or key gate is returned (their gradients cannot flow throu
 kernel's mask; a fixed bias such as ALiBi's travels as a float ``attn_mask``), the weights are not asked for and no ``vmap`` is active, the fused
 ``scaled_dot_product_attention`` computes it, with the mask.
 
+``is_causal=True`` says the mask is exactly the square causal one (query i keeps keys j <= i) and
+``mask`` is then left None: the fused kernel gets ``is_causal=True`` instead of a dense boolean
+mask (it skips the masked half), and the explicit path builds the mask itself. Under ``vmap``
+(the ensemble trainer) the fused kernel is used too when ``FUSED_UNDER_VMAP``: measured on the
+character LM, looping the kernel over members beats the explicit path (``poslab bench lm``).
+
 Notation: b batch, h head, i query index, j key index, d head dim.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +35,10 @@ from poslab.errors import check_choice
 from poslab.positional.base import PositionalEncoding
 
 KINDS = ("softmax", "linear")
+# Under vmap the fused kernel has no batching rule on CPU: torch loops it over members. On the
+# character LM that loop is still faster than the explicit path (``poslab bench lm``).
+FUSED_UNDER_VMAP = True
+warnings.filterwarnings("ignore", message=".*batching rule for aten::_scaled_dot_product")
 
 
 @dataclass
@@ -62,29 +73,43 @@ def build_mask(n_q: int, n_k: int, *, causal: bool = False, window: int | None =
 
 def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_pos: Tensor, k_pos: Tensor,
               *, mask: Tensor | None = None, kind: str = "softmax", temperature: float = 1.0,
-              key_gate: Tensor | None = None, need_weights: bool = False) -> AttentionOutput:
+              key_gate: Tensor | None = None, need_weights: bool = False, is_causal: bool = False,
+              dropout: float = 0.0) -> AttentionOutput:
     """q [b, h, i, d], k and v [b, h, j, d]; mask boolean keep-mask broadcastable to [b, h, i, j];
-    key_gate positive weights on keys broadcastable to [b, h, 1, j]."""
+    key_gate positive weights on keys broadcastable to [b, h, 1, j]; ``is_causal``: the mask is
+    the square causal one (``mask`` must be None); ``dropout``: on the weights (training only)."""
     check_choice("attention", kind, KINDS)
+    if is_causal and mask is not None:
+        raise ValueError("attention: give either is_causal=True or a mask, not both")
     d = q.shape[-1]
     q, k = encoding.rotate_qk(q, k, q_pos, k_pos)
     bias = encoding.score_bias(q, k, q_pos, k_pos)
+    vmapped = _is_vmapped(q)
 
-    if kind == "softmax" and not need_weights and (bias is None or not bias.requires_grad) and key_gate is None \
-            and not _has_value_bias(encoding) and not _is_vmapped(q):
-        extra = mask
+    # Under vmap a bias's requires_grad is not visible (the batched wrapper hides it): no bias then.
+    if kind == "softmax" and not need_weights and key_gate is None and not _has_value_bias(encoding) \
+            and (bias is None or not (vmapped or bias.requires_grad)) \
+            and (not vmapped or (FUSED_UNDER_VMAP and dropout == 0)):
+        extra, causal = mask, is_causal
         if bias is not None:  # a fixed bias (ALiBi) travels as a float mask
             extra = bias / temperature
+            if is_causal:
+                mask, causal = build_mask(q.shape[-2], k.shape[-2], causal=True, device=q.device), False
             if mask is not None:
                 extra = extra.masked_fill(~mask, -math.inf)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=extra, scale=1.0 / (math.sqrt(d) * temperature))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=extra, is_causal=causal, dropout_p=dropout,
+                                             scale=1.0 / (math.sqrt(d) * temperature))
         return AttentionOutput(out=out)
 
+    if is_causal:
+        mask = build_mask(q.shape[-2], k.shape[-2], causal=True, device=q.device)
     scores = q @ k.transpose(-1, -2) / math.sqrt(d)  # [b, h, i, j]
     if bias is not None:
         scores = scores + bias
     scores = scores / temperature
     weights = attention_weights(scores, mask, kind, key_gate)
+    if dropout > 0:
+        weights = F.dropout(weights, dropout)
     out = weights @ v
     extra_v = encoding.value_bias(weights, q_pos, k_pos)
     if extra_v is not None:
@@ -105,7 +130,7 @@ def attention_weights(scores: Tensor, mask: Tensor | None, kind: str, key_gate: 
 
 
 def _is_vmapped(x: Tensor) -> bool:
-    # The fused kernel has no vmap batching rule on CPU (it would loop over members).
+    # The fused kernel has no vmap batching rule on CPU (torch loops it over members).
     return torch._C._functorch.is_batchedtensor(x)
 
 

@@ -204,5 +204,48 @@ def bench_train(steps, plain_steps, workers):
     run_bench(steps=steps, plain_steps=plain_steps, workers=workers, echo=click.echo)
 
 
+@bench.command("lm")
+@click.option("--steps", type=int, default=100, show_default=True, help="training steps timed per side")
+@click.option("--members", type=int, default=2, show_default=True, help="ensemble size for the per-member cost")
+@click.option("--encoding", default="learned", show_default=True, help="the LM's encoding")
+def bench_lm(steps, members, encoding):
+    """The LM training step (paper preset) beside the same model written plainly with SDPA."""
+    from poslab.bench import bench_lm as run_bench
+
+    run_bench(steps=steps, members=members, encoding=encoding, echo=click.echo)
+
+
+@main.command()
+@click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
+@click.option("--run", "key", default=None, help="a run key (default: the latest member of --experiment)")
+@click.option("--experiment", default="lm", show_default=True)
+@click.option("--encoding", default=None, help="the member's encoding (default: any)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--length", type=int, default=300, show_default=True, help="characters to generate")
+@click.option("--temperature", type=float, default=0.8, show_default=True)
+@click.option("--prompt", default="\n", show_default=True, help="text to continue (characters of the corpus)")
+@click.option("--sample-seed", type=int, default=0, show_default=True, help="seed of the sampler")
+def sample(store, key, experiment, encoding, seed, length, temperature, prompt, sample_seed):
+    """Generate text from a stored language model, to read what it learned."""
+    import torch
+
+    from poslab.experiments.lm import generate, load_member
+    from poslab.store import Store
+
+    if not store.exists():
+        raise ConfigError("--store", str(store), "the path of an existing store (run an experiment first)")
+    if not (length >= 1):
+        raise ConfigError("--length", length, "a positive integer")
+    if not temperature > 0:
+        raise ConfigError("--temperature", temperature, "a positive number")
+    with Store(store) as db:
+        model, task, run = load_member(db, key, experiment=experiment, encoding=encoding, seed=seed)
+    text = generate(model, task, prompt, length, temperature=temperature,
+                    generator=torch.Generator().manual_seed(sample_seed))
+    click.echo(f"# run {run['key'][:12]} ({run['experiment']}, {run['config']['model']['encoding']}, "
+               f"seed {run['config']['seed']}), temperature {temperature}", err=True)
+    click.echo(prompt + text)
+
+
 if __name__ == "__main__":
     main()

@@ -205,7 +205,7 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
         state = {f"model.{k}": v for k, v in (p | buffers).items()}
         return functional_call(template, state, (Batch(**tensors, n_queries=n_queries),))
 
-    losses_fn = vmap(member_loss)
+    losses_fn = vmap(member_loss, randomness="different")  # dropout, if a model has it, differs per member
     opt = _optimizer(params, cfg, fused=device_fused(device), member_axis=True)
     streams = [DataStream(t, s, cfg) for t, s in zip(tasks, seeds)]
     E = len(seeds)

@@ -12,12 +12,14 @@ from types import ModuleType
 from poslab.errors import ConfigError
 from poslab.experiments import context_extension, phenomenon, validation
 from poslab.experiments import leakage
+from poslab.experiments import lm
 from poslab.experiments import mope
 from poslab.experiments import bias_comparison, heads, k1, linear_control  # the seed paper's other studies
 
 EXPERIMENTS: dict[str, ModuleType] = {
     "phenomenon": phenomenon,
     "validation": validation,
+    "lm": lm,
     "context-extension": context_extension,
     "leakage": leakage,
     "bias-comparison": bias_comparison,

@@ -1,0 +1,150 @@
+"""The character LM: quick preset end to end, the validation loss against a hand loop, sampling,
+--corpus, the bench smoke, and the Transformer options the LM recipe added."""
+
+import csv
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from click.testing import CliRunner
+
+from poslab.cli import main
+from poslab.errors import ConfigError
+from poslab.experiments import lm
+from poslab.experiments.runner import run_study
+from poslab.models.transformer import Transformer, TransformerConfig
+from poslab.store import Store
+from poslab.tasks import CharText
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """A small corpus (4,000 characters): training is fast and the validation split is 400 characters."""
+    path = tmp_path / "corpus.txt"
+    words = ["to be or not to be\n", "that is the question\n", "whether tis nobler\n", "in the mind to suffer\n"]
+    path.write_text("".join(words[i % 4] for i in range(200))[:4000], encoding="utf-8")
+    return path
+
+
+def tiny(corpus, **changes):
+    return lm.lm_study("quick", task=dict(corpus=str(corpus)), train=dict(steps=12, batch_size=4),
+                       eval=dict(n_sequences=1 << 20), **changes)
+
+
+def test_quick_preset_end_to_end(corpus, tmp_path):
+    study = tiny(corpus)
+    with Store(tmp_path / "s.sqlite") as store:
+        summary = run_study(lm, study, store=store, out=tmp_path / "out", progress=False, executor="inline")
+        assert summary["trained"] == 2
+    assert {p.name for p in summary["files"]} == {"rows.csv", "table.md", "claims.json", "lm_loss.png"}
+    rows = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
+    assert [r["encoding"] for r in rows] == ["learned", "rope"]
+    val = CharText(corpus=str(corpus), split="val")
+    for r in rows:
+        assert r["whole_split"] == "True" and int(r["val_windows"]) == (val.ids.numel() - 1) // 32
+        assert int(r["val_targets"]) == int(r["val_windows"]) * 32
+        assert 0 < float(r["val_loss"]) < math.log(val.vocab_size) + 1  # it learned something or is near chance
+        assert float(r["tokens_per_s"]) > 0 and float(r["train_seconds"]) > 0 and r["group_size"] == "1"
+    assert "nanoGPT" in (tmp_path / "out" / "table.md").read_text()
+
+
+def test_validation_loss_is_the_mean_over_every_window(corpus):
+    task = CharText(corpus=str(corpus))
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=task.vocab_size, d_model=16, n_layers=1, n_heads=2,
+                                          encoding="rope", max_len=16)).eval()
+    got = lm.validation_loss(model, task, 16, chunk=5)  # chunks that do not divide the window count
+    ids = CharText(corpus=str(corpus), split="val").ids
+    n = (ids.numel() - 1) // 16
+    losses = []
+    with torch.no_grad():
+        for k in range(n):  # one window at a time, by hand
+            x, y = ids[k * 16:(k + 1) * 16], ids[k * 16 + 1:(k + 1) * 16 + 1]
+            losses.append(F.cross_entropy(model(x[None])[0], y, reduction="sum"))
+    assert got["windows"] == n and got["targets"] == 16 * n and got["whole_split"]
+    assert got["loss"] == pytest.approx(float(sum(losses)) / (16 * n), rel=1e-5)
+    assert lm.validation_loss(model, task, 16, limit=3)["whole_split"] is False
+
+
+def test_presets_carry_the_nanogpt_recipe():
+    paper, gpu = lm.lm_study("paper"), lm.lm_study("gpu")
+    assert paper.model == dict(d_model=128, n_layers=4, n_heads=4, bias=False, dropout=0.0)
+    t = paper.train
+    assert (t.steps, t.batch_size, t.max_length, t.lr, t.min_lr, t.warmup_steps, t.weight_decay, t.grad_clip,
+            t.betas, t.decay_1d) == (2000, 12, 64, 1e-3, 1e-4, 100, 0.1, 1.0, (0.9, 0.99), False)
+    assert paper.grid == {"encoding": ("learned", "rope")} and paper.seeds == 2
+    assert gpu.model["d_model"] == 384 and gpu.model["dropout"] == 0.2 and gpu.train.max_length == 256
+    assert lm.lm_study("paper", encodings=("alibi",), seeds=1).grid == {"encoding": ("alibi",)}
+    with pytest.raises(ConfigError):
+        lm.lm_study("nope")
+
+
+def test_sample_from_a_stored_model_and_cli_errors(corpus, tmp_path):
+    store_path = tmp_path / "s.sqlite"
+    with Store(store_path) as store:
+        run_study(lm, tiny(corpus, encoding_options={}), store=store, out=tmp_path / "out", progress=False,
+                  executor="inline")
+        model, task, run = lm.load_member(store, encoding="rope", seed=0)
+    text = lm.generate(model, task, "to", 50, generator=torch.Generator().manual_seed(1))
+    assert len(text) == 50 and set(text) <= set(task.vocab)
+    again = lm.generate(model, task, "to", 50, generator=torch.Generator().manual_seed(1))
+    assert text == again  # the sampler's seed fixes the text
+    runner = CliRunner()
+    ok = runner.invoke(main, ["sample", "--store", str(store_path), "--encoding", "learned", "--length", "20"])
+    assert ok.exit_code == 0, ok.output
+    bad = runner.invoke(main, ["sample", "--store", str(store_path), "--encoding", "alibi"])
+    assert bad.exit_code == 2 and "alibi" in bad.output
+    bad = runner.invoke(main, ["sample", "--store", str(store_path), "--prompt", "€"])
+    assert bad.exit_code == 2
+
+
+def test_corpus_option_of_run(tmp_path):
+    runner = CliRunner()
+    missing = runner.invoke(main, ["run", "lm", "--preset", "quick", "--corpus", str(tmp_path / "none.txt"),
+                                   "--store", str(tmp_path / "s.sqlite")])
+    assert missing.exit_code == 2 and "none.txt" in missing.output and len(missing.output.strip().splitlines()) == 1
+    assert not (tmp_path / "s.sqlite").exists()  # nothing written
+    other = runner.invoke(main, ["run", "phenomenon", "--preset", "quick", "--corpus", str(tmp_path / "x.txt")])
+    assert other.exit_code == 2 and "--corpus" in other.output
+
+
+def test_bench_lm_smoke():
+    from poslab.bench import bench_lm
+
+    lines = []
+    out = bench_lm(steps=2, members=2, preset="quick", echo=lines.append)
+    assert out["poslab_ms"] > 0 and out["plain_ms"] > 0 and out["ratio"] > 0
+    assert set(out["per_member_ms"]) == {1, 2}
+    assert any("plain" in line for line in lines)
+
+
+# ----------------------------------------------------------------------------- Transformer options
+
+def small(**kw):
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_len=12, **kw))
+
+
+@pytest.mark.parametrize("encoding", ["rope", "learned", "alibi"])
+def test_causal_fast_path_equals_the_dense_mask(encoding):
+    model = small(encoding=encoding).eval()
+    x = torch.randint(0, 11, (3, 9))
+    fast = model(x)  # plain causal: is_causal, no mask tensor
+    dense = model(x, lengths=torch.full((3,), 9))  # the same mask, built densely
+    explicit, _ = model(x, return_intermediates=True)  # the explicit (non-fused) path
+    torch.testing.assert_close(fast, dense)
+    torch.testing.assert_close(fast, explicit)
+
+
+def test_no_bias_and_dropout():
+    names = [n for n, _ in small(bias=False).named_parameters()]
+    assert not any(n.endswith("bias") for n in names) and any(n.endswith("bias") for n, _ in small().named_parameters())
+    model = small(dropout=0.5)
+    x = torch.randint(0, 11, (2, 9))
+    model.eval()
+    torch.testing.assert_close(model(x), model(x))  # no dropout at evaluation
+    model.train()
+    assert not torch.allclose(model(x), model(x))
+    with pytest.raises(ConfigError):
+        small(dropout=1.0)
