@@ -108,6 +108,8 @@ class MemberContext:
     member: Member
     device: str
     snapshots: dict[int, dict[str, torch.Tensor]] = dataclasses.field(default_factory=dict)  # step -> weights
+    # how training went: group_train_seconds, group_size, final_loss, loss_curve (this member's, per step)
+    timings: dict = dataclasses.field(default_factory=dict)
 
     @property
     def study(self) -> StudyConfig:
@@ -294,7 +296,10 @@ def train_group(experiment_name: str, group: list[Member], device: str = "cpu", 
         untrained = build_member(member.make_model(), member.seed).to(device).eval()
         start = time.perf_counter()
         snapshots = {step: states[i] for step, states in result.snapshots.items()}  # train.snapshot_steps
-        rows = evaluate_member(experiment, MemberContext(model, untrained, member, device, snapshots))
+        trained = dict(group_train_seconds=result.seconds, group_size=len(group),
+                       final_loss=[float(x) for x in result.loss_curve[-1:, i]],
+                       loss_curve=[float(x) for x in result.loss_curve[:, i]])
+        rows = evaluate_member(experiment, MemberContext(model, untrained, member, device, snapshots, trained))
         out.append(MemberResult(member=member, rows=rows, diverged_at=result.diverged_at[i],
                                 weights={k: v.detach().cpu() for k, v in model.state_dict().items()},
                                 timings=dict(train_seconds=result.seconds / len(group), group_size=len(group),
