@@ -28,6 +28,10 @@ def length_rows(ctx: MemberContext) -> list[dict]:
     study, task = ctx.study, ctx.task
     rows = []
     for L in study.eval.lengths:
+        if L > STREAM_ABOVE:  # keys stream in chunks (probes/streaming.py): no per-offset rows
+            rows.append(dict(probe="length", length=L, in_range=False, chance=task.chance, streamed=True,
+                             **stream_row(ctx, L)))
+            continue
         batch = eval_batch(task, L, study.eval.n_sequences, study.eval.seed, device=ctx.device)
         acc, attn = probes.accuracy_and_attention(ctx.model, batch, chunk=study.eval.chunk)
         attn = attn[0]  # head 0, [L]
@@ -36,6 +40,18 @@ def length_rows(ctx: MemberContext) -> list[dict]:
                          a_star=probes.attention_at_offset(attn, L, -task.K), chance=task.chance))
         rows += [dict(probe="attention", length=L, offset=t - (L - 1), weight=float(w)) for t, w in enumerate(attn)]
     return rows
+
+
+STREAM_ABOVE = 4096  # longer evaluation lengths stream their keys in bounded memory
+
+
+def stream_row(ctx: MemberContext, L: int) -> dict:
+    """``length_rows``' numbers at a length too long to hold: uniform i.i.d. sequences drawn chunk by
+    chunk (another draw than ``eval_batch``'s, from the same distribution)."""
+    from poslab.probes.streaming import StreamedTokens, stream_length_row
+
+    src = StreamedTokens(b=ctx.study.eval.n_sequences, m=ctx.task.vocab_size, L=L, seed=ctx.study.eval.seed)
+    return stream_length_row(ctx.model, src, L, ctx.task.K, device=ctx.device, mass_below=ctx.study.train.max_length)
 
 
 def select(rows: list[dict], probe: str, **where) -> list[dict]:
