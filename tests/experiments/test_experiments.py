@@ -233,3 +233,12 @@ def test_a_variant_that_changes_parameter_shapes_is_refused_before_any_work(tmp_
         with pytest.raises(ConfigError, match="variants.wide"):
             run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
         assert store.runs() == []
+
+
+def test_grid_points_that_resolve_to_one_config_are_one_run():
+    study = table1_grid(**{"grid.encoding_options.learned.init_std": "[0.02,1.0]"})
+    everyone = members("phenomenon", study)
+    rope = [m for m in everyone if m.ids["encoding"] == "rope"]
+    learned = [m for m in everyone if m.ids["encoding"] == "learned"]
+    assert len(rope) == 3 * study.seeds and {m.ids["init_std"] for m in rope} == {0.02}  # not trained twice
+    assert len(learned) == 2 * 3 * study.seeds and len({m.key for m in everyone}) == len(everyone)

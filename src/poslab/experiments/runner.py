@@ -89,7 +89,10 @@ class Member:
 
     @cached_property
     def key(self) -> str:
-        return config_hash(self.config())
+        """The hash of the resolved config, not of the grid point: two points that resolve to one
+        config (an axis that does not touch this member, say APE options on a RoPE member) are
+        one run, trained once."""
+        return config_hash({k: v for k, v in self.config().items() if k != "point"})
 
     def group_key(self) -> str:
         """Members with one group key share one model forward and one training config: they
@@ -170,11 +173,16 @@ def resolve_model_config(study: StudyConfig, task: Task):
 
 
 def members(experiment: str, study: StudyConfig) -> list[Member]:
-    """Every trained member of the study: grid points (axis order) x seeds."""
-    out = []
+    """Every trained member of the study: grid points (axis order) x seeds, each resolved config
+    once (the first grid point that gives it names it in the rows)."""
+    out, seen = [], set()
     for point in grid_points(study):
         resolved = apply_point(study, point)
-        out += [Member(experiment, tuple(point.items()), s, resolved) for s in range(study.seeds)]
+        for s in range(study.seeds):
+            member = Member(experiment, tuple(point.items()), s, resolved)
+            if member.key not in seen:
+                seen.add(member.key)
+                out.append(member)
     return out
 
 
