@@ -20,10 +20,11 @@ boundary omega sigma >= c held by reparametrization (``admissibility="hard"``, c
 count); EGA is the Transformer's ``energy_gate`` (models/transformer.py has both definitions;
 neither method section is public).
 
-Presets: ``quick`` (seconds, for tests); ``paper``: nanoGPT's shakespeare_char CPU recipe (4
-layers, 4 heads, d_model 128, context 64, batch 12, 2000 steps, AdamW lr 1e-3 cosine to 1e-4,
-no dropout), 2 seeds; ``gpu``: near the published scale, 6 layers x 256 wide (8 heads), context
-256, about 4.8M parameters, 5000 steps of batch 64.
+Presets, built on the character LM's (experiments/lm.py, ``lm_study``): ``quick`` (seconds, for
+tests); ``paper``: nanoGPT's shakespeare_char CPU recipe (4 layers, 4 heads, d_model 128,
+context 64, batch 12, 2000 steps, AdamW lr 1e-3 cosine to 1e-4, no dropout), 2 seeds; ``gpu``:
+near the published scale, 6 layers x 256 wide (8 heads), context 256, about 4.8M parameters,
+the LM's GPU recipe (5000 steps of batch 64) without dropout.
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from poslab.errors import ConfigError  # noqa: E402
+from poslab.errors import ConfigError, check_choice  # noqa: E402
 from poslab.experiments.claims import Claim, claims_markdown, markdown_table, write_claims  # noqa: E402
-from poslab.experiments.config import EvalConfig, StudyConfig  # noqa: E402
+from poslab.experiments.config import StudyConfig  # noqa: E402
+from poslab.experiments.lm import lm_study, validation_loss  # noqa: E402
 from poslab.experiments.retrieval import fmt, save, select, write_csv  # noqa: E402
 from poslab.models.transformer import gate_parameter_count  # noqa: E402
-from poslab.train import TrainConfig, evaluate_loss  # noqa: E402
 
 name = "mope"
 title = "MoPE x energy-gated attention on TinyShakespeare (2 x 2 ablation)"
@@ -58,6 +59,7 @@ NEAR = 0.05  # a pair is "on the boundary" when omega sigma is within 5% of c
 BUCKETS = 4  # position buckets per training length T
 FIXED = {"model.energy_gate": "the grid axis of the ablation",
          "task_type": "the character-level language model (text)"}
+PRESETS = ("quick", "paper", "gpu")
 CELLS = (("rope", False), ("rope", True), ("mope", False), ("mope", True))
 LABELS = {("rope", False): "standard (RoPE)", ("rope", True): "EGA alone (RoPE + EGA)",
           ("mope", False): "MoPE alone", ("mope", True): "MoPE + EGA"}
@@ -65,28 +67,27 @@ MOPE_OPTIONS = dict(admissibility="hard", admissibility_c=5.0, per_head=True, in
 
 
 def study(preset: str) -> StudyConfig:
-    if preset not in ("quick", "paper", "gpu"):
-        raise ConfigError("preset", preset, ["gpu", "paper", "quick"])
+    """The LM study of ``preset`` (experiments/lm.py: same data, recipe and seeds) over the 2 x 2 grid.
+
+    ``paper`` keeps the LM's CPU recipe and adds evaluation at 2 T and 4 T; ``gpu`` takes the
+    LM's GPU recipe with the issue's 6 x 256 model (8 heads) and no dropout; ``quick`` is a
+    one-layer model for a few steps."""
+    check_choice("preset", preset, PRESETS)
+    changes = dict(encoding_options={"mope": dict(MOPE_OPTIONS)}, seeds=2,
+                   grid={"encoding": ("rope", "mope"), "model.energy_gate": (False, True)})
     if preset == "quick":
-        T, model, seeds = 16, dict(d_model=16, n_layers=1, n_heads=2), 2
-        train = TrainConfig(steps=8, batch_size=8, lr=3e-3, optimizer="adamw", min_length=T, max_length=T)
-        evaluation = EvalConfig(lengths=(T, 2 * T), n_sequences=4, seed=0, chunk=4)
+        T = 16
+        changes.update(model=dict(d_model=16, n_layers=1, n_heads=2),
+                       train=dict(steps=8, batch_size=8, warmup_steps=2, min_length=T, max_length=T),
+                       eval=dict(lengths=(T, 2 * T), n_sequences=4, chunk=4))
     elif preset == "paper":
-        T, model, seeds = 64, dict(d_model=128, n_layers=4, n_heads=4), 2
-        train = TrainConfig(steps=2000, batch_size=12, lr=1e-3, optimizer="adamw", betas=(0.9, 0.99),
-                            weight_decay=0.1, decay_1d=False, lr_schedule="cosine", warmup_steps=100, min_lr=1e-4,
-                            grad_clip=1.0, min_length=T, max_length=T)
-        evaluation = EvalConfig(lengths=(T, 2 * T, 4 * T), n_sequences=256, seed=0, chunk=64)
+        T = 64
+        changes.update(eval=dict(lengths=(T, 2 * T, 4 * T), n_sequences=256, chunk=64))
     else:
-        T, model, seeds = 256, dict(d_model=256, n_layers=6, n_heads=8), 2
-        train = TrainConfig(steps=5000, batch_size=64, lr=1e-3, optimizer="adamw", betas=(0.9, 0.99),
-                            weight_decay=0.1, decay_1d=False, lr_schedule="cosine", warmup_steps=200, min_lr=1e-4,
-                            grad_clip=1.0, min_length=T, max_length=T)
-        evaluation = EvalConfig(lengths=(T, 2 * T, 4 * T), n_sequences=256, seed=0, chunk=32)
-    return StudyConfig(model_type="transformer", model=model, task_type="text", task={}, encoding="rope",
-                       encoding_options={"mope": dict(MOPE_OPTIONS)},
-                       grid={"encoding": ("rope", "mope"), "model.energy_gate": (False, True)},
-                       seeds=seeds, train=train, eval=evaluation)
+        T = 256
+        changes.update(model=dict(d_model=256, n_layers=6, n_heads=8, dropout=0.0),
+                       eval=dict(lengths=(T, 2 * T, 4 * T), n_sequences=256, chunk=32))
+    return lm_study(preset, encodings=("rope", "mope"), **changes)
 
 
 def check(study: StudyConfig) -> None:
@@ -111,16 +112,15 @@ def evaluate(ctx) -> list[dict]:
     study, model = ctx.study, ctx.model
     T, n, chunk = study.train.max_length, study.eval.n_sequences, study.eval.chunk
     val = dataclasses.replace(ctx.task, split="val")
-    windows = list(val.windows(T, batch_size=chunk, limit=n))
-    loss = evaluate_loss(model, windows, chunk=chunk)
+    loss = validation_loss(model, val, T, chunk=chunk, limit=n)
     n_params = sum(p.numel() for p in model.parameters())
-    rows = [dict(probe="member", val_loss=loss["loss"], val_accuracy=loss["accuracy"], windows=loss["targets"] // T,
+    rows = [dict(probe="member", val_loss=loss["loss"], val_accuracy=loss["accuracy"], windows=loss["windows"],
                  parameters=n_params, gate_parameters=gate_parameter_count(model))]
     rows += positionwise(model, val, study.eval.lengths, T, n, chunk, ctx.device)
     if model.cfg.encoding == "mope":
         rows += pair_rows(model.encoding)
     if model.cfg.energy_gate:
-        rows += gate_rows(model, windows, ctx.device)
+        rows += gate_rows(model, list(val.windows(T, batch_size=chunk, limit=n)), ctx.device)
     return rows
 
 
