@@ -175,17 +175,29 @@ def encodings(store):
 
 @main.command()
 @click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
-def report(store):
-    """Summarize what the store holds, per experiment."""
-    from collections import Counter
-
+@click.option("--results", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
+              help="where each experiment's table, claims.json and figures are (results/<experiment>/)")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("results/report.html"), show_default=True,
+              help="the HTML page; the markdown goes beside it with suffix .md")
+def report(store, results, out):
+    """What the store holds, and one page (HTML + markdown) over every stored experiment."""
+    from poslab.report import store_listing, write_report
     from poslab.store import Store
 
-    if not store.exists():
+    if not store.is_file():
         raise ConfigError("--store", str(store), "the path of an existing store (run an experiment first)")
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise ConfigError("--out", str(out), "a path ending in .html (the markdown goes beside it as .md)")
+    if out.exists() and not out.is_file() or (out.parent.exists() and not out.parent.is_dir()):
+        raise ConfigError("--out", str(out), "a file path in a writable directory")
     with Store(store) as db:
-        counts = Counter((r["experiment"], r["status"]) for r in db.runs())
-    click.echo(_table(("experiment", "status", "runs"), [(e, s, n) for (e, s), n in sorted(counts.items())]))
+        listing = store_listing(db)
+    click.echo(_table(("experiment", "status", "runs"), listing))
+    try:
+        page, md = write_report(store, results, out)
+    except OSError as e:
+        raise ConfigError("--out", str(out), f"a file path in a writable directory ({e.strerror})") from None
+    click.echo(f"wrote {page}\nwrote {md}")
 
 
 @main.group()

@@ -1,0 +1,173 @@
+"""``poslab report``: one page over every stored experiment, as self-contained HTML and as markdown.
+
+For each experiment the store holds (in the order of ``EXPERIMENTS``, then any other name):
+
+    - what the store holds: runs by status, the seeds, and the budgets from the stored configs
+      (training steps, batch size, learning rate, training lengths, evaluation lengths and
+      sequences): every distinct value, so a report over mixed runs says so;
+    - the paper-versus-measured table, rendered from the ``claims.json`` records the experiment's
+      report wrote (``experiments/claims.py``), never re-typed;
+    - every PNG figure in the experiment's results folder (inlined as base64 in the HTML, linked
+      in the markdown);
+
+and at the top a summary: claims met / not met / not judged, per experiment and in all.
+
+The plain listing of the store (experiment, status, runs) is :func:`store_listing`.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from poslab.experiments.claims import Claim, claims_markdown, markdown_table, read_claims, summary
+from poslab.store import Store
+
+BUDGETS = (("seeds", "seed"), ("train steps", "train.steps"), ("batch size", "train.batch_size"),
+           ("learning rate", "train.lr"), ("train min length", "train.min_length"),
+           ("train max length", "train.max_length"), ("eval lengths", "eval.lengths"),
+           ("eval sequences", "eval.n_sequences"))
+
+
+@dataclass
+class Section:
+    name: str
+    title: str
+    statuses: dict[str, int]
+    budgets: list[tuple[str, str]]  # (what, its distinct values)
+    claims: list[Claim] | None  # None: no claims.json found
+    figures: list[Path] = field(default_factory=list)
+    results: Path | None = None
+
+
+def store_listing(db: Store) -> list[tuple[str, str, int]]:
+    """(experiment, status, runs) for everything the store holds."""
+    counts = Counter((r["experiment"], r["status"]) for r in db.runs())
+    return [(e, s, n) for (e, s), n in sorted(counts.items())]
+
+
+def _get(config: dict, path: str):
+    value = config
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _distinct(values) -> str:
+    seen = sorted({tuple(v) if isinstance(v, list) else v for v in values if v is not None}, key=repr)
+    if not seen:
+        return "-"
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in seen) and len(seen) > 3 \
+            and seen == list(range(seen[0], seen[-1] + 1)):
+        return f"{seen[0]}..{seen[-1]} ({len(seen)})"
+    if any(isinstance(v, tuple) for v in seen):  # lists of lengths: one list per distinct value
+        return "; ".join(", ".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in seen)
+    return ", ".join(map(str, seen))
+
+
+def sections(db: Store, results: Path) -> list[Section]:
+    from poslab.experiments import EXPERIMENTS
+
+    runs = db.runs()
+    names = [n for n in EXPERIMENTS if any(r["experiment"] == n for r in runs)]
+    names += sorted({r["experiment"] for r in runs} - set(names))
+    out = []
+    for name in names:
+        mine = [r for r in runs if r["experiment"] == name]
+        module = EXPERIMENTS.get(name)
+        folder = results / name
+        claims_file = folder / "claims.json"
+        out.append(Section(
+            name=name, title=getattr(module, "title", name),
+            statuses=dict(sorted(Counter(r["status"] for r in mine).items())),
+            budgets=[(what, _distinct(_get(r["config"], path) for r in mine)) for what, path in BUDGETS],
+            claims=read_claims(claims_file) if claims_file.exists() else None,
+            figures=sorted(folder.glob("*.png")) if folder.is_dir() else [],
+            results=folder if folder.is_dir() else None))
+    return out
+
+
+def _totals(secs: list[Section]) -> list[list]:
+    rows, total = [], Counter()
+    for s in secs:
+        if s.claims is None:
+            rows.append([s.name, s.title, "-", "-", "-", "no claims.json (run the experiment to write it)"])
+            continue
+        c = summary(s.claims)
+        total.update(c)
+        rows.append([s.name, s.title, c["held"], c["failed"], c["not_judged"], ""])
+    rows.append(["all", "", total["held"], total["failed"], total["not_judged"], ""])
+    return rows
+
+
+SUMMARY_HEADER = ["experiment", "reproduces", "claims met", "not met", "not judged", "note"]
+
+
+def render_markdown(secs: list[Section], store: Path, out: Path) -> str:
+    lines = ["# poslab report", "", f"Store: `{store}`.", "", "## Which published claims reproduced", "",
+             markdown_table(SUMMARY_HEADER, _totals(secs)), ""]
+    for s in secs:
+        lines += [f"## {s.name}: {s.title}", "",
+                  "Runs: " + ", ".join(f"{n} {status}" for status, n in s.statuses.items()) + ".", "",
+                  markdown_table(["budget", "value"], [list(b) for b in s.budgets]), ""]
+        if s.claims is not None:
+            lines += ["### The paper beside this run", "", claims_markdown(s.claims), ""]
+        for f in s.figures:
+            lines += [f"![{f.name}]({os.path.relpath(f, out.parent)})", ""]
+    return "\n".join(lines)
+
+
+_CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #bbb;padding:3px 7px;text-align:left;
+font-size:0.9em}th{background:#eee}td.no{color:#b00;font-weight:bold}td.yes{color:#070}
+img{max-width:100%;display:block;margin:0.5em 0 1.5em}"""
+
+
+def _html_table(header: list[str], body: list[list], verdict_col: int | None = None) -> str:
+    e = lambda x: html.escape(str(x))  # noqa: E731
+    head = "".join(f"<th>{e(h)}</th>" for h in header)
+    rows = []
+    for row in body:
+        cells = []
+        for i, c in enumerate(row):
+            cls = f' class="{c}"' if i == verdict_col and c in ("yes", "no") else ""
+            cells.append(f"<td{cls}>{e(c)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def render_html(secs: list[Section], store: Path) -> str:
+    e = html.escape
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>poslab report</title>",
+             f"<style>{_CSS}</style></head><body>", "<h1>poslab report</h1>", f"<p>Store: <code>{e(str(store))}</code></p>",
+             "<h2>Which published claims reproduced</h2>", _html_table(SUMMARY_HEADER, _totals(secs))]
+    for s in secs:
+        parts += [f'<h2 id="{e(s.name)}">{e(s.name)}: {e(s.title)}</h2>',
+                  "<p>Runs: " + e(", ".join(f"{n} {status}" for status, n in s.statuses.items())) + "</p>",
+                  _html_table(["budget", "value"], [list(b) for b in s.budgets])]
+        if s.claims is not None:
+            body = [[c.name, c.paper, c.measured_text(), c.criterion,
+                     {True: "yes", False: "no", None: "n.a."}[c.holds], c.note] for c in s.claims]
+            parts += ["<h3>The paper beside this run</h3>",
+                      _html_table(["claim", "paper", "measured", "criterion", "met", "note"], body, verdict_col=4)]
+        for f in s.figures:
+            data = base64.b64encode(f.read_bytes()).decode()
+            parts.append(f'<figure><img alt="{e(f.name)}" src="data:image/png;base64,{data}">'
+                         f"<figcaption>{e(f.name)}</figcaption></figure>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(store: Path, results: Path, out: Path) -> tuple[Path, Path]:
+    """Write ``out`` (HTML) and ``out`` with suffix .md; returns both paths."""
+    with Store(store) as db:
+        secs = sections(db, results)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    md = out.with_suffix(".md")
+    out.write_text(render_html(secs, store))
+    md.write_text(render_markdown(secs, store, md))
+    return out, md
