@@ -15,6 +15,7 @@ from poslab.experiments import leakage
 from poslab.experiments import lm
 from poslab.experiments import mope
 from poslab.experiments import bias_comparison, heads, k1, linear_control  # the seed paper's other studies
+from poslab.experiments import controls, two_layer  # Section 5.2 and the Fig. 4 controls
 
 EXPERIMENTS: dict[str, ModuleType] = {
     "phenomenon": phenomenon,
@@ -26,11 +27,14 @@ EXPERIMENTS: dict[str, ModuleType] = {
     "linear-control": linear_control,
     "heads": heads,
     "k1": k1,
+    "two-layer": two_layer,
+    "controls": controls,
     "mope": mope,
 }
 
 # ``poslab run all``: every study of the seed paper, in the paper's order.
-PAPER_STUDIES: tuple[str, ...] = ("phenomenon", "validation", "bias-comparison", "linear-control", "heads", "k1")
+PAPER_STUDIES: tuple[str, ...] = ("phenomenon", "validation", "bias-comparison", "linear-control", "heads", "k1", "two-layer",
+                                    "controls")
 
 
 def get_experiment(name: str) -> ModuleType:

@@ -5,6 +5,9 @@ A :class:`StudyConfig` names its model and task by registry key plus options, an
 ``model.n_heads``, ``train.weight_decay``, ``model.d_model``) with the values each takes.
 A member is one point of the grid (one value per axis) and one seed of ``range(seeds)``; its
 fully resolved config is the study with those values applied (:func:`apply_point`).
+One-at-a-time sweeps are not a product: the axis ``setting`` takes names of bundles declared in
+``settings`` ({name: {dotted path: value}}), each applied whole (``grid={"setting": ("base",
+"d=32")}``, ``settings={"base": {}, "d=32": {"model.d_model": 32}}``).
 
 ``--set`` addresses any field by the same dotted path (``train.steps=100``,
 ``model.d_model=32``, ``eval.lengths=[12,16]``) and changes an axis's values with
@@ -47,6 +50,8 @@ class StudyConfig:
     grid: dict = field(default_factory=dict)  # axis (dotted path) -> tuple of values
     seeds: int = 8  # seeds 0 .. seeds-1
     variants: dict = field(default_factory=dict)  # name -> {path: value}: evaluate-only variants
+    # name -> {path: value}: named config bundles a grid axis ``setting`` picks from (one-at-a-time sweeps)
+    settings: dict = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
@@ -88,10 +93,27 @@ def grid_points(study: StudyConfig) -> list[dict]:
 
 def apply_point(study: StudyConfig, point: dict) -> StudyConfig:
     """The study with each axis set to its value and no grid left: one member's config."""
-    cfg = dataclasses.replace(study, grid={}, variants={})
+    cfg = dataclasses.replace(study, grid={}, variants={}, settings={})
     for path, value in point.items():
+        if path == SETTING:  # a named bundle of {path: value}, applied in its order
+            for sub, v in setting_bundle(study, value).items():
+                cfg = _set(cfg, sub.split("."), v, f"settings.{value}.{sub}")
+            continue
         cfg = _set(cfg, path.split("."), value, path)
     return cfg
+
+
+SETTING = "setting"  # the grid axis whose values name bundles in ``StudyConfig.settings``
+
+
+def setting_bundle(study: StudyConfig, name) -> dict:
+    """The {dotted path: value} bundle the ``setting`` axis value ``name`` stands for."""
+    if name not in study.settings:
+        raise ConfigError("grid.setting", name, sorted(study.settings) or "a name in `settings` (none declared)")
+    bundle = study.settings[name]
+    if not isinstance(bundle, dict) or SETTING in bundle or any(p.startswith("grid.") for p in bundle):
+        raise ConfigError(f"settings.{name}", bundle, "a JSON object of {dotted config path: value}")
+    return bundle
 
 
 def get_path(obj, path: str):
@@ -154,6 +176,9 @@ def _set_axis(cfg: StudyConfig, axis: str, value) -> StudyConfig:
     if not isinstance(value, list) or not value:
         raise ConfigError(f"--set grid.{axis}", value, "a non-empty JSON list of values")
     for v in value:  # each value must be one the field accepts
+        if axis == SETTING:
+            apply_point(cfg, {SETTING: v})
+            continue
         _set(dataclasses.replace(cfg, grid={}), axis.split("."), v, axis)
     return dataclasses.replace(cfg, grid={**cfg.grid, axis: tuple(value)})
 
