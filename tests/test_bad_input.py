@@ -142,6 +142,9 @@ CASES = [
     ("store a directory", QUICK + ["--store", "{w}/adir.sqlite"], "--store"),
     ("store unwritable path", QUICK + ["--store", "/proc/poslab/s.sqlite"], "--store"),
     ("report of a missing store", ["report", "--store", "{w}/missing.sqlite"], "--store"),
+    ("bench eval lengths not numbers", ["bench", "eval", "--lengths", "10,abc"], "--lengths"),
+    ("bench eval length too short", ["bench", "eval", "--lengths", "10,1000"], "--lengths"),
+    ("bench eval zero sequences", ["bench", "eval", "--sequences", "0"], "--sequences"),
     ("report of a foreign store", ["report", "--store", "{w}/foreign.sqlite"], "--store"),
 ]
 

@@ -31,6 +31,8 @@ class _Group(click.Group):
             click.echo(f"poslab: error: {e}", err=True)
             sys.exit(2)
         except click.UsageError as e:  # a malformed command line: the same one line, exit 2
+            if type(e).__name__ == "NoArgsIsHelpError":  # `poslab bench` alone: click shows the help
+                raise
             click.echo(f"poslab: error: {_usage_line(e)}", err=True)
             sys.exit(2)
 
@@ -214,6 +216,29 @@ def bench_train(steps, plain_steps, workers):
     from poslab.bench import bench_train as run_bench
 
     run_bench(steps=steps, plain_steps=plain_steps, workers=workers, echo=click.echo)
+
+
+@bench.command("eval")
+@click.option("--lengths", default="1000,10000,100000,1000000", show_default=True, help="comma-separated lengths")
+@click.option("--sequences", type=int, default=16, show_default=True, help="sequences per length")
+@click.option("--key-chunk", type=int, default=4096, show_default=True, help="keys per chunk")
+@click.option("--steps", type=int, default=1000, show_default=True, help="training steps of the RoPE head")
+@click.option("--figure", type=click.Path(path_type=Path), default=None, help="write the accuracy / peak figure here")
+def bench_eval(lengths, sequences, key_chunk, steps, figure):
+    """Streamed evaluation of a trained RoPE head: time and peak memory per length, up to 10^6."""
+    from poslab.bench import bench_eval as run_bench
+
+    try:
+        parsed = tuple(int(x) for x in lengths.split(","))
+    except ValueError:
+        raise ConfigError("--lengths", lengths, "comma-separated integers >= 48") from None
+    if min(parsed) < 48:
+        raise ConfigError("--lengths", lengths, "comma-separated integers >= 48")
+    for name, value in (("--sequences", sequences), ("--key-chunk", key_chunk), ("--steps", steps)):
+        if value < 1:
+            raise ConfigError(name, value, "a positive integer")
+    run_bench(lengths=parsed, n_sequences=sequences, key_chunk=key_chunk, steps=steps, figure=figure,
+              echo=click.echo)
 
 
 @bench.command("lm")
