@@ -3,9 +3,12 @@
     poslab list                                   encodings (with metadata), tasks, experiments
     poslab run EXPERIMENT|all [--preset paper|quick] [--seeds N] [--set key=value ...]
                           [--device cpu|cuda] [--out DIR] [--store PATH] [--force]
-    poslab report [--store PATH]                  what the store holds
+                          [--executor local|inline|ray [--address ADDR] [--task-cpus N]]
+    poslab report [--store PATH] [--results DIR] [--out FILE.html]
+                                                  what the store holds; one HTML + markdown page
     poslab encodings [--store PATH]               the survey's comparison table, extrapolation measured
     poslab bench train [--steps N] [--plain-steps N]
+    poslab bench eval [--lengths 1000,...,1000000] [--figure PATH]   streamed evaluation to 10^6
 
 Bad input stops before any work with one line naming the field and the allowed values, exit 2.
 """
