@@ -16,7 +16,7 @@ from poslab.store import Store
 
 
 def test_quick_preset_end_to_end(tmp_path):
-    study = exp.study("quick")
+    study = apply_overrides(exp.study("quick"), ["seeds=1", "train.steps=20"])  # every code path, one seed
     assert get_experiment("leakage") is exp
     with Store(tmp_path / "s.sqlite") as store:
         summary = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
