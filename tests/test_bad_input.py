@@ -63,6 +63,8 @@ CASES = [
     ("cuda absent", QUICK + ["--device", "cuda"], "device"),
     ("unknown executor", QUICK + ["--executor", "spark"], "executor"),
     ("address without ray", QUICK + ["--address", "10.0.0.1:6379"], "--address"),
+    ("unreachable ray cluster", QUICK + ["--executor", "ray", "--address", "127.0.0.1:1"], "--address"),
+    ("malformed ray address", QUICK + ["--executor", "ray", "--address", "nowhere"], "--address"),
     ("zero seeds", QUICK + ["--seeds", "0"], "seeds"),
     ("negative seeds", QUICK + ["--seeds", "-2"], "seeds"),
     ("seeds not a number", QUICK + ["--seeds", "two"], "--seeds"),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Protocol
@@ -86,6 +87,8 @@ class Ray:
     def __init__(self, address: str | None = None, cpus: int = 1, gpus: float = 0):
         ray = _import_ray()
         self.ray, self.cpus, self.gpus = ray, cpus, gpus
+        if address not in (None, "auto"):
+            _check_reachable(address)  # ray.init retries an unreachable address for minutes
         if not ray.is_initialized():
             try:
                 ray.init(address=address, include_dashboard=False, log_to_driver=False,
@@ -101,6 +104,18 @@ class Ray:
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             yield ray.get(done[0])
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """One TCP connection to ``host:port`` (or ``ray://host:port``) before Ray is asked."""
+    allowed = "the address of a running Ray cluster (host:port, ray://host:port, or auto)"
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError("--address", address, allowed)
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ConfigError("--address", address, f"{allowed}: cannot connect ({e.strerror or e})") from None
 
 
 def _ray_call(fn: Callable, threads: int, *job):
