@@ -171,3 +171,19 @@ def test_leakage_driver_shapes_closed_system_and_refusals():
         lk.leakage(model, batch[:1])
     with pytest.raises(ConfigError):
         lk.closed_system(model_and_batch(bos=False)[0], batch)
+
+
+def test_per_sequence_interventions_are_sliced_with_the_chunks():
+    from poslab.models.intervention import Intervention
+    from poslab.probes.leakage import leakage
+
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_len=12, bos=True)).eval()
+    tokens = torch.randint(0, 11, (10, 9))
+    batch = Batch(tokens=tokens, targets=tokens, loss_mask=torch.ones_like(tokens, dtype=torch.bool),
+                  lengths=torch.full((10,), 9))
+    iv = Intervention(resid0=torch.randn(10, 16), resid0_layer=1, bos_embedding=torch.randn(10, 16))
+    whole = leakage(model, batch, intervention=iv, chunk=10)
+    chunked = leakage(model, batch, intervention=iv, chunk=3)
+    for key in ("component_a", "component_b", "received_0"):
+        np.testing.assert_allclose(chunked[key], whole[key], rtol=1e-5, atol=1e-6)

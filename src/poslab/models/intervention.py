@@ -23,6 +23,7 @@ Notation: b batch, n internal sequence (BOS at 0), h head, D d_model.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -81,3 +82,16 @@ class Intervention:
 
 def _shape(value) -> object:
     return list(value.shape) if isinstance(value, Tensor) else value
+
+
+def rows_of(intervention: Intervention | None, start: int, stop: int, batch_size: int) -> Intervention | None:
+    """The intervention for sequences ``start:stop`` of a batch of ``batch_size``: per-sequence
+    tensors ([b, D]) are sliced, shared ones ([D], the head mask) are kept; for chunked probes."""
+    if intervention is None:
+        return None
+    per_sequence = {}
+    for name in ("bos_embedding", "resid0"):
+        value = getattr(intervention, name)
+        if value is not None and value.dim() == 2 and value.shape[0] == batch_size:
+            per_sequence[name] = value[start:stop]
+    return dataclasses.replace(intervention, **per_sequence)

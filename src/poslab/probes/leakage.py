@@ -48,7 +48,7 @@ from torch import Tensor
 
 from poslab.attention import build_mask
 from poslab.errors import ConfigError
-from poslab.models.intervention import Intervention
+from poslab.models.intervention import Intervention, rows_of
 from poslab.probes.common import CHUNK, model_device, split_batch
 from poslab.tasks.base import Batch
 
@@ -237,7 +237,8 @@ def leakage(model, batch: Batch, *, intervention: Intervention | None = None, ea
     log_z = received = None
     first = 0
     for part in split_batch(batch, chunk, model_device(model)):
-        inter = model.collect(part, intervention=intervention)
+        inter = model.collect(part, intervention=rows_of(intervention, first, first + part.tokens.shape[0],
+                                                         batch.tokens.shape[0]))
         held = held_out_sequences(part.tokens.shape[0], first)
         first += part.tokens.shape[0]
         scores = torch.stack([layer.attn_scores for layer in inter.layers], 1).cpu()  # [b, l, h, n, n]
