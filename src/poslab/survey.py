@@ -46,7 +46,8 @@ def measurements(store_path: str | Path) -> dict[str, dict[str, str]]:
         if enc is None:
             continue
         if (r.get("probe") == "length" and r.get("in_range") is False and r.get("accuracy") is not None
-                and cfg.get("task_type") == "fixed_offset" and r.get("variant") is None):
+                and cfg.get("task_type") == "fixed_offset" and r.get("variant") is None
+                and cfg.get("model", {}).get("attention", "softmax") == "softmax"):  # not the linear control
             fixed[enc].append((r["accuracy"], r["length"], r.get("seed"), run["experiment"]))
         if (r.get("probe") == "loss" and r.get("length") and r.get("loss") is not None and r.get("variant") is None
                 and r.get("method") in (None, enc)):
