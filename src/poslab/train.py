@@ -311,24 +311,22 @@ def evaluate_loss(model: nn.Module, batches, *, chunk: int = 256) -> dict:
 
     Returns ``loss`` (mean cross-entropy per target), ``accuracy`` and ``targets`` (how many).
     """
+    from poslab.probes.common import correct, split_batch
+
     if isinstance(batches, Batch):
         batches = [batches]
-    if chunk < 1:
-        raise ConfigError("chunk", chunk, "a positive integer")
     device = next(model.parameters()).device
-    total = correct = count = 0.0
+    total = hits = count = 0.0
     was_training = model.training
     model.eval()
     with torch.no_grad():
         for batch in batches:
-            for i in range(0, batch.size, chunk):
-                part = batch[i:i + chunk].to(device)
+            for part in split_batch(batch, chunk, device):
                 logits = model(part.tokens, lengths=part.lengths)
-                n = int(part.loss_mask.sum())
+                h, n = correct(aligned_logits(logits, part), part.targets, part.loss_mask)
                 total += float(masked_cross_entropy(logits, part)) * n
-                logits = aligned_logits(logits, part)
-                correct += int(((logits.argmax(-1) == part.targets) & part.loss_mask).sum())
+                hits += h
                 count += n
     model.train(was_training)
-    return dict(loss=total / count if count else math.nan, accuracy=correct / count if count else math.nan,
+    return dict(loss=total / count if count else math.nan, accuracy=hits / count if count else math.nan,
                 targets=int(count))

@@ -39,9 +39,7 @@ def split_batch(batch: Batch, chunk: int = CHUNK, device: torch.device | str | N
     if not isinstance(chunk, int) or chunk < 1:
         raise ConfigError("chunk", chunk, "a positive integer")
     for i in range(0, batch.tokens.shape[0], chunk):
-        j = i + chunk
-        part = Batch(tokens=batch.tokens[i:j], targets=batch.targets[i:j], loss_mask=batch.loss_mask[i:j],
-                     lengths=batch.lengths[i:j])
+        part = batch[i:i + chunk]
         yield part if device is None else part.to(device)
 
 
