@@ -25,3 +25,9 @@ def check_choice(field: str, value: object, allowed: Iterable[object]) -> None:
     allowed = list(allowed)
     if value not in allowed:
         raise ConfigError(field, value, allowed)
+
+
+def require_positive_int(field: str, value: object) -> None:
+    """Raise ConfigError unless ``value`` is an int (not a bool) >= 1."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(field, value, "a positive integer")

@@ -107,3 +107,11 @@ def test_positions_past_a_learned_table_are_refused_before_work():
 def test_bad_config_names_the_field(cfg, field):
     with pytest.raises(ConfigError, match=field):
         RetrievalHead(RetrievalHeadConfig(d_model=16, **cfg))
+
+
+@pytest.mark.parametrize("d_model, message", [(1, "head dimension"), (3, "head dimension"), (0, "positive integer")])
+def test_a_width_the_encoding_refuses_is_reported_as_d_model(d_model, message):
+    # found by the --set fuzz test: d_model=1 used to be reported as d_head, a field nobody set
+    with pytest.raises(ConfigError, match=message) as e:
+        RetrievalHead(RetrievalHeadConfig(encoding="rope", d_model=d_model))
+    assert e.value.field == "d_model"

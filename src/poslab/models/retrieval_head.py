@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.attention import KINDS, attention, attention_weights, build_mask
-from poslab.errors import ConfigError, check_choice
+from poslab.errors import ConfigError, check_choice, require_positive_int
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.loss import masked_cross_entropy
 from poslab.positional import build_encoding
@@ -60,12 +60,16 @@ class RetrievalHead(nn.Module):
     def __init__(self, cfg: RetrievalHeadConfig):
         super().__init__()
         check_choice("attention", cfg.attention, KINDS)
+        for name in ("vocab_size", "d_model", "n_heads", "max_len"):
+            require_positive_int(name, getattr(cfg, name))
+        if cfg.d_head is not None:
+            require_positive_int("d_head", cfg.d_head)
         if cfg.d_head is None and cfg.d_model % cfg.n_heads:
             raise ConfigError("n_heads", cfg.n_heads, f"a divisor of d_model={cfg.d_model}")
         self.cfg = cfg
         h, d, D, m = cfg.n_heads, cfg.head_dim, cfg.d_model, cfg.vocab_size
         self.encoding = build_encoding(cfg.encoding, d_model=D, n_heads=h, d_head=d, max_len=cfg.max_len,
-                                       **cfg.encoding_options)
+                                       d_head_from="d_head" if cfg.d_head else "d_model", **cfg.encoding_options)
         self.W_E = nn.Parameter(torch.randn(m, D))
         bound = 1 / math.sqrt(D)
         self.W_Q = nn.Parameter(torch.empty(h * d, D).uniform_(-bound, bound))

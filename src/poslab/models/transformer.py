@@ -62,7 +62,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.attention import KINDS, attention, build_mask
-from poslab.errors import ConfigError, check_choice
+from poslab.errors import ConfigError, check_choice, require_positive_int
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.intervention import Intervention
 from poslab.models.loss import masked_cross_entropy
@@ -102,13 +102,13 @@ class TransformerConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
-            _require_positive_int(name, getattr(self, name))
+            require_positive_int(name, getattr(self, name))
         if self.d_model % self.n_heads:
             raise ConfigError("n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
         if self.d_mlp is not None:
-            _require_positive_int("d_mlp", self.d_mlp)
+            require_positive_int("d_mlp", self.d_mlp)
         if self.window is not None:
-            _require_positive_int("window", self.window)
+            require_positive_int("window", self.window)
         check_choice("attention", self.attention, KINDS)
         if not self.temperature > 0:
             raise ConfigError("temperature", self.temperature, "a positive number")
@@ -199,7 +199,7 @@ class Transformer(nn.Module):
         self.cfg = cfg
         D, m = cfg.d_model, cfg.vocab_size
         self.encoding = build_encoding(cfg.encoding, d_model=D, n_heads=cfg.n_heads, d_head=cfg.d_head,
-                                       max_len=cfg.max_len, **cfg.encoding_options)
+                                       max_len=cfg.max_len, d_head_from="d_model", **cfg.encoding_options)
         self.W_E = nn.Parameter(torch.randn(m, D))  # token embedding, [m, D]
         if cfg.bos:
             self.W_bos = nn.Parameter(torch.randn(D))  # the BOS vector, embedded like a token
@@ -213,7 +213,7 @@ class Transformer(nn.Module):
         Only the encoding knows its limit (RoPE has none; a learned table has max_len rows), so
         this asks it about the largest default position, L - 1 (L with BOS).
         """
-        _require_positive_int("length", L)
+        require_positive_int("length", L)
         self.encoding.check_positions(L - 1 + int(self.cfg.bos))
 
     def loss(self, batch: Batch) -> Tensor:
@@ -301,8 +301,3 @@ def _uniform(n_out: int, n_in: int) -> Tensor:
     """U(-1/sqrt(n_in), 1/sqrt(n_in)), nn.Linear's scale, as a raw [n_out, n_in] matrix."""
     bound = 1.0 / math.sqrt(n_in)
     return torch.empty(n_out, n_in).uniform_(-bound, bound)
-
-
-def _require_positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(name, value, "a positive integer")

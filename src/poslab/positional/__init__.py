@@ -83,9 +83,18 @@ def check_encoding(name: str, options: dict | None = None) -> None:
 
 
 def build_encoding(name: str, *, d_model: int, n_heads: int, d_head: int, max_len: int,
-                   **options) -> PositionalEncoding:
+                   d_head_from: str = "d_head", **options) -> PositionalEncoding:
+    """Build registry entry ``name``. ``d_head_from`` names the field the caller's head width comes
+    from (``d_model`` when it is d_model / n_heads), so a width the encoding refuses is reported as
+    the field the user set."""
     check_encoding(name, options)
-    return ENCODINGS[name](d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len, **options)
+    try:
+        return ENCODINGS[name](d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len, **options)
+    except ConfigError as e:
+        if d_head_from == "d_head" or e.field != "d_head":
+            raise
+        raise ConfigError(d_head_from, d_model, f"a width whose head dimension d_model / n_heads = {d_head} "
+                                                f"suits {name!r}: {e.allowed}") from None
 
 
 def small_encoding(name: str, **options) -> PositionalEncoding:
