@@ -130,3 +130,67 @@ def test_bad_rope_options():
     with pytest.raises(ConfigError) as err:
         build_encoding("rope", scaling={"rope_type": "xpos"}, **GEOM)
     assert err.value.field == "rope_scaling.rope_type" and "yarn" in err.value.allowed
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_longrope_n_hat_rotates_the_first_positions_by_the_original_theta(layout):
+    """Per position of q and of k: theta_i below n_hat, theta_i / f_i from n_hat on; n_hat = 0 is the old table."""
+    torch.manual_seed(3)
+    short, long, n_hat = [1.0, 1.5, 2.0, 3.0], [1.0, 2.0, 4.0, 8.0], 3
+    scaling = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 16,
+               "short_factor": short, "long_factor": long}
+    enc = RoPE(**GEOM, layout=layout, scaling={**scaling, "n_hat": n_hat})
+    plain = RoPE(**GEOM, layout=layout, scaling=scaling)
+    zero = RoPE(**GEOM, layout=layout, scaling={**scaling, "n_hat": 0})
+    theta = [10000.0 ** (-2 * i / 8) for i in range(4)]
+    factor = math.sqrt(1 + math.log(4) / math.log(16))
+    perm = list(range(0, 8, 2)) + list(range(1, 8, 2))  # interleaved channel order -> half
+    inverse = [perm.index(c) for c in range(8)]
+    for length, factors in ((10, short), (24, long)):
+        x = torch.randn(2, 2, length, 8)
+        for pos in (torch.arange(length), torch.stack([torch.arange(length), torch.arange(length)])):
+            rq, rk = enc.rotate_qk(x, x.flip(-2), pos, pos)
+            x_il = x if layout == "interleaved" else x[..., inverse]
+            expected = torch.stack([naive_rotate(x_il[..., m:m + 1, :], torch.tensor([m]),
+                                                 theta if m < n_hat else [t / f for t, f in zip(theta, factors)],
+                                                 factor)[..., 0, :] for m in range(length)], -2)
+            if layout == "half":
+                expected = expected[..., perm]
+            torch.testing.assert_close(rq, expected, atol=1e-5, rtol=1e-5)
+            zq, zk = zero.rotate_qk(x, x.flip(-2), pos, pos)
+            pq, pk = plain.rotate_qk(x, x.flip(-2), pos, pos)
+            assert torch.equal(zq, pq) and torch.equal(zk, pk)
+            # positions from n_hat on rotate exactly as without n_hat
+            torch.testing.assert_close(rq[..., n_hat:, :], pq[..., n_hat:, :], atol=0, rtol=0)
+    assert torch.equal(enc.rotary_frequencies(), plain.rotary_frequencies())  # the positions >= n_hat
+
+
+def test_n_hat_through_a_model_and_the_consumers_that_refuse_it():
+    """A causal LM with attention factor 1: positions < n_hat see only positions < n_hat, so their logits
+    equal those of the unscaled RoPE model; later ones differ from it and from longrope without n_hat. Rotary probes and the streamed evaluation refuse n_hat > 0."""
+    from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
+    from poslab.models.transformer import Transformer, TransformerConfig
+    from poslab.probes import rotary_theta
+    from poslab.probes.streaming import TensorTokens, stream_attend
+
+    scaling = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 8, "short_factor": 2.0,
+               "long_factor": 4.0, "attention_factor": 1.0}
+    torch.manual_seed(4)
+    models = {}
+    for key, sc in (("rope", None), ("longrope", scaling), (4, {**scaling, "n_hat": 4})):
+        torch.manual_seed(4)  # RoPE has no parameters: the same weights for all three
+        models[key] = Transformer(TransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_len=32,
+                                                    encoding_options={"scaling": sc} if sc else {})).eval()
+    tokens = torch.randint(11, (2, 20))
+    with torch.no_grad():
+        rope, longrope, b = models["rope"](tokens), models["longrope"](tokens), models[4](tokens)
+    torch.testing.assert_close(b[:, :4], rope[:, :4], atol=1e-5, rtol=1e-5)
+    assert (b[:, :4] - longrope[:, :4]).abs().amax() > 1e-3
+    assert (b[:, 4:] - rope[:, 4:]).abs().amax() > 1e-3 and (b[:, 4:] - longrope[:, 4:]).abs().amax() > 1e-3
+    with pytest.raises(ConfigError) as err:
+        rotary_theta(models[4])
+    assert err.value.field == "encoding_options.scaling.n_hat"
+    head = RetrievalHead(RetrievalHeadConfig(vocab_size=11, d_model=16, n_heads=2, max_len=32,
+                                             encoding_options={"scaling": {**scaling, "n_hat": 4}}))
+    with pytest.raises(ConfigError):
+        stream_attend(head, TensorTokens(torch.randint(11, (2, 20))), 20)

@@ -198,3 +198,43 @@ def test_a_new_schedule_is_one_function_and_one_entry(monkeypatch):
     q = torch.randn(1, 1, 5, 16)
     rot_q, _ = rope.rotate_qk(q, q, torch.arange(5), torch.arange(5))
     torch.testing.assert_close(rot_q.norm(dim=-1), 3.0 * q.norm(dim=-1))  # A scales, the rotation keeps norms
+
+
+@pytest.mark.parametrize("partial", [1.0, 0.5])
+def test_longrope_n_hat_angles_against_the_naive_formula(partial):
+    """LongRoPE's n-hat: m theta_i for m < n_hat, m theta_i / f_i beyond (short or long f by L)."""
+    d, orig, s, n_hat, base = 16, 16, 4.0, 5, 1e4
+    r = int(d * partial)
+    short = [1.0 + 0.25 * i for i in range(r // 2)]
+    long = [1.0 + i for i in range(r // 2)]
+    cfg = {"rope_type": "longrope", "factor": s, "original_max_position_embeddings": orig,
+           "short_factor": short, "long_factor": long, "n_hat": n_hat, "partial_rotary_factor": partial}
+    theta = naive_theta(r, base)
+    positions = [0, 1, 4, 5, 6, 15, 40]
+    for seq_len, factors in ((16, short), (64, long)):
+        angles = rope_scaling.rope_angles(d, base, cfg, torch.tensor(positions), seq_len=seq_len)
+        expected = [[m * t if m < n_hat else m * t / f for t, f in zip(theta, factors)] for m in positions]
+        torch.testing.assert_close(angles, torch.tensor(expected, dtype=torch.float64), rtol=1e-6, atol=0.0)
+    # n_hat = 0 (or absent) is the Hugging Face longrope schedule exactly
+    no_hat = {k: v for k, v in cfg.items() if k != "n_hat"}
+    for seq_len in (16, 64):
+        plain, a = rope_frequencies(d, base, no_hat, seq_len=seq_len)
+        zero, a0 = rope_frequencies(d, base, {**cfg, "n_hat": 0}, seq_len=seq_len)
+        assert torch.equal(plain, zero) and a == a0
+        angles = rope_scaling.rope_angles(d, base, {**cfg, "n_hat": 0}, torch.tensor(positions), seq_len=seq_len)
+        assert torch.equal(angles, torch.tensor(positions, dtype=torch.float64)[:, None] * plain.double())
+
+
+@pytest.mark.parametrize("cfg,allowed", [
+    ({"n_hat": -1}, "non-negative integer"),
+    ({"n_hat": 2.5}, "non-negative integer"),
+    ({"n_hat": True}, "non-negative integer"),
+    ({"rope_type": "linear", "factor": 2.0, "n_hat": 4}, "longrope"),
+    ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16, "n_hat": 0}, "longrope"),
+])
+def test_bad_n_hat_names_the_field(cfg, allowed):
+    base = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 16, "short_factor": 1.0,
+            "long_factor": 4.0}
+    with pytest.raises(ConfigError) as err:
+        rope_frequencies(8, 1e4, {**base, **cfg} if "rope_type" not in cfg else cfg)
+    assert err.value.field == "rope_scaling.n_hat" and allowed in err.value.allowed

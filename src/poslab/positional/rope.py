@@ -21,6 +21,13 @@ sequence (per row of ``[b, s]`` positions; Hugging Face takes the batch maximum)
 and indexed with tensor ops; lengths past ``max_len`` are refused by ``check_positions`` and
 clamped to the last row in forward.
 
+LongRoPE's ``n_hat`` (a poslab key of the longrope dict, see :mod:`poslab.positional.rope_scaling`):
+positions m < n_hat are rotated by the original theta_i, the others by the rescaled table, chosen
+per position of q and of k (so the logit no longer depends on the offset alone there).
+``rotary_frequencies()`` returns the frequencies of positions m >= n_hat at L = max_len; it is
+exact for offsets between two positions both >= n_hat, and :func:`poslab.probes.rotary_theta`
+refuses an encoding with n_hat > 0 rather than describe it by one table.
+
 Notation: b batch, h head, s position index, d head dim, r rotated channels, L sequence length.
 """
 
@@ -31,7 +38,7 @@ from torch import Tensor
 
 from poslab.errors import check_choice, ConfigError
 from poslab.positional.base import PositionalEncoding, head_axis, require_even
-from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies
+from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies, unscaled_positions
 
 LAYOUTS = ("interleaved", "half")
 
@@ -83,6 +90,11 @@ class RoPE(PositionalEncoding):
         if self.length_dependent:
             by_length, _ = rope_frequencies(d_head, base, scaling, seq_len=torch.arange(max_len + 1))
             self.register_buffer("inv_freq_by_length", by_length, persistent=False)  # [max_len + 1, r/2]
+        self.n_hat = unscaled_positions(scaling)  # LongRoPE: positions m < n_hat keep the original theta
+        if self.n_hat:
+            plain = {k: scaling[k] for k in ("rope_theta", "partial_rotary_factor") if k in scaling}
+            original, _ = rope_frequencies(d_head, base, plain)
+            self.register_buffer("inv_freq_original", original, persistent=False)  # [r/2]
 
     @property
     def theta(self) -> Tensor:
@@ -90,7 +102,7 @@ class RoPE(PositionalEncoding):
         return self.inv_freq
 
     def rotary_frequencies(self) -> Tensor:
-        return self.inv_freq  # theta_i at L = max_len, [r/2]
+        return self.inv_freq  # theta_i at L = max_len (of positions >= n_hat), [r/2]
 
     @property
     def kv_cache(self) -> bool:
@@ -111,5 +123,13 @@ class RoPE(PositionalEncoding):
             longest = torch.maximum(q_pos.amax(dim=-1), k_pos.amax(dim=-1))  # [] | [b]
             length = (longest.long() + 1).clamp(0, self.max_len)  # L = floor(max position) + 1
             inv_freq = self.inv_freq_by_length[length][..., None, None, :]  # [1, 1, r/2] | [b, 1, 1, r/2]
-        return (rotate(q, q_pos, inv_freq, self.layout, f),
-                rotate(k, k_pos, inv_freq, self.layout, f))
+        return (rotate(q, q_pos, self._per_position(inv_freq, q_pos), self.layout, f),
+                rotate(k, k_pos, self._per_position(inv_freq, k_pos), self.layout, f))
+
+    def _per_position(self, inv_freq: Tensor, pos: Tensor) -> Tensor:
+        """The original theta at positions < n_hat, ``inv_freq`` elsewhere: [..., 1, s, r/2] (n_hat = 0:
+        ``inv_freq`` unchanged)."""
+        if not self.n_hat:  # a Python int fixed at construction
+            return inv_freq
+        early = head_axis(pos)[..., None] < self.n_hat  # [1, s, 1] | [b, 1, s, 1]
+        return torch.where(early, self.inv_freq_original, inv_freq)

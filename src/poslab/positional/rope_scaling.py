@@ -36,7 +36,8 @@ yarn           ntk_by_parts frequencies; A = 0.1 ln s + 1 (or, given mscale and 
                (0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1); or attention_factor)
                (Peng et al. 2023)
 longrope       theta'_i = theta_i / f_i with f = long_factor when L > L0 else short_factor;
-               A = sqrt(1 + ln s / ln L0) for s > 1, else 1 (Ding et al. 2024)
+               A = sqrt(1 + ln s / ln L0) for s > 1, else 1 (Ding et al. 2024); with ``n_hat``
+               (poslab's extension, below) positions m < n_hat keep theta_i
 llama3         lambda_i < L0/high_freq_factor: theta_i;  lambda_i > L0/low_freq_factor: theta_i/s;
                between: (1 - a) theta_i / s + a theta_i,
                a = (L0 / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor); A = 1
@@ -49,6 +50,19 @@ is ``max_position_embeddings / L0``; a missing ``L0`` for yarn / ntk_by_parts / 
 llama3 is ``max_position_embeddings``. One extension: ``short_factor``/``long_factor`` may be a
 single number, meaning the same factor for every pair (so a registry default need not know
 ``head_dim``). Unknown keys are refused (a misspelt key would otherwise be silently ignored).
+
+A second extension, ``n_hat`` (longrope only; Hugging Face has no such key): LongRoPE's n-hat
+(Ding et al. 2024, section 3.2), the number of initial positions left unscaled. Position m is
+rotated by the angle
+
+    m theta_i          if m < n_hat   (the original RoPE, no interpolation)
+    m theta_i / f_i    otherwise      (f = short or long factors, as chosen by L)
+
+so the angle depends on the position itself, not only on L: :func:`rope_angles` is the complete
+definition, and :func:`rope_frequencies` returns the frequencies of the positions m >= n_hat
+(``n_hat`` = 0, the default, is the Hugging Face schedule exactly). The attention factor A
+multiplies every position alike. With n_hat > 0 a logit q_n . k_t no longer depends on t - n
+alone whenever n or t is below n_hat.
 
 ``dynamic`` and ``longrope`` depend on the sequence length. ``seq_len`` may be an int or an
 integer tensor of lengths ``[n]``; for those two types the result is then ``[n, r/2]``, one row
@@ -68,7 +82,8 @@ from poslab.errors import ConfigError, check_choice
 
 KEYS = ("rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
         "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate",
-        "short_factor", "long_factor", "low_freq_factor", "high_freq_factor", "partial_rotary_factor")
+        "short_factor", "long_factor", "low_freq_factor", "high_freq_factor", "partial_rotary_factor",
+        "n_hat")
 
 _FIELD = "rope_scaling"
 
@@ -92,8 +107,40 @@ def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: dict | None 
     if dim < 2:
         raise ConfigError(f"{_FIELD}.partial_rotary_factor", cfg.get("partial_rotary_factor"),
                           f"a fraction leaving at least 2 rotated channels of head_dim={head_dim}")
+    unscaled_positions(cfg)
     return ROPE_SCHEDULES[rope_type](dim, base, cfg, max_position_embeddings=max_position_embeddings,
                                      seq_len=seq_len)
+
+
+def unscaled_positions(scaling: dict | None) -> int:
+    """LongRoPE's n_hat of a scaling dict: the first positions that keep the original angles (0 if
+    absent). Raises ConfigError for a value that is not a non-negative integer, or for the key on
+    any rope_type but longrope."""
+    cfg = scaling or {}
+    value = cfg.get("n_hat")
+    if value is None:
+        return 0
+    rope_type = cfg.get("rope_type", cfg.get("type", "default"))
+    if rope_type != "longrope":
+        raise ConfigError(f"{_FIELD}.n_hat", value, f"only with rope_type='longrope' (got {rope_type!r})")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{_FIELD}.n_hat", value, "a non-negative integer (positions left unscaled)")
+    return value
+
+
+def rope_angles(head_dim: int, base: float, scaling: dict | None, positions: Tensor, *,
+                max_position_embeddings: int | None = None, seq_len: int | None = None) -> Tensor:
+    """The rotation angles of positions [s] (float64) under a schedule, [s, r/2]: m theta'_i, with
+    theta'_i the schedule's frequencies at ``seq_len`` for m >= n_hat and the original theta_i
+    for m < n_hat (``n_hat``, longrope only, see the module docstring)."""
+    inv_freq, _ = rope_frequencies(head_dim, base, scaling, max_position_embeddings=max_position_embeddings,
+                                   seq_len=seq_len)
+    cfg = dict(scaling or {})
+    dim = 2 * inv_freq.shape[-1]
+    theta = _f32(roformer_theta(dim, float(cfg.get("rope_theta", base))))  # [r/2]
+    m = torch.as_tensor(positions, dtype=torch.float64)[:, None]  # [s, 1]
+    freq = torch.where(m < unscaled_positions(cfg), theta.double(), inv_freq.double())  # [s, r/2]
+    return m * freq
 
 
 # ----------------------------------------------------------------------------- schedules

@@ -168,11 +168,15 @@ def carrier(model: torch.nn.Module, batch: Batch, *, head: int | None = 0, chunk
 def rotary_theta(model: torch.nn.Module) -> Tensor:
     """The model's rotary frequencies theta [d/2] (``encoding.rotary_frequencies()``).
 
-    Raises ConfigError (field ``encoding``) for an encoding that does not rotate q and k.
+    Raises ConfigError (field ``encoding``) for an encoding that does not rotate q and k, and for
+    LongRoPE with n_hat > 0 (positions below n_hat rotate by other frequencies: no single theta).
     """
     theta = model.encoding.rotary_frequencies()
     if theta is None:
         raise ConfigError("encoding", model.cfg.encoding, f"a rotary encoding: {', '.join(rotary_encodings())}")
+    if getattr(model.encoding, "n_hat", 0):
+        raise ConfigError("encoding_options.scaling.n_hat", model.encoding.n_hat,
+                          "0: a rotary probe reads one frequency table for every position")
     return theta
 
 
