@@ -14,13 +14,23 @@ Methods (target length L_t = s L0, s = ``FACTOR`` = 4):
   ``rope_scaling`` dict, :mod:`poslab.positional.rope_scaling`): ``pi`` (linear / Position
   Interpolation), ``ntk`` (NTK-aware), ``dynamic`` (dynamic NTK), ``ntk_by_parts``, ``yarn``
   (with its attention factor 0.1 ln s + 1), ``llama3`` (low / high frequency factors 1 / 4);
-- ``longrope``: per-pair rescale factors lambda_i >= 1 found by a small evolutionary search
-  (Ding et al. 2024, scaled down: population ``SEARCH["population"]``, ``SEARCH["generations"]``
-  generations, mutation by log-normal steps, uniform crossover, factors kept non-decreasing in
-  i as LongRoPE constrains them) on the language-model loss at L_t, and a set of short factors
-  searched the same way at L0; the HF ``longrope`` schedule then picks short (L <= L0) or long
-  factors and scales attention by sqrt(1 + ln s / ln L0). The search reads *training-split*
-  windows; every protocol below reads the validation split;
+- ``longrope``: per-pair rescale factors lambda_i >= 1 and n-hat found by a small evolutionary
+  search (Ding et al. 2024, scaled down: population ``SEARCH["population"]``,
+  ``SEARCH["generations"]`` generations, mutation by log-normal steps, uniform crossover, factors
+  kept non-decreasing in i as LongRoPE constrains them) on the language-model loss at L_t; n-hat,
+  the number of initial positions that keep the original RoPE angles (section 3.2; poslab's
+  ``n_hat`` key of the longrope dict), is searched among ``N_HATS``, the paper's candidate set
+  scaled down to L0. Then a set of short factors is searched the same way at L0 with that n-hat.
+  The HF ``longrope`` schedule picks short (L <= L0) or long factors and scales attention by
+  sqrt(1 + ln s / ln L0). The search reads *training-split* windows; every protocol below reads
+  the validation split;
+- LongRoPE's progressive extension, scaled down (256k -> 2048k in the paper, here s = 4 -> 8):
+  ``longrope+ft`` fine-tunes at L_t (the ``pi+ft`` budget below) under the searched ``longrope``
+  schedule; ``longrope-progressive`` takes that model, searches long factors and n-hat again for
+  ``PROGRESSIVE`` x L0 (factors in [1, 2 x 8], the first stage's long factors x 2 among the
+  starting points) without fine-tuning at that length, then readjusts the short factors at L0 on
+  it (LongRoPE's short-context recovery). The report gives the validation loss at L0 before and
+  after the readjustment, the searched n-hat per seed and the wall time of each stage;
 - ``longrope2``: the same search guided by a needle-driven loss (Shang et al. 2025): the loss
   on the answer digits of planted passkeys only, at L_t (training-split haystacks);
 - fine-tuned: ``pi+ft`` and ``yarn+ft`` (``ft_steps`` = 2.5% of the pre-training steps at L_t on
@@ -46,8 +56,13 @@ Dynamic NTK (and LongRoPE's short/long choice) is applied as in one forward over
 window: every position of a window of L uses the frequencies of length L, as Hugging Face does
 for a full forward; in token-by-token decoding earlier positions would use smaller bases.
 
-Not done: LongRoPE's progressive extension and its n-hat (first positions left unscaled);
-LongRoPE2's per-layer search details beyond the needle-driven objective.
+n-hat makes a position's angles depend on the position itself (positions below n-hat use theta_i,
+the others theta_i / lambda_i, for queries and keys alike), so the logits no longer depend on the
+offset alone there; the streamed evaluations (:mod:`poslab.probes.streaming`,
+:mod:`poslab.probes.lm_streaming`) refuse every length-dependent schedule, longrope included, and
+the rotary probes (``probes.rotary_theta``) refuse n-hat > 0.
+
+Not done: LongRoPE2's per-layer search details beyond the needle-driven objective.
 """
 
 from __future__ import annotations
@@ -55,6 +70,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import time
 from pathlib import Path
 
 import matplotlib
@@ -82,6 +98,10 @@ FACTOR = 4.0  # s: target length L_t = s L0
 MULTIPLES = (1, 2, 4, 8)  # evaluation lengths, in units of L0
 PASSKEY_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 SEARCH = dict(population=8, generations=3, survivors=3, sigma=0.25)  # LongRoPE search, scaled down
+# LongRoPE's n-hat candidates (the paper searches {0, 1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 64, 128, 256} at
+# L0 = 4096): the small absolute values kept, cut at L0 / 4 (64 -> 16)
+N_HATS = (0, 1, 2, 4, 8, 16)
+PROGRESSIVE = 8.0  # LongRoPE's second stage: searched again on the model fine-tuned at s = FACTOR
 FT_SHARE = 0.025  # fine-tune steps as a share of the pre-training steps (50 of 2000)
 FT_LR = 1e-4  # constant, AdamW, gradient clip 1.0
 BUCKETS = 4  # position buckets per L0
@@ -140,7 +160,9 @@ def check(study: StudyConfig) -> None:
 # ----------------------------------------------------------------------------- protocols
 
 def rope_encoding(model, scaling: dict | None):
-    """The model's RoPE rebuilt with another schedule (its other options kept), on its device."""
+    """The model's RoPE rebuilt with another schedule (its other options kept), on its device.
+    (Its table covers lengths up to max_len; longrope clamps longer ones to the long factors, the
+    same table, so a search at 8 L0 works past a quick preset's max_len.)"""
     cfg = model.cfg
     options = {k: v for k, v in cfg.encoding_options.items() if k != "scaling"}
     enc = build_encoding(cfg.encoding, d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head,
@@ -230,22 +252,51 @@ def evaluate(ctx) -> list[dict]:
                      full_period_pairs=full_period_pairs(_base(model), L0, cfg.d_head),
                      extrapolation_bound=extrapolation_bound(_base(model), L0, cfg.d_head)))
 
-    # LongRoPE: short factors searched at L0, long factors at L_t, on training-split LM loss
+    # LongRoPE: long factors and n-hat searched at L_t, then short factors at L0 (with that n-hat),
+    # on training-split LM loss
     pairs = model.encoding.rotary_frequencies().numel()
     lm_short = _lm_objective(task, L0, study)
     lm_long = _lm_objective(task, target, study)
-    short, short_trace = search(model, L0, pairs, lm_short, ctx.member.seed, scalar_init=1.0)
-    long, long_trace = search(model, L0, pairs, lm_long, ctx.member.seed + 1, scalar_init=FACTOR)
-    lr_model = with_scaling(model, longrope(L0, short, long))
+    long, n_hat, long_trace = search(model, L0, pairs, lm_long, ctx.member.seed + 1, n_hats=N_HATS)
+    short, _, short_trace = search(model, L0, pairs, lm_short, ctx.member.seed, kind="short", other=long,
+                                   n_hats=(n_hat,))
+    lr_scaling = longrope(L0, short, long, n_hat=n_hat)
+    lr_model = with_scaling(model, lr_scaling)
     rows += protocols(lambda L: lr_model, ctx, "longrope")
-    rows += [dict(probe="search", method="longrope", set=k, generation=i, objective=v)
-             for k, trace in (("short", short_trace), ("long", long_trace)) for i, v in enumerate(trace)]
-    rows += [dict(probe="factors", method="longrope", set=k, pair=i, factor=float(f))
-             for k, fs in (("short", short), ("long", long)) for i, f in enumerate(fs)]
+    rows += _search_rows("longrope", FACTOR, n_hat, short, long, short_trace, long_trace)
+
+    # LongRoPE's progressive extension, scaled down: (a) fine-tune at L_t with the searched schedule,
+    # (b) search factors and n-hat for PROGRESSIVE x L0 on the fine-tuned model (no fine-tuning there),
+    # (c) readjust the short factors at L0 on that model
+    steps = max(2, int(FT_SHARE * study.train.steps))
+    clock = time.perf_counter()
+    lr_tuned = finetune(model, {target: rope_encoding(model, lr_scaling)}, task, study, steps, ctx.member.seed,
+                        ctx.device)
+    seconds = dict(finetune=time.perf_counter() - clock)
+    rows += protocols(lambda L: lr_tuned, ctx, "longrope+ft")
+    clock = time.perf_counter()
+    target2 = int(PROGRESSIVE * L0)
+    long8, n_hat8, long8_trace = search(lr_tuned, L0, pairs, _lm_objective(task, target2, study),
+                                        ctx.member.seed + 3, s=PROGRESSIVE, n_hats=N_HATS,
+                                        starts=[np.asarray(long) * PROGRESSIVE / FACTOR])
+    seconds["search_long"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    short8, _, short8_trace = search(lr_tuned, L0, pairs, lm_short, ctx.member.seed + 4, s=PROGRESSIVE,
+                                     kind="short", other=long8, n_hats=(n_hat8,), starts=[np.asarray(short)])
+    seconds["search_short"] = time.perf_counter() - clock
+    prog = with_scaling(lr_tuned, longrope(L0, short8, long8, PROGRESSIVE, n_hat8))
+    rows += protocols(lambda L: prog, ctx, "longrope-progressive")
+    rows += _search_rows("longrope-progressive", PROGRESSIVE, n_hat8, short8, long8, short8_trace, long8_trace)
+    ev = study.eval
+    unadjusted = with_scaling(lr_tuned, longrope(L0, short, long8, PROGRESSIVE, n_hat8))
+    for which, m in (("before", unadjusted), ("after", prog)):  # short-context loss around step (c)
+        loss = positionwise(lambda L, m=m: m, task.corpus, [L0], L0, ev.n_sequences, ev.chunk, ctx.device)[0]
+        rows.append(dict(probe="readjust", method="longrope-progressive", stage=which, length=L0, loss=loss["loss"]))
+    rows += [dict(probe="timing", method="longrope-progressive", stage=k, seconds=v) for k, v in seconds.items()]
 
     # LongRoPE2: the long search guided by the loss on planted needles' digits only
     needle = _needle_objective(task, target, study)
-    long2, long2_trace = search(model, L0, pairs, needle, ctx.member.seed + 2, scalar_init=FACTOR)
+    long2, _, long2_trace = search(model, L0, pairs, needle, ctx.member.seed + 2)
     lr2_model = with_scaling(model, longrope(L0, [1.0] * pairs, long2))
     rows += protocols(lambda L: lr2_model, ctx, "longrope2")
     rows += [dict(probe="search", method="longrope2", set="long", generation=i, objective=v)
@@ -253,7 +304,6 @@ def evaluate(ctx) -> list[dict]:
     rows += [dict(probe="factors", method="longrope2", set="long", pair=i, factor=float(f)) for i, f in enumerate(long2)]
 
     # Fine-tuned at the target length
-    steps = max(2, int(FT_SHARE * study.train.steps))
     sched = schedules(L0)
     for method, scaling in (("pi+ft", sched["pi"]), ("yarn+ft", sched["yarn"])):
         enc = rope_encoding(model, scaling)
@@ -271,9 +321,19 @@ def _base(model) -> float:
     return float(getattr(model.encoding, "base", 10000.0))
 
 
-def longrope(L0: int, short, long) -> dict:
-    return {"rope_type": "longrope", "factor": FACTOR, "original_max_position_embeddings": L0,
-            "short_factor": [float(x) for x in short], "long_factor": [float(x) for x in long]}
+def longrope(L0: int, short, long, s: float = FACTOR, n_hat: int = 0) -> dict:
+    """The HF longrope dict (plus poslab's ``n_hat`` when > 0: positions below it keep the original angles)."""
+    out = {"rope_type": "longrope", "factor": s, "original_max_position_embeddings": L0,
+           "short_factor": [float(x) for x in short], "long_factor": [float(x) for x in long]}
+    return {**out, "n_hat": int(n_hat)} if n_hat else out
+
+
+def _search_rows(method: str, s: float, n_hat: int, short, long, short_trace, long_trace) -> list[dict]:
+    rows = [dict(probe="search", method=method, set=k, generation=i, objective=v)
+            for k, trace in (("short", short_trace), ("long", long_trace)) for i, v in enumerate(trace)]
+    rows += [dict(probe="factors", method=method, set=k, pair=i, factor=float(f), n_hat=n_hat, s=s)
+             for k, fs in (("short", short), ("long", long)) for i, f in enumerate(fs)]
+    return rows
 
 
 def _lm_objective(task, L: int, study):
@@ -305,51 +365,73 @@ def _needle_objective(task, L: int, study):
     return loss
 
 
-def search(model, L0: int, pairs: int, objective, seed: int, scalar_init: float):
-    """LongRoPE's evolutionary search over per-pair factors lambda_i in [1, 2 s], non-decreasing in i.
+def search(model, L0: int, pairs: int, objective, seed: int, *, s: float = FACTOR, kind: str = "long",
+           other=None, n_hats=(0,), starts=()):
+    """LongRoPE's evolutionary search over per-pair factors lambda_i in [1, 2 s], non-decreasing in i,
+    and over n-hat among ``n_hats`` (the first positions left unscaled).
 
-    Initial population: uniform ``scalar_init`` (PI at s, plain RoPE at 1), the NTK-aware and
-    YaRN factors, and mutations of them. Each generation keeps the ``survivors`` best and fills
-    the population with mutated (log-normal, sigma) and crossed-over (uniform per pair) children.
-    The objective is evaluated with the HF ``longrope`` schedule (long factors beyond L0, short
-    within, attention factor sqrt(1 + ln s / ln L0)). Returns (best factors, best objective per
-    generation).
+    ``kind`` "long" searches the long factors (the short ones fixed to ``other``, default 1), "short"
+    the short ones (long fixed to ``other``). Initial population: uniform s ("long") or 1 ("short",
+    plain RoPE), for "long" the NTK-aware and YaRN factors at s, the given ``starts``, all with
+    n-hat = n_hats[0], then mutations of them with a random n-hat. Each generation keeps the
+    ``survivors`` best and fills the population with children: uniform crossover per pair, a
+    log-normal mutation (sigma) on about half the pairs, n-hat from either parent and moved to a
+    neighbouring candidate with probability 1/2. The objective is evaluated with the HF
+    ``longrope`` schedule at factor s (long factors beyond L0, short within, attention factor
+    sqrt(1 + ln s / ln L0)) plus n-hat. The frequencies are those of the model's plain RoPE, so a
+    model fine-tuned under another schedule is searched the same way. Returns (best factors,
+    best n-hat, best objective per generation).
     """
     rng = np.random.default_rng(seed)
-    theta = model.encoding.rotary_frequencies().double().cpu().numpy()  # [r/2]
-    hi = 2 * FACTOR
+    plain = rope_encoding(model, None)
+    theta = plain.rotary_frequencies().double().cpu().numpy()  # [r/2]
+    hi = 2 * s
+    other = np.ones(pairs) if other is None else np.asarray(other, dtype=np.float64)
+    n_hats = tuple(n_hats)
 
     def legal(f):
         return np.maximum.accumulate(np.clip(f, 1.0, hi))
 
-    seeds = [np.full(pairs, scalar_init)]
-    if scalar_init > 1:
-        for kind in ("ntk", "yarn"):  # their frequencies as per-pair factors theta_i / theta'_i
-            scaled = rope_encoding(model, schedules(L0)[kind]).rotary_frequencies().double().cpu().numpy()
+    def pick_n_hat():  # no draw when n-hat is fixed, so a fixed-n-hat search repeats the old one
+        return n_hats[rng.integers(len(n_hats))] if len(n_hats) > 1 else n_hats[0]
+
+    seeds = [np.full(pairs, s if kind == "long" else 1.0)]
+    if kind == "long":
+        orig = {"factor": s, "original_max_position_embeddings": L0}
+        for scaling in ({"rope_type": "ntk", "factor": s}, {"rope_type": "yarn", **orig}):
+            # their frequencies as per-pair factors theta_i / theta'_i
+            scaled = rope_encoding(model, scaling).rotary_frequencies().double().cpu().numpy()
             seeds.append(theta / scaled)
-    population = [legal(f) for f in seeds]
+    seeds += [np.asarray(f, dtype=np.float64) for f in starts]
+    population = [(legal(f), n_hats[0]) for f in seeds]
     while len(population) < SEARCH["population"]:
-        parent = population[rng.integers(len(seeds))]
-        population.append(legal(parent * np.exp(rng.normal(0, SEARCH["sigma"], pairs))))
+        parent = population[rng.integers(len(seeds))][0]
+        population.append((legal(parent * np.exp(rng.normal(0, SEARCH["sigma"], pairs))), pick_n_hat()))
 
-    def score(f):
-        short = f if scalar_init == 1.0 else np.ones(pairs)
-        return objective(with_scaling(model, longrope(L0, short, f)))
+    def score(f, n_hat):
+        short, long = (other, f) if kind == "long" else (f, other)
+        return objective(with_scaling(model, longrope(L0, short, long, s, n_hat)))
 
-    scored = sorted(((score(f), i, f) for i, f in enumerate(population)), key=lambda t: t[:2])
+    scored = sorted(((score(f, n), i, f, n) for i, (f, n) in enumerate(population)), key=lambda t: t[:2])
     trace = [scored[0][0]]
     for _ in range(SEARCH["generations"]):
-        parents = [f for _, _, f in scored[:SEARCH["survivors"]]]
+        parents = [(f, n) for _, _, f, n in scored[:SEARCH["survivors"]]]
         children = []
         while len(children) < SEARCH["population"] - len(parents):
             a, b = rng.choice(len(parents), 2)
-            child = np.where(rng.random(pairs) < 0.5, parents[a], parents[b])
+            child = np.where(rng.random(pairs) < 0.5, parents[a][0], parents[b][0])
             child = child * np.exp(rng.normal(0, SEARCH["sigma"], pairs) * (rng.random(pairs) < 0.5))
-            children.append(legal(child))
-        scored = sorted(scored[:SEARCH["survivors"]] + [(score(f), 100 + len(trace) * 100 + i, f)
-                                                         for i, f in enumerate(children)], key=lambda t: t[:2])
+            n_hat = parents[a][1]
+            if len(n_hats) > 1:
+                n_hat = parents[b][1] if rng.random() < 0.5 else n_hat
+                if rng.random() < 0.5:
+                    j = n_hats.index(n_hat) + rng.choice((-1, 1))
+                    n_hat = n_hats[min(max(j, 0), len(n_hats) - 1)]
+            children.append((legal(child), n_hat))
+        scored = sorted(scored[:SEARCH["survivors"]] + [(score(f, n), 100 + len(trace) * 100 + i, f, n)
+                                                         for i, (f, n) in enumerate(children)], key=lambda t: t[:2])
         trace.append(scored[0][0])
-    return scored[0][2], [float(t) for t in trace]
+    return scored[0][2], int(scored[0][3]), [float(t) for t in trace]
 
 
 def finetune(model, encodings: dict, task, study, steps: int, seed: int, device):
@@ -376,7 +458,8 @@ def finetune(model, encodings: dict, task, study, steps: int, seed: int, device)
 # ----------------------------------------------------------------------------- report
 
 ORDER = ("rope", "pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3", "longrope", "longrope2", "pi+ft",
-         "yarn+ft", "longrope2+ft")
+         "yarn+ft", "longrope+ft", "longrope-progressive", "longrope2+ft")
+FINETUNED = ("pi+ft", "yarn+ft", "longrope+ft", "longrope-progressive", "longrope2+ft")  # weights changed
 
 
 def _method(r: dict) -> str:
@@ -437,8 +520,11 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"the extensions are measured against.", ""]
     if ft:
         lines += [f"Fine-tuned methods: {ft[0]['steps']} AdamW steps at lr {ft[0]['lr']} "
-                  f"(PI, YaRN: windows of {ft[0]['target_length']}; LongRoPE2+ft: alternating {ft[0]['target_length']} "
-                  f"with the rescaled RoPE and {L0} with the original).", ""]
+                  f"(PI, YaRN, LongRoPE: windows of {ft[0]['target_length']}; LongRoPE2+ft: alternating "
+                  f"{ft[0]['target_length']} with the rescaled RoPE and {L0} with the original). "
+                  f"longrope-progressive: the longrope+ft model with factors and n-hat searched again for "
+                  f"{PROGRESSIVE:g} x L0 = {int(PROGRESSIVE * L0)} (no fine-tuning at that length) and its short "
+                  f"factors readjusted at L0 (LongRoPE's progressive extension, scaled down).", ""]
     header_md = "| " + " | ".join(header) + " |\n|" + "---|" * len(header)
     lines += [header_md] + ["| " + " | ".join(str(c) for c in row) + " |" for row in body] + [""]
     if law:
@@ -449,11 +535,46 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                   f"critical dimension d_extra = {r['critical_dimension']}; predicted extrapolation bound "
                   f"T_extra = 2 pi base^(d_extra/d) = {r['extrapolation_bound']:.1f} positions "
                   f"({r['extrapolation_bound'] / L0:.2f} x L0).", ""]
+    lines += _search_lines(rows, L0)
     claims = _claims(rows, study, methods, loss_at, pk_at, law)
     lines += ["## Claims beside this run", "", claims_markdown(claims), ""]
     (out / "table.md").write_text("\n".join(lines))
     files += [out / "table.md", write_claims(claims, out / "claims.json")]
     return files + figures(rows, study, out, methods, loss_at)
+
+
+def _search_lines(rows, L0: int) -> list[str]:
+    """The searched n-hat per LongRoPE method and seed, the search's objective, the readjustment and its cost."""
+    factors = select(rows, "factors")
+    methods = [m for m in ("longrope", "longrope-progressive") if any(r["method"] == m for r in factors)]
+    if not methods:
+        return []
+    lines = ["## LongRoPE search", "",
+             f"Population {SEARCH['population']}, {SEARCH['generations']} generations, n-hat candidates "
+             f"{list(N_HATS)} (positions below n-hat keep the original RoPE angles). Objective: mean training-split "
+             f"LM loss at the searched length (long: s L0, short: L0), best of the first -> last generation.", "",
+             "| method | s | seed | n-hat | long objective | short objective |", "|---|---|---|---|---|---|"]
+    for m in methods:
+        for seed in sorted({r["seed"] for r in factors if r["method"] == m}):
+            f = [r for r in factors if r["method"] == m and r["seed"] == seed]
+            trace = {k: [r["objective"] for r in sorted(select(rows, "search", method=m, set=k, seed=seed),
+                                                        key=lambda r: r["generation"])] for k in ("long", "short")}
+            cells = [f"{t[0]:.3f} -> {t[-1]:.3f}" if t else "-" for t in (trace["long"], trace["short"])]
+            lines.append(f"| {m} | {f[0]['s']:g} | {seed} | {f[0]['n_hat']} | {cells[0]} | {cells[1]} |")
+    lines.append("")
+    adjust = select(rows, "readjust")
+    if adjust:
+        before = _stats([r["loss"] for r in adjust if r["stage"] == "before"])
+        after = _stats([r["loss"] for r in adjust if r["stage"] == "after"])
+        lines += [f"Short-factor readjustment (longrope-progressive, validation loss at L0 = {L0}): "
+                  f"{fmt(*before[:2])} with the first stage's short factors -> {fmt(*after[:2])} readjusted.", ""]
+    timing = select(rows, "timing")
+    if timing:
+        parts = [f"{k} {_stats([r['seconds'] for r in timing if r['stage'] == k])[0]:.1f} s"
+                 for k in ("finetune", "search_long", "search_short")]
+        lines += [f"Wall time of the progressive stages per member (mean over seeds, this run's machine): "
+                  f"{', '.join(parts)}.", ""]
+    return lines
 
 
 def _claims(rows, study, methods, loss_at, pk_at, law) -> list[Claim]:
@@ -478,6 +599,23 @@ def _claims(rows, study, methods, loss_at, pk_at, law) -> list[Claim]:
             out.append(Claim(name=f"{m}: short-context retention at L0={L0}", paper="measured, not assumed (survey)",
                              measured=f"{l1 - rope1:+.3f} nats", holds=None,
                              note="loss at L0 minus plain RoPE's"))
+    far8 = int(PROGRESSIVE * L0)
+    if far8 in lengths and {"longrope+ft", "longrope-progressive"} <= set(methods):
+        prog, ft = loss_at("longrope-progressive", far8)[0], loss_at("longrope+ft", far8)[0]
+        out.append(Claim(name=f"longrope-progressive: loss at {PROGRESSIVE:g} L0 = {far8} below longrope+ft's "
+                              f"(the same weights with the {FACTOR:g}x schedule)",
+                         paper="a second search on the fine-tuned model extends further without fine-tuning "
+                               "(Ding et al. 2024: 256k fine-tuned -> 2048k)",
+                         measured=f"{prog:.3f} vs {ft:.3f}", holds=bool(prog < ft), criterion="lower", note=n))
+    adjust = select(rows, "readjust")
+    if adjust:
+        before = _stats([r["loss"] for r in adjust if r["stage"] == "before"])[0]
+        after = _stats([r["loss"] for r in adjust if r["stage"] == "after"])[0]
+        out.append(Claim(name=f"longrope-progressive: readjusted short factors recover short-context loss at "
+                              f"L0={L0}", paper="short-factor readjustment recovers short-context performance "
+                                                "(Ding et al. 2024)",
+                         measured=f"{before:.3f} -> {after:.3f}", holds=bool(after < before), criterion="lower after",
+                         note=f"{n}; validation loss at L0 with the first stage's short factors, then readjusted"))
     ceiling = pk_at("rope", L0)[0]
     digit_loss = _stats([r["loss"] for r in select(rows, "passkey", method="rope", length=L0)])[0]
     out.append(Claim(name=f"passkey retrieval learned within the training length (the ceiling), L={L0}",
@@ -508,7 +646,7 @@ def figures(rows, study, out: Path, methods, loss_at) -> list[Path]:
         if not buckets:
             continue
         y = [np.mean([r["loss"] for r in pos if (r["bucket_start"], r["bucket_end"]) == b]) for b in buckets]
-        ax.plot([(a + b) / 2 for a, b in buckets], y, lw=1.2, label=m, ls="-" if "ft" not in m else "--")
+        ax.plot([(a + b) / 2 for a, b in buckets], y, lw=1.2, label=m, ls="--" if m in FINETUNED else "-")
     ax.axvline(L0, color="grey", ls=":", lw=1)
     ax.axvline(FACTOR * L0, color="grey", ls="--", lw=1)
     ax.set(xlabel="position", ylabel="loss (nats)", title=f"position-wise loss on windows of {far}")
