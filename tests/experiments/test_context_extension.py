@@ -43,6 +43,14 @@ def test_quick_end_to_end_rows_table_figures_and_encodings(tmp_path):
         table = (tmp_path / "out" / "table.md").read_text()
         assert all(f"| {m} |" in table for m in METHODS) and "critical dimension d_extra" in table
         first_rows = store.rows(experiment=ce.name)
+        assert "## LongRoPE search" in table and "| longrope-progressive | 8 |" in table
+        assert sorted(r["stage"] for r in first_rows if r.get("probe") == "readjust") == ["after", "before"]
+        for method, s in (("longrope", ce.FACTOR), ("longrope-progressive", ce.PROGRESSIVE)):
+            long = [r["factor"] for r in sorted(first_rows, key=lambda r: r.get("pair", 0))
+                    if r.get("probe") == "factors" and r.get("method") == method and r["set"] == "long"]
+            assert long and long == sorted(long) and 1.0 <= long[0] and long[-1] <= 2 * s
+            assert {r["n_hat"] for r in first_rows if r.get("probe") == "factors" and r.get("method") == method} \
+                <= set(ce.N_HATS)
         again = run_study(ce, study, store=store, out=tmp_path / "out", progress=False)
         assert again["trained"] == 0 and again["evaluated"] == 0
 
@@ -63,3 +71,25 @@ def test_bad_input_stops_before_work():
             validate(apply_overrides(tiny(), bad, fixed=ce.FIXED), "cpu", ce)
     with pytest.raises(ConfigError, match="train.max_length"):
         apply_overrides(tiny(), ["train.max_length=48"], fixed=ce.FIXED)
+
+
+def test_search_covers_n_hat_and_keeps_factors_legal():
+    """An objective that only rewards n-hat = 4 (read from the candidate's encoding) is solved by the
+    search; a fixed n-hat is never changed and gives the plain HF longrope dict."""
+    from poslab.models.transformer import Transformer, TransformerConfig
+
+    model = Transformer(TransformerConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, max_len=64)).eval()
+    seen = []
+
+    def objective(m):
+        seen.append(m.encoding.n_hat)
+        assert m.encoding.scaling["factor"] in (8.0, ce.FACTOR)
+        return abs(m.encoding.n_hat - 4) + 1e-3 * float(m.encoding.rotary_frequencies().sum())
+
+    factors, n_hat, trace = ce.search(model, 16, 4, objective, seed=0, s=8.0, n_hats=ce.N_HATS)
+    assert n_hat == 4 and len(set(seen)) > 2 and trace == sorted(trace, reverse=True)
+    assert list(factors) == sorted(factors) and 1.0 <= factors[0] and factors[-1] <= 16.0
+    seen.clear()
+    _, n_hat, _ = ce.search(model, 16, 4, objective, seed=0, kind="short", n_hats=(0,))
+    assert n_hat == 0 and set(seen) == {0}
+    assert "n_hat" not in ce.longrope(16, [1.0] * 4, [4.0] * 4) and ce.longrope(16, [1.0] * 4, [4.0] * 4, n_hat=2)["n_hat"] == 2
