@@ -87,29 +87,33 @@ def test_refuses_bad_tokens_and_chunks():
 
 
 def _peaks(queue) -> None:
-    """In a fresh process: peak RSS (MiB) after a warm-up, after L = 1k and 16k on disk, then 16k in memory."""
-    import resource
-
+    """In a fresh process: peak RSS growth (MiB) of L = 1k and 16k on disk, then 16k in memory, each
+    from a reset high-water mark (whatever the process's start-up peaked at does not mask them)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = Transformer(TransformerConfig(vocab_size=11, d_model=32, n_layers=1, n_heads=2, encoding="rope",
                                           max_len=64)).eval()
     g = torch.Generator().manual_seed(0)
 
-    def peak():
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    def status(key):
+        with open("/proc/self/status") as f:
+            return int(f.read().split(f"{key}:")[1].split()[0]) / 1024  # MiB
+
+    def peak(L, limit):  # the growth of the resident high-water mark over this call
+        tokens = torch.randint(11, (L + 1,), generator=g)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current resident size (Linux >= 4.0)
+        before = status("VmRSS")
+        positionwise_loss(model, tokens, chunk=512, memory_limit=limit)
+        return status("VmHWM") - before
 
     for _ in range(2):  # allocator and kernels warm
-        positionwise_loss(model, torch.randint(11, (1025,), generator=g), chunk=512, memory_limit=0)
-    out = [peak()]
-    for L, limit in ((1024, 0), (16384, 0), (16384, 1 << 30)):
-        positionwise_loss(model, torch.randint(11, (L + 1,), generator=g), chunk=512, memory_limit=limit)
-        out.append(peak())
-    queue.put(out)
+        peak(1024, 0)
+    queue.put([peak(L, limit) for L, limit in ((1024, 0), (16384, 0), (16384, 1 << 30))])
 
 
 def test_peak_memory_is_flat_past_the_chunk():
-    """16x the length on disk adds under 1.5 MiB of peak RSS (the 16k tokens themselves are 0.125); the same length held in memory (3 L D
+    """16x the length on disk adds under 1 MiB of peak RSS; the same length held in memory (3 L D
     floats, 6.3 MiB) shows up, so the measurement can see an O(L) buffer."""
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
@@ -123,7 +127,65 @@ def test_peak_memory_is_flat_past_the_chunk():
             del os.environ["MALLOC_MMAP_THRESHOLD_"]
         else:
             os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
-    warm, short, long, in_memory = queue.get(timeout=120)
+    short, long, in_memory = queue.get(timeout=120)
     proc.join()
-    assert long - short < 1.5, (warm, short, long, in_memory)
-    assert in_memory - long > 4.0, (warm, short, long, in_memory)
+    assert long - short < 1.0, (short, long, in_memory)
+    assert in_memory - long > 4.0, (short, long, in_memory)
+
+
+# ----------------------------------------------------------------------------- the LM study
+
+@pytest.fixture
+def corpus(tmp_path):
+    """4,000 characters: a validation split of 400, so L = 1000 reads the corpus's (training) start."""
+    path = tmp_path / "corpus.txt"
+    words = ["to be or not to be\n", "that is the question\n", "whether tis nobler\n", "in the mind to suffer\n"]
+    path.write_text("".join(words[i % 4] for i in range(200))[:4000], encoding="utf-8")
+    return path
+
+
+def lm_run(corpus, tmp_path, encodings=("rope",), lengths=(32, 300, 1000)):
+    from poslab.experiments import lm
+    from poslab.experiments.runner import run_study
+    from poslab.store import Store
+
+    study = lm.lm_study("quick", encodings=encodings, task=dict(corpus=str(corpus)),
+                        train=dict(steps=12, batch_size=4), eval=dict(lengths=lengths))
+    with Store(tmp_path / "s.sqlite") as store:
+        try:
+            run_study(lm, study, store=store, out=tmp_path / "out", progress=False, executor="inline")
+        finally:
+            runs = store.runs(experiment="lm")
+        return runs, lm.load_member(store, encoding=encodings[0])[0] if runs else None
+
+
+def test_lm_study_streams_long_lengths(corpus, tmp_path):
+    import csv
+
+    from poslab.tasks.text import load_corpus
+
+    _, model = lm_run(corpus, tmp_path)
+    rows = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
+    long = {int(r["length"]): r for r in rows if r["probe"] == "long"}
+    assert sorted(long) == [32, 300, 1000]
+    assert long[32]["storage"] == "forward" and int(long[32]["windows"]) == 399 // 32
+    assert long[300]["source"] == "validation split" and long[300]["storage"] == "streamed (memory)"
+    assert long[1000]["source"] == "corpus start (includes training text)"
+    data = load_corpus(str(corpus))
+    for L, ids in ((300, data.ids[data.bounds("val")][:301]), (1000, data.ids[:1001])):
+        assert float(long[L]["loss"]) == pytest.approx(reference(model, ids).mean(), rel=1e-5)
+        buckets = [r for r in rows if r["probe"] == "positionwise" and int(r["length"]) == L and r["scale"] == "log"]
+        assert sum(int(r["positions"]) for r in buckets) == L
+    assert (tmp_path / "out" / "lm_positionwise.png").stat().st_size > 0
+    assert "includes training text" in (tmp_path / "out" / "table.md").read_text()
+
+
+@pytest.mark.parametrize("encodings,lengths,field", [
+    (("rope",), (32, 4000), "eval.lengths"),  # the corpus has 4,000 characters: at most L = 3,999
+    (("shaw",), (32, 300), "encoding"),  # a value bias cannot stream
+])
+def test_lm_study_refuses_before_any_work(corpus, tmp_path, encodings, lengths, field):
+    with pytest.raises(ConfigError) as err:
+        lm_run(corpus, tmp_path, encodings, lengths)
+    assert err.value.field == field
+    assert not (tmp_path / "out").exists()

@@ -37,8 +37,9 @@ def test_quick_preset_end_to_end(corpus, tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         summary = run_study(lm, study, store=store, out=tmp_path / "out", progress=False, executor="inline")
         assert summary["trained"] == 2
-    assert {p.name for p in summary["files"]} == {"rows.csv", "table.md", "claims.json", "lm_loss.png"}
-    rows = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
+    assert {p.name for p in summary["files"]} == {"rows.csv", "table.md", "claims.json", "lm_loss.png",
+                                                  "lm_positionwise.png"}
+    rows = [r for r in csv.DictReader(open(tmp_path / "out" / "rows.csv")) if r["probe"] == "lm"]
     assert [r["encoding"] for r in rows] == ["learned", "rope"]
     val = CharText(corpus=str(corpus), split="val")
     for r in rows:

@@ -21,6 +21,21 @@ last 10% of the corpus), tiled by consecutive non-overlapping windows of the tra
 exceeds the split's count, so rows say ``whole_split``). nanoGPT's 1.886 is an estimate from
 200 random batches of 12 windows instead.
 
+Position-wise loss (``eval.lengths``, default: the training context): the cross-entropy at each
+position t of a window of L characters, averaged over position buckets (log-spaced 0, 1, [2, 4),
+[4, 8), ... and, where L <= 64 x context / 4, the context-extension study's linear ones of width
+context / 4). At L <= the context it is the mean over the split's non-overlapping windows (at
+most ``eval.n_sequences``), from the model's forward; past the context it is ONE window, the
+first L + 1 characters of the validation split, or, when the split is shorter (TinyShakespeare's
+holds 111,540), of the whole corpus, whose start is training text (rows say so in ``source``:
+that loss measures positional extrapolation, not held-out generalization), evaluated exactly in
+bounded memory by :func:`poslab.probes.lm_streaming.positionwise_loss` (layer by layer, online
+softmax over key chunks of ``eval.chunk`` x 16 positions, stream and keys on disk past 256 MiB).
+Lengths past the context need an encoding that streams (no Shaw, no length-dependent schedule)
+and, for a learned table, rows that far: the runner builds tables for the longest eval length,
+rows past the context untrained. ``--set eval.lengths=[64,100000,1000000] --set
+grid.encoding=[rope]``; ~1e3 L^2 flops for the paper model, so 10^6 is for a GPU (``--device``).
+
 Every member's row also carries its training wall time and throughput: ``train_seconds`` is the
 ensemble's wall time (members of one encoding train together), ``seconds_per_member`` that
 divided by the members in the group, ``tokens_per_s`` the characters per second over all of them.
@@ -32,6 +47,7 @@ Other studies reuse the recipe: :func:`lm_study` (``encodings=``, any StudyConfi
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import matplotlib
@@ -40,11 +56,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 from poslab.errors import ConfigError, check_choice  # noqa: E402
 from poslab.experiments.claims import Claim, claims_markdown, markdown_table, write_claims  # noqa: E402
 from poslab.experiments.config import EvalConfig, StudyConfig  # noqa: E402
 from poslab.experiments.retrieval import fmt, group_stats, save, select, write_csv  # noqa: E402
+from poslab.tasks.text import CharText  # noqa: E402
 from poslab.train import TrainConfig, evaluate_loss  # noqa: E402
 
 name = "lm"
@@ -67,9 +85,12 @@ RECIPES = {
                   batch_size=8, steps=30, warmup_steps=5),
 }
 ENCODINGS = ("learned", "rope")
-COLUMNS = ["encoding", "seed", "context", "val_loss", "val_accuracy", "val_windows", "val_targets", "whole_split",
+COLUMNS = ["probe", "encoding", "seed", "context", "val_loss", "val_accuracy", "val_windows", "val_targets", "whole_split",
            "train_seconds", "group_size", "seconds_per_member", "tokens_per_s", "ms_per_step", "params",
-           "final_train_loss"]
+           "final_train_loss", "length", "bucket_start", "bucket_end", "scale", "loss", "positions", "windows", "source",
+           "seconds", "storage"]
+CHECKS_EVAL_LENGTHS = True  # check() validates eval.lengths: past the split, against the whole corpus
+STREAM_CHUNK = 16  # streamed key/query chunk = eval.chunk x this (positions; eval.chunk counts windows)
 
 
 def lm_study(preset: str = "paper", encodings: tuple[str, ...] | None = None, **changes) -> StudyConfig:
@@ -104,15 +125,26 @@ def study(preset: str) -> StudyConfig:
 
 
 def check(study: StudyConfig) -> None:
-    """A character-level task, trained and evaluated on one context length."""
+    """A character-level task trained on one context length; eval lengths that fit the corpus, and
+    past the context, members whose model streams (:func:`~poslab.probes.lm_streaming.check_streamable`)."""
+    from poslab.experiments.runner import members, variant_members
+    from poslab.probes.lm_streaming import check_streamable, text_window
+
     if not hasattr(_task_class(study.task_type), "windows"):
         raise ConfigError("task_type", study.task_type, "a text task (text) whose split tiles into windows")
     if study.train.min_length != study.train.max_length:
         raise ConfigError("train.min_length", study.train.min_length,
                           f"train.max_length={study.train.max_length}: the LM trains on one context length")
-    if tuple(study.eval.lengths) != (study.train.max_length,):
-        raise ConfigError("eval.lengths", list(study.eval.lengths),
-                          f"[{study.train.max_length}]: the validation loss is taken at the training context")
+    context = study.train.max_length
+    for L in study.eval.lengths:
+        if L <= context:
+            CharText(corpus=study.task.get("corpus"), split="val").validate(L)
+        else:
+            text_window(study.task.get("corpus"), L, field="eval.lengths")
+    if max(study.eval.lengths) > context:
+        trained = members(name, study)
+        for member in trained + [variant for variant, _ in variant_members(name, study, trained)]:
+            check_streamable(member.model_config)
 
 
 def _task_class(task_type: str):
@@ -138,6 +170,42 @@ def validation_loss(model, task, context: int, chunk: int = 64, limit: int | Non
     return dict(out, windows=windows, whole_split=windows == total)
 
 
+def positionwise(model, corpus: str | None, L: int, context: int, chunk: int, limit: int, device) -> list[dict]:
+    """Rows of loss per position bucket at length L (see the module docstring), and one ``long``
+    row with the loss over all L positions, its source, wall time and storage."""
+    from poslab.probes.lm_streaming import linear_buckets, log_buckets, positionwise_loss, text_window
+
+    width = max(1, context // 4)
+    buckets = log_buckets(L) + (linear_buckets(L, width) if L <= 64 * width else [])
+    start = time.perf_counter()
+    if L <= context:  # the model's forward over the split's windows
+        total, windows = torch.zeros(L, dtype=torch.float64), 0
+        hits = 0
+        val = CharText(corpus=corpus, split="val")
+        with torch.no_grad():
+            for batch in val.windows(L, batch_size=chunk, limit=limit):
+                batch = batch.to(device)
+                logits = model(batch.tokens)  # [b, L, m]
+                total += F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none").double().sum(0).cpu()
+                hits += int((logits.argmax(-1) == batch.targets).sum())
+                windows += batch.size
+        per = (total / windows).numpy()
+        sums = [(float(per[lo:hi].sum()), hi - lo) for lo, hi in buckets]
+        loss, accuracy, source, storage = float(per.mean()), hits / (windows * L), "validation split", "forward"
+    else:  # one window, streamed in bounded memory
+        tokens, source = text_window(corpus, L, field="eval.lengths")
+        out = positionwise_loss(model, tokens, chunk=chunk * STREAM_CHUNK, buckets=buckets, device=device)
+        sums = list(zip(out.sums.tolist(), out.counts.tolist()))
+        loss, accuracy, windows, storage = out.loss, out.accuracy, 1, f"streamed ({out.storage})"
+    seconds = time.perf_counter() - start
+    rows = [dict(probe="long", length=L, context=context, loss=loss, accuracy=accuracy, windows=windows,
+                 source=source, seconds=seconds, storage=storage)]
+    rows += [dict(probe="positionwise", length=L, context=context, bucket_start=lo, bucket_end=hi - 1,
+                  scale="log" if i < len(log_buckets(L)) else "linear", loss=s / c, positions=c, windows=windows,
+                  source=source) for i, ((lo, hi), (s, c)) in enumerate(zip(buckets, sums))]
+    return rows
+
+
 def evaluate(ctx) -> list[dict]:
     study = ctx.study
     L = study.train.max_length
@@ -153,6 +221,9 @@ def evaluate(ctx) -> list[dict]:
         row.update(seconds_per_member=seconds / size, tokens_per_s=steps * batch * L * size / seconds,
                    ms_per_step=seconds / steps * 1e3)
     rows = [row]
+    for length in study.eval.lengths:
+        rows += positionwise(ctx.model, study.task.get("corpus"), length, L, study.eval.chunk, study.eval.n_sequences,
+                             ctx.device)
     curve = timings.get("loss_curve")
     if curve:
         every = max(1, len(curve) // 100)
@@ -194,7 +265,8 @@ def claims(rows: list[dict], study: StudyConfig) -> list[Claim]:
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     lm = select(rows, "lm")
-    files = [write_csv(lm, out / "rows.csv", COLUMNS)]
+    long = select(rows, "long")
+    files = [write_csv(lm + long + select(rows, "positionwise"), out / "rows.csv", COLUMNS)]
     body = []
     for enc in study.axis("encoding"):
         cells = [r for r in lm if r["encoding"] == enc]
@@ -220,6 +292,22 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
             f"nanoGPT (paper preset recipe): {NANOGPT['paper']['val_loss']} in {NANOGPT['paper']['seconds']} s; "
             f"gpu recipe: {NANOGPT['gpu']['val_loss']}.", "",
             "## The targets beside this run", "", claims_markdown(found), ""]
+    if long:
+        cells = sorted({(r["encoding"], r["length"]) for r in long}, key=lambda k: (k[1], k[0]))
+        body = []
+        for enc, length in cells:
+            got = [r for r in long if (r["encoding"], r["length"]) == (enc, length)]
+            loss = group_stats(got, ("encoding",), "loss")[(enc,)]
+            body.append([enc, f"{length:,}", fmt(*loss[:2]), ", ".join(str(r["seed"]) for r in got),
+                         got[0]["windows"], got[0]["source"], f"{np.mean([r['seconds'] for r in got]):.1f}",
+                         got[0]["storage"]])
+        text += ["## Position-wise loss at the eval lengths", "",
+                 f"Mean cross-entropy over all L positions of the window(s); per-bucket values in rows.csv "
+                 f"(probe = positionwise) and lm_positionwise.png. Past the context ({t.max_length}) it is one "
+                 f"window evaluated streamed; a source that includes training text measures positional "
+                 f"extrapolation, not held-out generalization.", "",
+                 markdown_table(["encoding", "L", "loss", "seeds", "windows", "source", "seconds", "evaluated"], body),
+                 ""]
     (out / "table.md").write_text("\n".join(text))
     files += [out / "table.md", write_claims(found, out / "claims.json")]
     files += figures(rows, study, out)
@@ -237,7 +325,22 @@ def figures(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     ax.axhline(NANOGPT["paper"]["val_loss"], color="k", ls="--", lw=1, label="nanoGPT val 1.886")
     ax.set(xlabel="step", ylabel="training loss (nats / char)", title="character LM (dotted: validation)")
     ax.legend(fontsize=7)
-    return [save(fig, out / "lm_loss.png")]
+    files = [save(fig, out / "lm_loss.png")]
+    pos = [r for r in select(rows, "positionwise") if r.get("scale") == "log"]
+    if pos:
+        fig, ax = plt.subplots(figsize=(5.5, 3.4))
+        for enc in study.axis("encoding"):
+            for L in sorted({r["length"] for r in pos if r["encoding"] == enc}):
+                cells = [r for r in pos if r["encoding"] == enc and r["length"] == L]
+                spans = sorted({(r["bucket_start"], r["bucket_end"]) for r in cells})
+                y = [np.mean([r["loss"] for r in cells if (r["bucket_start"], r["bucket_end"]) == b]) for b in spans]
+                ax.semilogx([max(0.5, (a + b) / 2) for a, b in spans], y, "o-", ms=3, lw=1, label=f"{enc}, L={L:,}")
+        ax.axvline(study.train.max_length, color="grey", ls="--", lw=1, label="training context")
+        ax.set(xlabel="position t (log-spaced buckets)", ylabel="loss (nats / char)",
+               title="character LM: loss vs position")
+        ax.legend(fontsize=7)
+        files.append(save(fig, out / "lm_positionwise.png"))
+    return files
 
 
 # ----------------------------------------------------------------------------- sampling

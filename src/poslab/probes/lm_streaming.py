@@ -294,3 +294,23 @@ def _readout(model, x: _Rows, tokens: Tensor, L: int, bos: int, chunk: int, buck
         counts += hi - lo
     return PositionwiseLoss(length=L, buckets=list(buckets), sums=sums, counts=counts, total=total, correct=correct,
                             per_position=every, storage=storage)
+
+
+# ----------------------------------------------------------------------------- the text
+
+def text_window(corpus: str | None, L: int, field: str = "length") -> tuple[Tensor, str]:
+    """The first L + 1 characters (L predicted positions) of the validation split of ``corpus``
+    (None: TinyShakespeare) when it holds them, else of the whole corpus, whose start is training
+    text: then the loss measures positional extrapolation, not held-out generalization.
+    Returns the ids [L + 1] and where they come from. A corpus shorter than L + 1 characters is
+    refused with one ConfigError naming it and its size."""
+    from poslab.tasks.text import load_corpus
+
+    require_positive_int(field, L)
+    data = load_corpus(corpus)
+    if L + 1 <= data.size("val"):
+        return data.ids[data.bounds("val")][:L + 1], "validation split"
+    if L + 1 <= len(data.text):
+        return data.ids[:L + 1], "corpus start (includes training text)"
+    raise ConfigError(field, L, f"at most {len(data.text) - 1}: one window of L + 1 characters of the corpus "
+                                f"{data.where} ({len(data.text):,} characters)")
