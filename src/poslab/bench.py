@@ -9,6 +9,7 @@ are noisy, so the ratio of the two, measured in one run, is the number to read.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import replace
@@ -169,6 +170,12 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
          f"{torch.get_num_threads()} thread(s): poslab {min(ours):.1f} ms/step (runs {', '.join(f'{t:.1f}' for t in ours)}),"
          f" plain SDPA model {min(plain):.1f} ms/step (runs {', '.join(f'{t:.1f}' for t in plain)}): "
          f"ratio {min(ours) / min(plain):.2f}x (target <= 1.1x)")
+    flops = lm_step_flops(m, cfg.batch_size, L)
+    peak = matmul_gflops()
+    achieved = flops / min(ours) * 1e3 / 1e9
+    echo(f"one member's step: {flops / 1e9:.2f} GFLOP = "
+         f"{achieved:.0f} GFLOP/s, against {peak:.0f} GFLOP/s for a 1024^3 matmul on {torch.get_num_threads()} "
+         f"thread(s) here ({achieved / peak:.0%}): an ensemble can only save what one member leaves idle")
     per_member = {}
     for E in sorted({1, members}):
         per_member[E] = poslab_ms(E) / E
@@ -184,7 +191,33 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
         echo(f"ensemble of {members}, explicit attention under vmap instead of the looped fused kernel: "
              f"{explicit:.1f} ms per member-step")
     return dict(poslab_ms=min(ours), plain_ms=min(plain), ratio=min(ours) / min(plain), per_member_ms=per_member,
-                explicit_under_vmap_ms=explicit)
+                explicit_under_vmap_ms=explicit, step_gflop=flops / 1e9, achieved_gflops=achieved, matmul_gflops=peak)
+
+
+def lm_step_flops(m, batch_size: int, L: int) -> float:
+    """Floating-point operations of one training step of the causal LM ``m`` (a TransformerConfig):
+    forward + backward = 3 forwards, a forward = 2 x multiply-adds:
+
+        6 T (n_layers (4 D^2 + 2 D F) + m D)  +  12 n_layers b L^2 D      (T = b L tokens, F MLP width)
+
+    the second term being q k^T and weights @ v over the full L x L square. Embedding lookups and
+    element-wise work are not counted. (torch's own flop counter agrees on the explicit attention
+    path, tests/experiments/test_lm.py, but does not count the fused CPU attention kernel.)"""
+    T, D = batch_size * L, m.d_model
+    matrices = m.n_layers * (4 * D * D + 2 * D * m.mlp_width) + m.vocab_size * D
+    return 6 * T * matrices + 12 * m.n_layers * batch_size * L * L * D
+
+
+def matmul_gflops(n: int = 1024, repeats: int = 10) -> float:
+    """This process's float32 matmul rate at its current thread count (best of ``repeats``)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n ** 3 / best / 1e9
 
 
 # ----------------------------------------------------------------------------- poslab bench eval

@@ -118,6 +118,26 @@ def test_bench_lm_smoke():
     assert out["poslab_ms"] > 0 and out["plain_ms"] > 0 and out["ratio"] > 0
     assert set(out["per_member_ms"]) == {1, 2}
     assert any("plain" in line for line in lines)
+    assert out["achieved_gflops"] > 0 and out["matmul_gflops"] > 0
+
+
+def test_lm_step_flops_agrees_with_torch_flop_counter():
+    """bench lm's flop formula against torch.utils.flop_counter over one forward + backward, on the
+    explicit attention path (a learned T5 bias keeps attention off the fused kernel, which the
+    counter does not see)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from poslab.bench import lm_step_flops
+    from poslab.tasks.base import Batch
+
+    model = small(encoding="t5", bias=False)
+    b, L = 3, 10
+    tokens = torch.randint(0, model.cfg.vocab_size, (b, L))
+    batch = Batch(tokens=tokens, targets=tokens, loss_mask=torch.ones(b, L, dtype=torch.bool),
+                  lengths=torch.full((b,), L))
+    with FlopCounterMode(display=False) as counter:
+        model.loss(batch).backward()
+    assert lm_step_flops(model.cfg, b, L) == pytest.approx(counter.get_total_flops(), rel=0.01)
 
 
 # ----------------------------------------------------------------------------- Transformer options
