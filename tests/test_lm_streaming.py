@@ -87,11 +87,11 @@ def test_refuses_bad_tokens_and_chunks():
 
 
 def _peaks(queue) -> None:
-    """In a fresh process: peak RSS growth (MiB) of L = 1k and 16k on disk, then 16k in memory, each
+    """In a fresh process: peak RSS growth (MiB) of L = 2k and 16k on disk, then 16k in memory, each
     from a reset high-water mark (whatever the process's start-up peaked at does not mask them)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = Transformer(TransformerConfig(vocab_size=11, d_model=32, n_layers=1, n_heads=2, encoding="rope",
+    model = Transformer(TransformerConfig(vocab_size=11, d_model=64, n_layers=1, n_heads=2, encoding="rope",
                                           max_len=64)).eval()
     g = torch.Generator().manual_seed(0)
 
@@ -108,13 +108,13 @@ def _peaks(queue) -> None:
         return status("VmHWM") - before
 
     for _ in range(2):  # allocator and kernels warm
-        peak(1024, 0)
-    queue.put([peak(L, limit) for L, limit in ((1024, 0), (16384, 0), (16384, 1 << 30))])
+        peak(2048, 0)
+    queue.put([peak(L, limit) for L, limit in ((2048, 0), (16384, 0), (16384, 1 << 30))])
 
 
 def test_peak_memory_is_flat_past_the_chunk():
-    """16x the length on disk adds under 1 MiB of peak RSS; the same length held in memory (3 L D
-    floats, 6.3 MiB) shows up, so the measurement can see an O(L) buffer."""
+    """8x the length on disk adds under 3 MiB of peak RSS (allocator noise under load: ~1); the same
+    length held in memory (3 L D floats, 12.6 MiB) shows up, so the measurement sees an O(L) buffer."""
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     saved = os.environ.get("MALLOC_MMAP_THRESHOLD_")
@@ -129,8 +129,8 @@ def test_peak_memory_is_flat_past_the_chunk():
             os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
     short, long, in_memory = queue.get(timeout=120)
     proc.join()
-    assert long - short < 1.0, (short, long, in_memory)
-    assert in_memory - long > 4.0, (short, long, in_memory)
+    assert long - short < 3.0, (short, long, in_memory)
+    assert in_memory - long > 9.0, (short, long, in_memory)
 
 
 # ----------------------------------------------------------------------------- the LM study
@@ -189,3 +189,25 @@ def test_lm_study_refuses_before_any_work(corpus, tmp_path, encodings, lengths, 
         lm_run(corpus, tmp_path, encodings, lengths)
     assert err.value.field == field
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- poslab bench eval --model lm
+
+def test_bench_eval_lm_prints_time_and_memory_per_length():
+    from click.testing import CliRunner
+
+    from poslab.bench import bench_eval_lm
+    from poslab.cli import main
+
+    lines = []
+    out = bench_eval_lm(lengths=(300, 1200), steps=0, chunk=256, echo=lines.append)
+    assert [r["length"] for r in out["rows"]] == [300, 1200]
+    for r in out["rows"]:
+        assert r["seconds"] > 0 and r["peak_mib"] > r["growth_mib"] > 0 and r["storage"] == "disk"
+        assert 0 < r["loss"] < 10 and r["source"] == "validation split"
+    assert out["fit"]["extrapolated_seconds"] == pytest.approx(out["fit"]["a"] * 1e12)
+    assert "extrapolated, not run" in lines[-1]
+    for args, field in ((["--lengths", "1"], "--lengths"), (["--steps", "-1"], "--steps"),
+                        (["--key-chunk", "0"], "--key-chunk")):
+        result = CliRunner().invoke(main, ["bench", "eval", "--model", "lm", *args])
+        assert result.exit_code != 0 and field in result.output

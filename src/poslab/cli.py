@@ -9,6 +9,7 @@
     poslab encodings [--store PATH]               the survey's comparison table, extrapolation measured
     poslab bench train [--steps N] [--plain-steps N]
     poslab bench eval [--lengths 1000,...,1000000] [--figure PATH]   streamed evaluation to 10^6
+    poslab bench eval --model lm [--lengths 1000,10000,30000] [--device cuda]   the LM's position-wise loss
 
 Bad input stops before any work with one line naming the field and the allowed values, exit 2.
 """
@@ -222,26 +223,50 @@ def bench_train(steps, plain_steps, workers):
 
 
 @bench.command("eval")
-@click.option("--lengths", default="1000,10000,100000,1000000", show_default=True, help="comma-separated lengths")
-@click.option("--sequences", type=int, default=16, show_default=True, help="sequences per length")
-@click.option("--key-chunk", type=int, default=4096, show_default=True, help="keys per chunk")
-@click.option("--steps", type=int, default=1000, show_default=True, help="training steps of the RoPE head")
+@click.option("--model", "model_type", type=click.Choice(["retrieval_head", "lm"]), default="retrieval_head",
+              show_default=True, help="a trained RoPE head (accuracy, attention), or the character LM (position-wise loss)")
+@click.option("--lengths", default=None, help="comma-separated lengths [head: 1000,10000,100000,1000000; "
+                                               "lm: 1000,10000,30000]")
+@click.option("--sequences", type=int, default=16, show_default=True, help="sequences per length (head)")
+@click.option("--key-chunk", type=int, default=None, help="keys per chunk [head: 4096; lm: 512, also queries]")
+@click.option("--steps", type=int, default=None, help="training steps [head: 1000; lm: 200 of the paper "
+                                                     "recipe, 0: random weights]")
+@click.option("--device", default="cpu", show_default=True, help="lm: cpu, or cuda for 10^6")
 @click.option("--figure", type=click.Path(path_type=Path), default=None, help="write the accuracy / peak figure here")
-def bench_eval(lengths, sequences, key_chunk, steps, figure):
-    """Streamed evaluation of a trained RoPE head: time and peak memory per length, up to 10^6."""
+def bench_eval(model_type, lengths, sequences, key_chunk, steps, device, figure):
+    """Streamed evaluation: time and peak memory per length, up to 10^6 (a RoPE head, or the LM's
+    position-wise loss with --model lm)."""
     from poslab.bench import bench_eval as run_bench
+    from poslab.bench import bench_eval_lm
 
+    lm = model_type == "lm"
+    lengths = lengths or ("1000,10000,30000" if lm else "1000,10000,100000,1000000")
+    low = 2 if lm else 48
     try:
         parsed = tuple(int(x) for x in lengths.split(","))
     except ValueError:
-        raise ConfigError("--lengths", lengths, "comma-separated integers >= 48") from None
-    if min(parsed) < 48:
-        raise ConfigError("--lengths", lengths, "comma-separated integers >= 48")
-    for name, value in (("--sequences", sequences), ("--key-chunk", key_chunk), ("--steps", steps)):
-        if value < 1:
-            raise ConfigError(name, value, "a positive integer")
+        raise ConfigError("--lengths", lengths, f"comma-separated integers >= {low}") from None
+    if min(parsed) < low:
+        raise ConfigError("--lengths", lengths, f"comma-separated integers >= {low}")
+    key_chunk = key_chunk if key_chunk is not None else (512 if lm else 4096)
+    steps = steps if steps is not None else (200 if lm else 1000)
+    for name, value, least in (("--sequences", sequences, 1), ("--key-chunk", key_chunk, 1),
+                               ("--steps", steps, 0 if lm else 1)):
+        if value < least:
+            raise ConfigError(name, value, f"an integer >= {least}")
+    if lm:
+        if device != "cpu" and not torch_cuda_available():
+            raise ConfigError("--device", device, "cpu (no CUDA device is available here)")
+        bench_eval_lm(lengths=parsed, steps=steps, chunk=key_chunk, device=device, echo=click.echo)
+        return
     run_bench(lengths=parsed, n_sequences=sequences, key_chunk=key_chunk, steps=steps, figure=figure,
               echo=click.echo)
+
+
+def torch_cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @bench.command("lm")

@@ -30,7 +30,7 @@ first L + 1 characters of the validation split, or, when the split is shorter (T
 holds 111,540), of the whole corpus, whose start is training text (rows say so in ``source``:
 that loss measures positional extrapolation, not held-out generalization), evaluated exactly in
 bounded memory by :func:`poslab.probes.lm_streaming.positionwise_loss` (layer by layer, online
-softmax over key chunks of ``eval.chunk`` x 16 positions, stream and keys on disk past 256 MiB).
+softmax over key chunks of ``eval.chunk`` x 8 positions, stream and keys on disk past 256 MiB).
 Lengths past the context need an encoding that streams (no Shaw, no length-dependent schedule)
 and, for a learned table, rows that far: the runner builds tables for the longest eval length,
 rows past the context untrained. ``--set eval.lengths=[64,100000,1000000] --set
@@ -90,7 +90,7 @@ COLUMNS = ["probe", "encoding", "seed", "context", "val_loss", "val_accuracy", "
            "final_train_loss", "length", "bucket_start", "bucket_end", "scale", "loss", "positions", "windows", "source",
            "seconds", "storage"]
 CHECKS_EVAL_LENGTHS = True  # check() validates eval.lengths: past the split, against the whole corpus
-STREAM_CHUNK = 16  # streamed key/query chunk = eval.chunk x this (positions; eval.chunk counts windows)
+STREAM_CHUNK = 8  # streamed key/query chunk = eval.chunk x this (positions; eval.chunk counts windows)
 
 
 def lm_study(preset: str = "paper", encodings: tuple[str, ...] | None = None, **changes) -> StudyConfig:

@@ -50,7 +50,7 @@ from torch import Tensor
 
 from poslab.errors import ConfigError, require_positive_int
 
-CHUNK = 1024  # query and key rows per block: memory ~ h chunk^2 floats for the scores
+CHUNK = 512  # query and key rows per block: memory ~ h chunk^2 floats for the scores (512: fastest on CPU)
 MEMORY_LIMIT = 256 << 20  # bytes: the stream, K and V stay in tensors when 3 n D floats fit this
 _GATE_EPS = 1e-6  # models/transformer.py's: keeps E finite where every e so far is 0
 
