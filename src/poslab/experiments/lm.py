@@ -30,7 +30,8 @@ first L + 1 characters of the validation split, or, when the split is shorter (T
 holds 111,540), of the whole corpus, whose start is training text (rows say so in ``source``:
 that loss measures positional extrapolation, not held-out generalization), evaluated exactly in
 bounded memory by :func:`poslab.probes.lm_streaming.positionwise_loss` (layer by layer, online
-softmax over key chunks of ``eval.chunk`` x 8 positions, stream and keys on disk past 256 MiB).
+softmax over key chunks of ``eval.chunk`` x 8 positions, stream and keys on disk past 256 MiB on
+CPU, in device memory up to 16 GiB on an accelerator).
 Lengths past the context need an encoding that streams (no Shaw, no length-dependent schedule)
 and, for a learned table, rows that far: the runner builds tables for the longest eval length,
 rows past the context untrained. ``--set eval.lengths=[64,100000,1000000] --set
@@ -173,7 +174,7 @@ def validation_loss(model, task, context: int, chunk: int = 64, limit: int | Non
 def positionwise(model, corpus: str | None, L: int, context: int, chunk: int, limit: int, device) -> list[dict]:
     """Rows of loss per position bucket at length L (see the module docstring), and one ``long``
     row with the loss over all L positions, its source, wall time and storage."""
-    from poslab.probes.lm_streaming import linear_buckets, log_buckets, positionwise_loss, text_window
+    from poslab.probes.lm_streaming import MEMORY_LIMIT, linear_buckets, log_buckets, positionwise_loss, text_window
 
     width = max(1, context // 4)
     buckets = log_buckets(L) + (linear_buckets(L, width) if L <= 64 * width else [])
@@ -194,7 +195,9 @@ def positionwise(model, corpus: str | None, L: int, context: int, chunk: int, li
         loss, accuracy, source, storage = float(per.mean()), hits / (windows * L), "validation split", "forward"
     else:  # one window, streamed in bounded memory
         tokens, source = text_window(corpus, L, field="eval.lengths")
-        out = positionwise_loss(model, tokens, chunk=chunk * STREAM_CHUNK, buckets=buckets, device=device)
+        on_cpu = torch.device(device).type == "cpu"  # an accelerator keeps the stream in its own memory
+        out = positionwise_loss(model, tokens, chunk=chunk * STREAM_CHUNK, buckets=buckets, device=device,
+                                memory_limit=MEMORY_LIMIT if on_cpu else 16 << 30)
         sums = list(zip(out.sums.tolist(), out.counts.tolist()))
         loss, accuracy, windows, storage = out.loss, out.accuracy, 1, f"streamed ({out.storage})"
     seconds = time.perf_counter() - start
