@@ -32,7 +32,7 @@ def reference(model, tokens):
     ("rope", {}), ("nope", {}), ("alibi", {}), ("t5", {}), ("learned", {}), ("sinusoidal", {}),
     ("transformer_xl", {}), ("mope", {}), ("rope", dict(bos=True)), ("rope", dict(window=7)),
     ("alibi", dict(energy_gate=True)), ("rope", dict(energy_gate=True, gate_renormalize=True)),
-    ("rope_yarn", {}),
+    ("rope_yarn", {}), ("learned", dict(max_len=16, encoding_options=dict(out_of_range="clamp"))),
 ])
 @pytest.mark.parametrize("memory_limit", [1 << 30, 0], ids=["memory", "disk"])
 def test_streamed_equals_the_forward(encoding, changes, memory_limit, tmp_path):
@@ -183,6 +183,7 @@ def test_lm_study_streams_long_lengths(corpus, tmp_path):
 @pytest.mark.parametrize("encodings,lengths,field", [
     (("rope",), (32, 4000), "eval.lengths"),  # the corpus has 4,000 characters: at most L = 3,999
     (("shaw",), (32, 300), "encoding"),  # a value bias cannot stream
+    (("learned",), (32, 300), "length"),  # a table of the training context (32), out_of_range="error"
 ])
 def test_lm_study_refuses_before_any_work(corpus, tmp_path, encodings, lengths, field):
     with pytest.raises(ConfigError) as err:
@@ -211,3 +212,15 @@ def test_bench_eval_lm_prints_time_and_memory_per_length():
                         (["--key-chunk", "0"], "--key-chunk")):
         result = CliRunner().invoke(main, ["bench", "eval", "--model", "lm", *args])
         assert result.exit_code != 0 and field in result.output
+
+
+def test_lm_study_tables_stay_the_training_context(corpus, tmp_path):
+    """Long eval lengths do not lengthen the model's tables: the trained model is the default run's."""
+    from poslab.experiments import lm
+    from poslab.experiments.runner import members
+
+    short = lm.lm_study("quick", task=dict(corpus=str(corpus)))
+    long = lm.lm_study("quick", task=dict(corpus=str(corpus)), eval=dict(lengths=(32, 3000)))
+    for a, b in zip(members("lm", short), members("lm", long)):
+        assert a.model_config == b.model_config and a.model_config.max_len < 3000
+        assert a.group_key() == b.group_key()

@@ -32,10 +32,12 @@ that loss measures positional extrapolation, not held-out generalization), evalu
 bounded memory by :func:`poslab.probes.lm_streaming.positionwise_loss` (layer by layer, online
 softmax over key chunks of ``eval.chunk`` x 8 positions, stream and keys on disk past 256 MiB on
 CPU, in device memory up to 16 GiB on an accelerator).
-Lengths past the context need an encoding that streams (no Shaw, no length-dependent schedule)
-and, for a learned table, rows that far: the runner builds tables for the longest eval length,
-rows past the context untrained. ``--set eval.lengths=[64,100000,1000000] --set
-grid.encoding=[rope]``; ~1e3 L^2 flops for the paper model, so 10^6 is for a GPU (``--device``).
+Lengths past the context need an encoding that streams (no Shaw, no length-dependent schedule).
+Tables are as long as the training context whatever the eval lengths (:func:`table_length`), so
+the trained model is the one the default run trains, and a learned APE past its table meets its
+``out_of_range`` policy: ``error`` (the default) refuses before any work, ``clamp`` streams.
+``--set eval.lengths=[64,100000,1000000] --set grid.encoding=[rope]``; ~1e3 L^2 flops for the
+paper model, so 10^6 is for a GPU (``--device``).
 
 Every member's row also carries its training wall time and throughput: ``train_seconds`` is the
 ensemble's wall time (members of one encoding train together), ``seconds_per_member`` that
@@ -146,6 +148,12 @@ def check(study: StudyConfig) -> None:
         trained = members(name, study)
         for member in trained + [variant for variant, _ in variant_members(name, study, trained)]:
             check_streamable(member.model_config)
+
+
+def table_length(study: StudyConfig) -> int:
+    """Positions the model's tables hold (the runner asks): the training context, not the longest
+    eval length, as nanoGPT's block_size; longer windows are extrapolation."""
+    return study.train.max_length
 
 
 def _task_class(task_type: str):

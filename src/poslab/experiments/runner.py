@@ -72,7 +72,7 @@ class Member:
 
     @cached_property
     def model_config(self):
-        return resolve_model_config(self.study, self.task)
+        return resolve_model_config(self.study, self.task, self.experiment)
 
     def make_model(self) -> partial:
         """The factory of this member's model (called after seeding, see ``build_member``)."""
@@ -153,9 +153,11 @@ def longest_length(study: StudyConfig) -> int:
     return max((*study.eval.lengths, study.train.max_length))
 
 
-def resolve_model_config(study: StudyConfig, task: Task):
+def resolve_model_config(study: StudyConfig, task: Task, experiment: str | None = None):
     """The model's config: the study's options plus what the study owns (vocabulary from the
-    task, the encoding and its options, tables long enough for every length the study uses)."""
+    task, the encoding and its options, tables long enough for every length the study uses, or,
+    where the experiment defines ``table_length(study)``, that long: the LM's learned table is its
+    training context, and longer eval lengths meet the encoding's own out-of-range policy)."""
     _, cfg_cls = model_classes(study.model_type)
     fields = {f.name: f for f in dataclasses.fields(cfg_cls)}
     hints = typing.get_type_hints(cfg_cls)
@@ -165,11 +167,18 @@ def resolve_model_config(study: StudyConfig, task: Task):
             raise ConfigError(f"model.{key}", key, sorted(fields))
         options[key] = _coerce(value, hints[key], f"model.{key}")
     default_len = fields["max_len"].default
-    needed = longest_length(study) + int(bool(options.get("bos", False)))
+    table = getattr(_experiment_module(experiment), "table_length", longest_length)
+    needed = table(study) + int(bool(options.get("bos", False)))
     options["max_len"] = max(options.get("max_len", default_len), needed)
     check_encoding(study.encoding, study.encoding_options.get(study.encoding))
     return cfg_cls(**options, vocab_size=task.vocab_size, encoding=study.encoding,
                    encoding_options=dict(study.encoding_options.get(study.encoding, {})))
+
+
+def _experiment_module(name: str | None):
+    from poslab.experiments import EXPERIMENTS
+
+    return EXPERIMENTS.get(name)
 
 
 def members(experiment: str, study: StudyConfig) -> list[Member]:
