@@ -228,7 +228,8 @@ def bench_train(steps, plain_steps, workers):
 @click.option("--lengths", default=None, help="comma-separated lengths [head: 1000,10000,100000,1000000; "
                                                "lm: 1000,10000,30000]")
 @click.option("--sequences", type=int, default=16, show_default=True, help="sequences per length (head)")
-@click.option("--key-chunk", type=int, default=None, help="keys per chunk [head: 4096; lm: 512, also queries]")
+@click.option("--key-chunk", type=int, default=None, help="keys per chunk [head: 4096; lm: 512 on cpu, else "
+                                                          "4096; also queries]")
 @click.option("--steps", type=int, default=None, help="training steps [head: 1000; lm: 200 of the paper "
                                                      "recipe, 0: random weights]")
 @click.option("--device", default="cpu", show_default=True, help="lm: cpu, or cuda for 10^6")
@@ -248,7 +249,7 @@ def bench_eval(model_type, lengths, sequences, key_chunk, steps, device, figure)
         raise ConfigError("--lengths", lengths, f"comma-separated integers >= {low}") from None
     if min(parsed) < low:
         raise ConfigError("--lengths", lengths, f"comma-separated integers >= {low}")
-    key_chunk = key_chunk if key_chunk is not None else (512 if lm else 4096)
+    key_chunk = key_chunk if key_chunk is not None else (4096 if not lm or device != "cpu" else 512)
     steps = steps if steps is not None else (200 if lm else 1000)
     for name, value, least in (("--sequences", sequences, 1), ("--key-chunk", key_chunk, 1),
                                ("--steps", steps, 0 if lm else 1)):

@@ -30,8 +30,8 @@ first L + 1 characters of the validation split, or, when the split is shorter (T
 holds 111,540), of the whole corpus, whose start is training text (rows say so in ``source``:
 that loss measures positional extrapolation, not held-out generalization), evaluated exactly in
 bounded memory by :func:`poslab.probes.lm_streaming.positionwise_loss` (layer by layer, online
-softmax over key chunks of ``eval.chunk`` x 8 positions, stream and keys on disk past 256 MiB on
-CPU, in device memory up to 16 GiB on an accelerator).
+softmax over key chunks of ``eval.chunk`` x 8 positions on CPU, x 64 on an accelerator; stream
+and keys on disk past 256 MiB on CPU, in device memory up to 16 GiB on an accelerator).
 Lengths past the context need an encoding that streams (no Shaw, no length-dependent schedule).
 Tables are as long as the training context whatever the eval lengths (:func:`table_length`), so
 the trained model is the one the default run trains, and a learned APE past its table meets its
@@ -93,7 +93,8 @@ COLUMNS = ["probe", "encoding", "seed", "context", "val_loss", "val_accuracy", "
            "final_train_loss", "length", "bucket_start", "bucket_end", "scale", "loss", "positions", "windows", "source",
            "seconds", "storage"]
 CHECKS_EVAL_LENGTHS = True  # check() validates eval.lengths: past the split, against the whole corpus
-STREAM_CHUNK = 8  # streamed key/query chunk = eval.chunk x this (positions; eval.chunk counts windows)
+STREAM_CHUNK = dict(cpu=8, accelerator=64)  # streamed block = eval.chunk x this positions (eval.chunk counts
+# windows): 512 was the fastest on this CPU; an accelerator wants fewer, larger blocks (kernel launches)
 
 
 def lm_study(preset: str = "paper", encodings: tuple[str, ...] | None = None, **changes) -> StudyConfig:
@@ -204,8 +205,8 @@ def positionwise(model, corpus: str | None, L: int, context: int, chunk: int, li
     else:  # one window, streamed in bounded memory
         tokens, source = text_window(corpus, L, field="eval.lengths")
         on_cpu = torch.device(device).type == "cpu"  # an accelerator keeps the stream in its own memory
-        out = positionwise_loss(model, tokens, chunk=chunk * STREAM_CHUNK, buckets=buckets, device=device,
-                                memory_limit=MEMORY_LIMIT if on_cpu else 16 << 30)
+        out = positionwise_loss(model, tokens, chunk=chunk * STREAM_CHUNK["cpu" if on_cpu else "accelerator"],
+                                buckets=buckets, device=device, memory_limit=MEMORY_LIMIT if on_cpu else 16 << 30)
         sums = list(zip(out.sums.tolist(), out.counts.tolist()))
         loss, accuracy, windows, storage = out.loss, out.accuracy, 1, f"streamed ({out.storage})"
     seconds = time.perf_counter() - start
