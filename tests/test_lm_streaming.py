@@ -169,6 +169,8 @@ def test_lm_study_streams_long_lengths(corpus, tmp_path):
     long = {int(r["length"]): r for r in rows if r["probe"] == "long"}
     assert sorted(long) == [32, 300, 1000]
     assert long[32]["storage"] == "forward" and int(long[32]["windows"]) == 399 // 32
+    (val,) = [r for r in rows if r["probe"] == "lm"]  # at the context: the whole-split validation loss
+    assert float(long[32]["loss"]) == pytest.approx(float(val["val_loss"]), rel=1e-5)
     assert long[300]["source"] == "validation split" and long[300]["storage"] == "streamed (memory)"
     assert long[1000]["source"] == "corpus start (includes training text)"
     data = load_corpus(str(corpus))
