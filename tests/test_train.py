@@ -95,7 +95,7 @@ def test_data_stream_depends_only_on_seed():
     a, b = DataStream(task, 7, CFG), DataStream(task, 7, CFG)
     for _ in range(60):  # crosses a chunk boundary
         xa, xb = a.next(), b.next()
-        assert all(torch.equal(getattr(xa, k), getattr(xb, k)) for k in Batch.TENSORS)
+        assert all(torch.equal(getattr(xa, k), getattr(xb, k)) for k in Batch.TENSORS if getattr(xa, k) is not None)
     L = int(xa.lengths[0])
     assert (xa.lengths == L).all() and int(xa.first_query) == L - 1 and xa.n_queries == 1 and 8 <= L <= 16
     assert torch.equal(xa.targets, xa.tokens[:, L - 1 - 2])
@@ -192,3 +192,21 @@ def test_evaluation_in_chunks_equals_one_pass():
 def test_bad_train_config(field, value):
     with pytest.raises(ConfigError, match=field):
         TrainConfig(**{field: value}).validate()
+
+
+def test_members_with_and_without_loss_weights_equal_each_trained_alone():
+    """An ensemble mixing a weighted passkey mix (answer digits x 20) with the plain one: each member
+    equals its own run (the unweighted member's batches get unit weights, its plain mean)."""
+    from poslab.tasks.passkey import PasskeyText
+
+    cfg = TrainConfig(steps=12, batch_size=8, min_length=40, max_length=40, optimizer="adamw", weight_decay=0.1)
+    tasks = [PasskeyText(share=0.5, answer_weight=20.0), PasskeyText(share=0.5)]
+    m = tasks[0].vocab_size
+    make = partial(Transformer, TransformerConfig(vocab_size=m, d_model=16, n_layers=1, n_heads=2, max_len=40))
+    ens = train_ensemble(make, tasks, [0, 1], cfg, progress=False)
+    for i in range(2):
+        alone = train_ensemble(make, tasks[i:i + 1], [i], cfg, progress=False).models[0]
+        for name, p in ens.models[i].state_dict().items():
+            assert rel_err(p, alone.state_dict()[name]) < 1e-5, (i, name)
+    plain = train_ensemble(make, tasks[1:], [0], cfg, progress=False).models[0]
+    assert rel_err(ens.models[0].U, plain.U) > 1e-4  # the weights changed what member 0 learned

@@ -146,6 +146,10 @@ def ensemble_batches(streams: list[DataStream], device) -> Iterator[Batch]:
     Stacks and moves once per chunk, then hands out views."""
     while True:
         parts = [st.draw() for st in streams]
+        if any(p.loss_weight is not None for p in parts):  # members without weights weigh every target 1
+            for p in parts:
+                if p.loss_weight is None:
+                    p.loss_weight = torch.ones(p.targets.shape)
         chunk = Batch(**{k: None if getattr(parts[0], k) is None else
                          torch.stack([getattr(p, k) for p in parts], dim=1).to(device) for k in Batch.TENSORS},
                       n_queries=max((p.n_queries or 0) for p in parts) or None)

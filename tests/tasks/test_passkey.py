@@ -92,3 +92,41 @@ def test_passkey_scoring_with_a_perfect_copier_and_a_blind_model():
     rows = passkey(lambda L: blind, None, [40], n=8, seed=0, digits=5, device="cpu")
     assert all(r["loss"] == pytest.approx(math.log(task.vocab_size), rel=1e-5) for r in rows)
     assert all(r["accuracy"] == 0.0 for r in rows)  # argmax of flat logits is token 0, never a digit
+
+
+def test_answer_weight_marks_the_answer_digits_of_planted_windows_only():
+    task = PasskeyText(share=0.5, digits=5, answer_weight=20.0)
+    batch, answer = task.sample_with_answers(gen(4), 16, 64)
+    assert batch.loss_weight.shape == batch.targets.shape
+    assert (batch.loss_weight[answer] == 20.0).all() and (batch.loss_weight[~answer] == 1.0).all()
+    assert answer.any(1).sum() not in (0, 16)  # some windows planted, some plain
+    same, _ = PasskeyText(share=0.5, digits=5).sample_with_answers(gen(4), 16, 64)
+    assert same.loss_weight is None and torch.equal(same.tokens, batch.tokens)  # the weight draws nothing
+
+
+@pytest.mark.parametrize("weight", [0, -1.0, math.nan, math.inf, True, "2"])
+def test_bad_answer_weight_is_refused(weight):
+    with pytest.raises(ConfigError, match="answer_weight"):
+        PasskeyText(answer_weight=weight)
+
+
+def test_weighted_loss_is_the_weighted_mean_over_the_mask():
+    from poslab.models.loss import masked_cross_entropy
+    from poslab.tasks.base import Batch
+
+    g = gen(5)
+    logits = torch.randn(3, 7, 11, generator=g)
+    targets = torch.randint(0, 11, (3, 7), generator=g)
+    mask = torch.rand(3, 7, generator=g) < 0.7
+    weight = torch.rand(3, 7, generator=g) * 5
+    batch = Batch(tokens=targets, targets=targets, loss_mask=mask, lengths=torch.full((3,), 7), loss_weight=weight)
+    naive_num = naive_den = 0.0
+    for i in range(3):
+        for t in range(7):
+            if mask[i, t]:
+                ce = -torch.log_softmax(logits[i, t], -1)[targets[i, t]]
+                naive_num, naive_den = naive_num + weight[i, t] * ce, naive_den + weight[i, t]
+    assert masked_cross_entropy(logits, batch) == pytest.approx(float(naive_num / naive_den), rel=1e-6)
+    batch.loss_weight = torch.ones(3, 7)
+    plain = Batch(tokens=targets, targets=targets, loss_mask=mask, lengths=torch.full((3,), 7))
+    assert masked_cross_entropy(logits, batch) == pytest.approx(float(masked_cross_entropy(logits, plain)), rel=1e-6)

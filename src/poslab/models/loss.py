@@ -16,10 +16,15 @@ def masked_cross_entropy(logits: Tensor, batch: Batch) -> Tensor:
     logits [b, m] with targets [b], or [b, s, m] with targets [b, s]; full-sequence logits with
     one target per sequence are read at each sequence's last position, L - 1. Masked targets
     become ``ignore_index``, which gives bit for bit the plain mean when nothing is masked.
+    With ``batch.loss_weight`` w: sum(w ce) / sum(w) over the mask (a weighted mean).
     """
     targets = batch.targets.masked_fill(~batch.loss_mask, IGNORE)
     logits = aligned_logits(logits, batch)
-    return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE)
+    if batch.loss_weight is None:
+        return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE)
+    ce = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="none")
+    weight = batch.loss_weight.flatten() * batch.loss_mask.flatten()
+    return (ce * weight).sum() / weight.sum()
 
 
 def aligned_logits(logits: Tensor, batch: Batch) -> Tensor:

@@ -40,8 +40,11 @@ class Batch:
     # (RetrievalHead's grid): every L - 1 lies in first_query .. first_query + n_queries - 1.
     first_query: Tensor | None = None  # [] int64
     n_queries: int | None = None
+    # Optional per-target weights in the training loss (float, shape of targets): the loss is then
+    # sum(w ce) / sum(w) over the loss mask. None: every target counts once (the plain mean).
+    loss_weight: Tensor | None = None
 
-    TENSORS = ("tokens", "targets", "loss_mask", "lengths", "first_query")
+    TENSORS = ("tokens", "targets", "loss_mask", "lengths", "first_query", "loss_weight")
 
     def to(self, device: torch.device | str) -> Batch:
         return self.map(lambda x: x.to(device))
@@ -54,7 +57,8 @@ class Batch:
     def __getitem__(self, index) -> Batch:
         """Sequences ``index`` (a slice or index tensor over the batch axis), hint kept."""
         return Batch(tokens=self.tokens[index], targets=self.targets[index], loss_mask=self.loss_mask[index],
-                     lengths=self.lengths[index], first_query=self.first_query, n_queries=self.n_queries)
+                     lengths=self.lengths[index], first_query=self.first_query, n_queries=self.n_queries,
+                     loss_weight=None if self.loss_weight is None else self.loss_weight[index])
 
     @property
     def size(self) -> int:
@@ -109,8 +113,8 @@ def sample_steps(task: Task, generator: torch.Generator, steps: int, batch_size:
         batch = _pad(batch, hi)
         batch.first_query, batch.n_queries = torch.tensor(first), n
         parts.append(batch)
-    return Batch(**{k: torch.stack([getattr(p, k) for p in parts]) for k in Batch.TENSORS},
-                 n_queries=max(p.n_queries for p in parts))
+    return Batch(**{k: None if getattr(parts[0], k) is None else torch.stack([getattr(p, k) for p in parts])
+                    for k in Batch.TENSORS}, n_queries=max(p.n_queries for p in parts))
 
 
 def _pad(batch: Batch, width: int) -> Batch:
@@ -120,9 +124,11 @@ def _pad(batch: Batch, width: int) -> Batch:
         return batch
     pad = lambda x, v: torch.nn.functional.pad(x, (0, extra), value=v)  # noqa: E731
     per_position = batch.targets.ndim == 2
+    weight = batch.loss_weight
     return Batch(tokens=pad(batch.tokens, 0), lengths=batch.lengths,
                  targets=pad(batch.targets, 0) if per_position else batch.targets,
-                 loss_mask=pad(batch.loss_mask, False) if per_position else batch.loss_mask)
+                 loss_mask=pad(batch.loss_mask, False) if per_position else batch.loss_mask,
+                 loss_weight=pad(weight, 0.0) if per_position and weight is not None else weight)
 
 
 class UniformTokens:
