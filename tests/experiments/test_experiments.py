@@ -242,3 +242,18 @@ def test_grid_points_that_resolve_to_one_config_are_one_run():
     learned = [m for m in everyone if m.ids["encoding"] == "learned"]
     assert len(rope) == 3 * study.seeds and {m.ids["init_std"] for m in rope} == {0.02}  # not trained twice
     assert len(learned) == 2 * 3 * study.seeds and len({m.key for m in everyone}) == len(everyone)
+
+
+def test_process_pool_gives_a_lone_job_every_core():
+    """With fewer groups than workers the cores are shared among the jobs that exist: one job alone
+    computes with all of them, two with half each."""
+    import os
+
+    import torch
+
+    from poslab.experiments.executors import ProcessPool
+
+    cores = os.cpu_count() or 1
+    assert list(ProcessPool(cores).map_unordered(torch.get_num_threads, [()])) == [cores]
+    if cores >= 2:
+        assert sorted(ProcessPool(2).map_unordered(torch.get_num_threads, [(), ()])) == [cores // 2] * 2

@@ -42,7 +42,9 @@ class Inline:
 
 
 class ProcessPool:
-    """Run jobs in ``workers`` fresh processes, each with ``threads`` CPU threads."""
+    """Run jobs in ``workers`` fresh processes, each with ``threads`` CPU threads; with fewer jobs
+    than workers, one process per job and the cores shared among them (one group alone gets every
+    core, not 1 / workers of them)."""
 
     def __init__(self, workers: int):
         self.workers = workers
@@ -52,8 +54,10 @@ class ProcessPool:
         jobs = list(jobs)
         if not jobs:
             return
-        pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=torch.set_num_threads, initargs=(self.threads,))
+        workers = min(self.workers, len(jobs))
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=torch.set_num_threads, initargs=(threads,))
         with pool:
             futures = [pool.submit(fn, *job) for job in jobs]
             for future in as_completed(futures):
