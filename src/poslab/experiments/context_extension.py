@@ -631,7 +631,7 @@ def _claims(rows, study, methods, loss_at, pk_at, law) -> list[Claim]:
                      holds=bool(ceiling >= 0.5), criterion=">= 0.5, else the grid cannot rank the extensions",
                      note=f"{n}; passkey share in training {study.task.get('share')}, answer digits weighted "
                           f"{study.task.get('answer_weight', 1.0)}; loss on the digits "
-                          f"{digit_loss:.3f} (ln 10 = {math.log(10):.3f}: digits guessed, not copied)"))
+                          f"{digit_loss:.3f} (ln 10 = {math.log(10):.3f} if they were guessed, not copied)"))
     if law:
         bound = law[0]["extrapolation_bound"]
         past = [L for L in lengths if L > bound]

@@ -41,7 +41,11 @@ paper model, so 10^6 is for a GPU (``--device``).
 
 Every member's row also carries its training wall time and throughput: ``train_seconds`` is the
 ensemble's wall time (members of one encoding train together), ``seconds_per_member`` that
-divided by the members in the group, ``tokens_per_s`` the characters per second over all of them.
+divided by the members in the group, ``tokens_per_s`` the characters per second over all of them;
+``train_threads`` of the machine's ``cores`` trained the group, so ``machine_seconds_per_member``
+= seconds_per_member x train_threads / cores is the machine's wall time per member when every
+core works like this group (two groups side by side, one core each, on two cores: half their
+wall time each). The claim on nanoGPT's 74.6 s reads that.
 
 Other studies reuse the recipe: :func:`lm_study` (``encodings=``, any StudyConfig changes) and
 :func:`validation_loss`; :func:`load_member` and :func:`generate` serve ``poslab sample``.
@@ -89,7 +93,8 @@ RECIPES = {
 }
 ENCODINGS = ("learned", "rope")
 COLUMNS = ["probe", "encoding", "seed", "context", "val_loss", "val_accuracy", "val_windows", "val_targets", "whole_split",
-           "train_seconds", "group_size", "seconds_per_member", "tokens_per_s", "ms_per_step", "params",
+           "train_seconds", "group_size", "seconds_per_member", "train_threads", "cores", "machine_seconds_per_member",
+           "tokens_per_s", "ms_per_step", "params",
            "final_train_loss", "length", "bucket_start", "bucket_end", "scale", "loss", "positions", "windows", "source",
            "seconds", "storage"]
 CHECKS_EVAL_LENGTHS = True  # check() validates eval.lengths: past the split, against the whole corpus
@@ -224,6 +229,7 @@ def evaluate(ctx) -> list[dict]:
     val = validation_loss(ctx.model, ctx.task, L, study.eval.chunk, limit=study.eval.n_sequences)
     timings = getattr(ctx, "timings", None) or {}
     seconds, size = timings.get("group_train_seconds"), timings.get("group_size")
+    threads, cores = timings.get("train_threads"), timings.get("cores")
     row = dict(probe="lm", context=L, val_loss=val["loss"], val_accuracy=val["accuracy"], val_windows=val["windows"],
                val_targets=val["targets"], whole_split=val["whole_split"],
                params=sum(p.numel() for p in ctx.model.parameters()),
@@ -232,6 +238,8 @@ def evaluate(ctx) -> list[dict]:
         steps, batch = study.train.steps, study.train.batch_size
         row.update(seconds_per_member=seconds / size, tokens_per_s=steps * batch * L * size / seconds,
                    ms_per_step=seconds / steps * 1e3)
+        if threads and cores:  # the machine's wall time per member when every core is busy like this group's
+            row.update(train_threads=threads, cores=cores, machine_seconds_per_member=seconds / size * threads / cores)
     rows = [row]
     for length in study.eval.lengths:
         rows += positionwise(ctx.model, study.task.get("corpus"), length, L, study.eval.chunk, study.eval.n_sequences,
@@ -249,7 +257,8 @@ def evaluate(ctx) -> list[dict]:
 def claims(rows: list[dict], study: StudyConfig) -> list[Claim]:
     lm = select(rows, "lm")
     loss = group_stats(lm, ("encoding",), "val_loss")
-    wall = group_stats(lm, ("encoding",), "seconds_per_member")
+    timed = [r for r in lm if r.get("machine_seconds_per_member") is not None]
+    wall = group_stats(timed, ("encoding",), "machine_seconds_per_member") if timed else {}
     out = []
     paper = study.train.steps == 2000 and study.train.max_length == 64 and study.model.get("d_model") == 128
     ref = NANOGPT["paper"]
@@ -267,11 +276,17 @@ def claims(rows: list[dict], study: StudyConfig) -> list[Claim]:
                          measured=f"{rr:.3f} vs {rl:.3f}", holds=rr < rl, criterion="rope < learned",
                          note=f"{loss[('rope',)][2]} and {loss[('learned',)][2]} seeds"))
     for (enc,), (m, s, n) in wall.items():
-        sizes = sorted({r["group_size"] for r in lm if r["encoding"] == enc and r.get("group_size")})
+        cells = [r for r in timed if r["encoding"] == enc]
+        sizes = sorted({r["group_size"] for r in cells})
+        threads = sorted({r["train_threads"] for r in cells})
+        alone = [r["seconds_per_member"] for r in cells if r["group_size"] == 1 and r["train_threads"] == r["cores"]]
         out.append(Claim(name=f"{enc}: training wall time per member ({where})", paper=f"nanoGPT {ref['seconds']} s",
                          measured=f"{m:.1f} s", holds=(m <= ref["seconds"]) if paper else None,
                          criterion=f"<= {ref['seconds']} s",
-                         note=f"ensembles of {sizes} members, measured on a machine shared with other work"))
+                         note=f"the machine's wall time per member: ensembles of {sizes} members, each group on "
+                              f"{threads} of {cells[0]['cores']} cores (group wall time / members x threads / cores)"
+                              + (f"; alone on every core: {np.mean(alone):.1f} s" if alone else "")
+                              + "; noisy on a shared machine"))
     return out
 
 
@@ -297,8 +312,9 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
             f"Validation loss: mean cross-entropy per character (nats) over the validation split (last 10%), "
             f"non-overlapping windows of the context; mean ± std over seeds. Recipe: {study.model}, context "
             f"{t.max_length}, batch {t.batch_size}, {t.steps} steps, AdamW lr {t.lr} -> {t.min_lr} (cosine, "
-            f"{t.warmup_steps} warm-up), weight decay {t.weight_decay}. Wall time per member = the ensemble's "
-            f"training time / its members; timings depend on the machine's load.", "",
+            f"{t.warmup_steps} warm-up), weight decay {t.weight_decay}. s / member = the ensemble's "
+            f"training time / its members (its group's cores, not the machine, in rows.csv: train_threads of cores); "
+            f"timings depend on the machine's load.", "",
             markdown_table(["encoding", "val loss", "seeds", "s / member", "tokens / s", "parameters", "windows"],
                            body), "",
             f"nanoGPT (paper preset recipe): {NANOGPT['paper']['val_loss']} in {NANOGPT['paper']['seconds']} s; "

@@ -22,6 +22,7 @@ The runner adds each member's axis values and seed to every row it returns.
 from __future__ import annotations
 
 import dataclasses
+import os
 import json
 import time
 from dataclasses import dataclass
@@ -315,6 +316,7 @@ def train_group(experiment_name: str, group: list[Member], device: str = "cpu", 
         start = time.perf_counter()
         snapshots = {step: states[i] for step, states in result.snapshots.items()}  # train.snapshot_steps
         trained = dict(group_train_seconds=result.seconds, group_size=len(group),
+                       train_threads=torch.get_num_threads(), cores=os.cpu_count() or 1,
                        final_loss=[float(x) for x in result.loss_curve[-1:, i]],
                        loss_curve=[float(x) for x in result.loss_curve[:, i]])
         rows = evaluate_member(experiment, MemberContext(model, untrained, member, device, snapshots, trained))
