@@ -655,7 +655,8 @@ def figures(rows, study, out: Path, methods, loss_at) -> list[Path]:
         if not buckets:
             continue
         y = [np.mean([r["loss"] for r in pos if (r["bucket_start"], r["bucket_end"]) == b]) for b in buckets]
-        ax.plot([(a + b) / 2 for a, b in buckets], y, lw=1.2, label=m, ls="--" if m in FINETUNED else "-")
+        ax.plot([(a + b) / 2 for a, b in buckets], y, lw=1.2, label=m, color=plt.cm.tab20(methods.index(m) % 20),
+                ls="--" if m in FINETUNED else "-")
     ax.axvline(L0, color="grey", ls=":", lw=1)
     ax.axvline(FACTOR * L0, color="grey", ls="--", lw=1)
     ax.set(xlabel="position", ylabel="loss (nats)", title=f"position-wise loss on windows of {far}")
@@ -663,8 +664,12 @@ def figures(rows, study, out: Path, methods, loss_at) -> list[Path]:
     paths.append(save(fig, out / "positionwise_loss.png"))
 
     lengths = list(study.eval.lengths)
-    fig, axes = plt.subplots(1, len(methods), figsize=(1.9 * len(methods) + 1, 2.8), squeeze=False)
-    for ax, m in zip(axes[0], methods):
+    cols = min(len(methods), 7)
+    rows_n = math.ceil(len(methods) / cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(1.9 * cols + 1, 2.6 * rows_n), squeeze=False)
+    for ax in axes.flat[len(methods):]:
+        ax.set_visible(False)
+    for ax, m in zip(axes.flat, methods):
         grid = np.array([[np.mean([r["accuracy"] for r in select(rows, "passkey", method=m, length=L, depth=d)] or
                                   [np.nan]) for L in lengths] for d in PASSKEY_DEPTHS])
         ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
@@ -672,7 +677,9 @@ def figures(rows, study, out: Path, methods, loss_at) -> list[Path]:
         ax.set_yticks(range(len(PASSKEY_DEPTHS)), [str(d) for d in PASSKEY_DEPTHS], fontsize=6)
         ax.set_title(m, fontsize=7)
         ax.set_xlabel("length", fontsize=6)
-    axes[0][0].set_ylabel("depth")
+    for row in axes:
+        row[0].set_ylabel("depth")
+    fig.suptitle("passkey exact-match accuracy by depth x length (viridis: 0 dark, 1 yellow)", fontsize=9)
     paths.append(save(fig, out / "passkey_heatmap.png"))
 
     fig, ax = plt.subplots(figsize=(7, 3.2))
