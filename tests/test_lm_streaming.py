@@ -5,7 +5,6 @@ storage), refuses what it cannot stream, and its peak memory does not grow with 
 from __future__ import annotations
 
 import multiprocessing
-import os
 
 import numpy as np
 import pytest
@@ -115,18 +114,11 @@ def _peaks(queue) -> None:
 def test_peak_memory_is_flat_past_the_chunk():
     """8x the length on disk adds under 3 MiB of peak RSS (allocator noise under load: ~1); the same
     length held in memory (3 L D floats, 12.6 MiB) shows up, so the measurement sees an O(L) buffer."""
+    from poslab.bench import start_measured
+
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    saved = os.environ.get("MALLOC_MMAP_THRESHOLD_")
-    os.environ["MALLOC_MMAP_THRESHOLD_"] = "131072"  # freed chunk buffers go back to the system (bench.py)
-    try:
-        proc = ctx.Process(target=_peaks, args=(queue,))
-        proc.start()
-    finally:
-        if saved is None:
-            del os.environ["MALLOC_MMAP_THRESHOLD_"]
-        else:
-            os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
+    proc = start_measured(ctx, _peaks, (queue,))  # freed chunk buffers go back to the system
     short, long, in_memory = queue.get(timeout=120)
     proc.join()
     assert long - short < 3.0, (short, long, in_memory)
@@ -134,15 +126,6 @@ def test_peak_memory_is_flat_past_the_chunk():
 
 
 # ----------------------------------------------------------------------------- the LM study
-
-@pytest.fixture
-def corpus(tmp_path):
-    """4,000 characters: a validation split of 400, so L = 1000 reads the corpus's (training) start."""
-    path = tmp_path / "corpus.txt"
-    words = ["to be or not to be\n", "that is the question\n", "whether tis nobler\n", "in the mind to suffer\n"]
-    path.write_text("".join(words[i % 4] for i in range(200))[:4000], encoding="utf-8")
-    return path
-
 
 def lm_run(corpus, tmp_path, encodings=("rope",), lengths=(32, 300, 1000)):
     from poslab.experiments import lm

@@ -225,6 +225,25 @@ def matmul_gflops(n: int = 1024, repeats: int = 10) -> float:
 MMAP_THRESHOLD = 131072  # bytes: the evaluation children's fixed glibc mmap threshold
 
 
+def start_measured(ctx, target, args):
+    """Start ``target(*args)`` in a fresh ``ctx`` process whose peak memory is its working set.
+
+    glibc's dynamic mmap threshold otherwise lets freed chunk buffers pile up on the heap (a
+    bounded growth, some 30 MiB, that reads as if memory grew with L); the child starts with a
+    fixed one, ``MMAP_THRESHOLD``, and this process's environment is left as it was."""
+    proc = ctx.Process(target=target, args=args)
+    saved = os.environ.get("MALLOC_MMAP_THRESHOLD_")
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
+    try:
+        proc.start()
+    finally:
+        if saved is None:
+            del os.environ["MALLOC_MMAP_THRESHOLD_"]
+        else:
+            os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
+    return proc
+
+
 def _eval_child(cfg, state, L: int, n: int, key_chunk: int, K: int, queue) -> None:
     """In a fresh process: peak RSS growth and time of one streamed evaluation at length L."""
     import resource
@@ -289,19 +308,7 @@ def bench_eval(*, lengths=(1_000, 10_000, 100_000, 1_000_000), n_sequences: int 
          f"MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD})")
     for L in lengths:
         queue = ctx.Queue()
-        proc = ctx.Process(target=_eval_child, args=(cfg, state, L, n_sequences, key_chunk, K, queue))
-        # glibc's dynamic mmap threshold otherwise lets freed chunk buffers pile up on the heap (a
-        # bounded growth, some 30 MiB, that reads as if memory grew with L); a fixed one makes
-        # the child's peak its true working set
-        saved = os.environ.get("MALLOC_MMAP_THRESHOLD_")
-        os.environ["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
-        try:
-            proc.start()
-        finally:
-            if saved is None:
-                del os.environ["MALLOC_MMAP_THRESHOLD_"]
-            else:
-                os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
+        proc = start_measured(ctx, _eval_child, (cfg, state, L, n_sequences, key_chunk, K, queue))
         row = queue.get()
         proc.join()
         row["a_star_law"] = 1 / (fit["slope"] * (L - 1) + fit["intercept"])
@@ -410,16 +417,7 @@ def bench_eval_lm(*, lengths=(1_000, 10_000, 30_000), steps: int = 200, chunk: i
     rows = []
     for L in lengths:
         queue = ctx.Queue()
-        proc = ctx.Process(target=_eval_lm_child, args=(cfg, state, L, chunk, memory_limit, device, queue))
-        saved = os.environ.get("MALLOC_MMAP_THRESHOLD_")
-        os.environ["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)  # see bench_eval
-        try:
-            proc.start()
-        finally:
-            if saved is None:
-                del os.environ["MALLOC_MMAP_THRESHOLD_"]
-            else:
-                os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
+        proc = start_measured(ctx, _eval_lm_child, (cfg, state, L, chunk, memory_limit, device, queue))
         row = queue.get()
         proc.join()
         rows.append(row)

@@ -18,15 +18,6 @@ from poslab.store import Store
 from poslab.tasks import CharText
 
 
-@pytest.fixture
-def corpus(tmp_path):
-    """A small corpus (4,000 characters): training is fast and the validation split is 400 characters."""
-    path = tmp_path / "corpus.txt"
-    words = ["to be or not to be\n", "that is the question\n", "whether tis nobler\n", "in the mind to suffer\n"]
-    path.write_text("".join(words[i % 4] for i in range(200))[:4000], encoding="utf-8")
-    return path
-
-
 def tiny(corpus, **changes):
     return lm.lm_study("quick", task=dict(corpus=str(corpus)), train=dict(steps=12, batch_size=4),
                        eval=dict(n_sequences=1 << 20), **changes)
