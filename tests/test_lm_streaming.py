@@ -179,20 +179,22 @@ def test_lm_study_refuses_before_any_work(corpus, tmp_path, encodings, lengths, 
 
 # ----------------------------------------------------------------------------- poslab bench eval --model lm
 
-def test_bench_eval_lm_prints_time_and_memory_per_length():
+def test_bench_eval_lm_prints_time_and_memory_per_length(tmp_path):
     from click.testing import CliRunner
 
     from poslab.bench import bench_eval_lm
     from poslab.cli import main
 
     lines = []
-    out = bench_eval_lm(lengths=(300, 1200), steps=0, chunk=256, echo=lines.append)
+    out = bench_eval_lm(lengths=(300, 1200), steps=0, chunk=256, figure=tmp_path / "lm.png", echo=lines.append)
+    assert (tmp_path / "lm.png").stat().st_size > 0 and lines[-1] == f"wrote {tmp_path / 'lm.png'}"
+    assert sum(b["positions"] for b in out["rows"][1]["buckets"]) == 1200
     assert [r["length"] for r in out["rows"]] == [300, 1200]
     for r in out["rows"]:
         assert r["seconds"] > 0 and r["peak_mib"] > r["growth_mib"] > 0 and r["storage"] == "disk"
         assert 0 < r["loss"] < 10 and r["source"] == "validation split"
     assert out["fit"]["extrapolated_seconds"] == pytest.approx(out["fit"]["a"] * 1e12)
-    assert "extrapolated, not run" in lines[-1]
+    assert "extrapolated, not run" in lines[-2]
     for args, field in ((["--lengths", "1"], "--lengths"), (["--steps", "-1"], "--steps"),
                         (["--key-chunk", "0"], "--key-chunk")):
         result = CliRunner().invoke(main, ["bench", "eval", "--model", "lm", *args])

@@ -13,6 +13,7 @@ import math
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -376,17 +377,19 @@ def _eval_lm_child(cfg, state, L: int, chunk: int, memory_limit: int, device: st
     _, peak = _peak_since_reset()
     queue.put(dict(length=L, seconds=seconds, peak_mib=peak, growth_mib=peak - before, loss=out.loss,
                    accuracy=out.accuracy, source=source, storage=out.storage,
-                   last_bucket=out.rows()[-1]))
+                   last_bucket=out.rows()[-1], buckets=out.rows()))
 
 
 def bench_eval_lm(*, lengths=(1_000, 10_000, 30_000), steps: int = 200, chunk: int = 512, encoding: str = "rope",
-                  device: str = "cpu", extrapolate_to: int = 1_000_000, echo=print) -> dict:
+                  device: str = "cpu", extrapolate_to: int = 1_000_000, figure: Path | None = None,
+                  echo=print) -> dict:
     """Position-wise loss of the paper-preset character LM (4 layers, width 128, context 64; trained
     ``steps`` steps of its recipe, 0: random weights) on one TinyShakespeare window per length,
     streamed, each length in a fresh process: wall time and peak resident memory. On CPU the stream
     and keys go to scratch files (memory_limit 0), so memory is bounded whatever L is. Reports the
     time exponent between the two longest lengths and extrapolates seconds = a L^2, a from the
-    longest, to ``extrapolate_to`` (not run unless it is one of the lengths)."""
+    longest, to ``extrapolate_to`` (not run unless it is one of the lengths). ``figure``: loss per
+    log-spaced position bucket for each length, and time and peak memory against length."""
     import multiprocessing
 
     import numpy as np
@@ -438,4 +441,37 @@ def bench_eval_lm(*, lengths=(1_000, 10_000, 30_000), steps: int = 200, chunk: i
          f"at L = {longest['length']:,}; at L = {extrapolate_to:,}: {fit['extrapolated_seconds']:,.0f} s = "
          f"{fit['extrapolated_seconds'] / 3600:.1f} h on this {device} "
          f"({'measured above' if ran else 'extrapolated, not run'})")
+    if figure is not None:
+        _lm_eval_figure(rows, fit, encoding, steps, figure)
+        echo(f"wrote {figure}")
     return dict(rows=rows, fit=fit, encoding=encoding, steps=steps, chunk=chunk, device=device)
+
+
+def _lm_eval_figure(rows: list[dict], fit: dict, encoding: str, steps: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from poslab.experiments.retrieval import save
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for row in sorted(rows, key=lambda r: r["length"]):
+        buckets = [b for b in row["buckets"] if b["bucket_end"] >= 1]  # log axis: from position 1
+        left.plot([(b["bucket_start"] + b["bucket_end"]) / 2 for b in buckets], [b["loss"] for b in buckets],
+                  marker=".", label=f"L = {row['length']:,}")
+    left.set(xscale="log", xlabel="position (log-spaced buckets)", ylabel="loss (nats)",
+             title=f"{encoding} LM ({steps} steps at context 64): loss by position")
+    left.legend(fontsize=7)
+    lengths = [r["length"] for r in rows]
+    right.loglog(lengths, [r["seconds"] for r in rows], "o-", label="seconds (measured)")
+    grid = np.geomspace(min(lengths), max(max(lengths), 1_000_000), 50)
+    right.loglog(grid, fit["a"] * grid ** 2, ":", color="grey", label="a L^2 (from the longest run)")
+    twin = right.twinx()
+    twin.plot(lengths, [r["peak_mib"] for r in rows], "s--", color="C3", label="peak RSS MiB")
+    twin.set(ylabel="peak RSS (MiB)", ylim=(0, 1.5 * max(r["peak_mib"] for r in rows)))
+    right.set(xlabel="length L", ylabel="seconds", title="streamed evaluation: time and memory")
+    right.legend(fontsize=7, loc="upper left")
+    twin.legend(fontsize=7, loc="lower right")
+    save(fig, path)

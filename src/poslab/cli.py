@@ -233,7 +233,8 @@ def bench_train(steps, plain_steps, workers):
 @click.option("--steps", type=int, default=None, help="training steps [head: 1000; lm: 200 of the paper "
                                                      "recipe, 0: random weights]")
 @click.option("--device", default="cpu", show_default=True, help="lm: cpu, or cuda for 10^6")
-@click.option("--figure", type=click.Path(path_type=Path), default=None, help="write the accuracy / peak figure here")
+@click.option("--figure", type=click.Path(path_type=Path), default=None,
+              help="write the figure here (head: accuracy and peak; lm: loss by position, time and memory)")
 def bench_eval(model_type, lengths, sequences, key_chunk, steps, device, figure):
     """Streamed evaluation: time and peak memory per length, up to 10^6 (a RoPE head, or the LM's
     position-wise loss with --model lm)."""
@@ -258,7 +259,7 @@ def bench_eval(model_type, lengths, sequences, key_chunk, steps, device, figure)
     if lm:
         if device != "cpu" and not torch_cuda_available():
             raise ConfigError("--device", device, "cpu (no CUDA device is available here)")
-        bench_eval_lm(lengths=parsed, steps=steps, chunk=key_chunk, device=device, echo=click.echo)
+        bench_eval_lm(lengths=parsed, steps=steps, chunk=key_chunk, device=device, figure=figure, echo=click.echo)
         return
     run_bench(lengths=parsed, n_sequences=sequences, key_chunk=key_chunk, steps=steps, figure=figure,
               echo=click.echo)
