@@ -27,9 +27,10 @@ passkey grid); ``score="all"`` trains on every character.
 
 ``answer_weight`` w counts each answer digit w times in the training loss (``Batch.loss_weight``;
 the loss is sum(w ce) / sum(w)), every other character once. At the context-extension study's
-scale (4 layers, width 128, 2000 steps) a plain share is not enough: with w = 1, shares 0.1 / 0.2 /
-0.3 / 0.5 left the answer digits at chance after 2000 and 6000 steps, while w = 20 at share 0.1
-copies them (README, context extension). w = 1 adds no weight tensor (the plain mean).
+scale (4 layers, width 128, 2000 steps) a plain share is not enough: with w = 1, shares 0.1 / 0.3 /
+0.5 left the answer digits at chance after 2000 steps, and 0.2 / 0.5 after 6000, while w = 10 or
+20 at share 0.1 copies every passkey within the training length (README, context extension).
+w = 1 adds no weight tensor (the plain mean).
 
 The vocabulary is the corpus's, with any needle character it lacks (TinyShakespeare has no digit
 but "3") appended after it, so plain text has the same token ids as under ``CharText``:
