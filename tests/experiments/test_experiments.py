@@ -257,3 +257,13 @@ def test_process_pool_gives_a_lone_job_every_core():
     assert list(ProcessPool(cores).map_unordered(torch.get_num_threads, [()])) == [cores]
     if cores >= 2:
         assert sorted(ProcessPool(2).map_unordered(torch.get_num_threads, [(), ()])) == [cores // 2] * 2
+
+
+def test_split_groups_halves_the_largest_until_every_slot_has_one():
+    from poslab.experiments.runner import split_groups
+
+    assert split_groups([list("abcde")], 2) == [list("abc"), list("de")]
+    assert split_groups([list("a"), list("bc")], 4) == [list("a"), list("b"), list("c")]  # no more to split
+    assert split_groups([list("ab"), list("cdef")], 3) == [list("ab"), list("cd"), list("ef")]
+    assert split_groups([list("abcd")], 1) == [list("abcd")]  # one slot: as it was
+    assert split_groups([], 2) == []

@@ -36,6 +36,8 @@ class Executor(Protocol):
 class Inline:
     """Run each job in this process, in order."""
 
+    slots = 1  # jobs at once
+
     def map_unordered(self, fn: Callable, jobs: Iterable[tuple]) -> Iterator:
         for job in jobs:
             yield fn(*job)
@@ -49,6 +51,10 @@ class ProcessPool:
     def __init__(self, workers: int):
         self.workers = workers
         self.threads = max(1, (os.cpu_count() or 1) // workers)
+
+    @property
+    def slots(self) -> int:  # jobs at once
+        return self.workers
 
     def map_unordered(self, fn: Callable, jobs: Iterable[tuple]) -> Iterator:
         jobs = list(jobs)
