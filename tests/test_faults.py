@@ -20,7 +20,7 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
-from poslab.experiments import get_experiment
+from poslab.studies import get_experiment
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import Inline
 from poslab.experiments.runner import members, run_study

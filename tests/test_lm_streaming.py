@@ -128,7 +128,7 @@ def test_peak_memory_is_flat_past_the_chunk():
 # ----------------------------------------------------------------------------- the LM study
 
 def lm_run(corpus, tmp_path, encodings=("rope",), lengths=(32, 300, 1000)):
-    from poslab.experiments import lm
+    from poslab.studies import lm
     from poslab.experiments.runner import run_study
     from poslab.store import Store
 
@@ -203,7 +203,7 @@ def test_bench_eval_lm_prints_time_and_memory_per_length(tmp_path):
 
 def test_lm_study_tables_stay_the_training_context(corpus, tmp_path):
     """Long eval lengths do not lengthen the model's tables: the trained model is the default run's."""
-    from poslab.experiments import lm
+    from poslab.studies import lm
     from poslab.experiments.runner import members
 
     short = lm.lm_study("quick", task=dict(corpus=str(corpus)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.experiments import get_experiment
+from poslab.studies import get_experiment
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import Inline, make_executor
 from poslab.experiments.runner import run_study

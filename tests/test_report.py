@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from poslab.cli import main
-from poslab.experiments import get_experiment
+from poslab.studies import get_experiment
 from poslab.experiments.claims import read_claims
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import Inline

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from poslab.experiments import phenomenon
+from poslab.studies import phenomenon
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import worker_pool
 from poslab.experiments.runner import members, train_members
@@ -126,7 +126,7 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
 
     from poslab import attention as attention_module
     from poslab.errors import ConfigError
-    from poslab.experiments.lm import lm_study
+    from poslab.studies.lm import lm_study
     from poslab.train import DataStream, _optimizer, _set_lr, train_ensemble
 
     if encoding not in ("learned", "rope"):
@@ -394,7 +394,7 @@ def bench_eval_lm(*, lengths=(1_000, 10_000, 30_000), steps: int = 200, chunk: i
 
     import numpy as np
 
-    from poslab.experiments.lm import lm_study
+    from poslab.studies.lm import lm_study
     from poslab.experiments.runner import members
     from poslab.train import train_ensemble
 

@@ -60,7 +60,7 @@ def main():
 @main.command("list")
 def list_cmd():
     """Every encoding with its metadata, every task and every experiment."""
-    from poslab.experiments import EXPERIMENTS
+    from poslab.studies import EXPERIMENTS
     from poslab.positional import ENCODINGS, small_encoding
     from poslab.tasks import TASKS
 
@@ -107,23 +107,23 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
         progress, corpus):
     """Reproduce one published experiment: train, probe, and write its table and figures."""
     from poslab.errors import check_choice
-    from poslab.experiments import get_experiment
-    from poslab.experiments.config import PRESETS, apply_overrides
+    from poslab.studies import get_experiment
+    from poslab.experiments.config import apply_overrides
     from poslab.experiments.runner import run_study, validate
 
-    from poslab.experiments import PAPER_STUDIES
+    from poslab.studies import PAPER_STUDIES
 
     names = list(PAPER_STUDIES) if experiment == "all" else [experiment]  # all: the seed paper, in order
     plan = []
     for name in names:
         exp = get_experiment(name)
-        check_choice("preset", preset, getattr(exp, "PRESETS", PRESETS))
+        check_choice("preset", preset, exp.presets)
         study = exp.study(preset)
         if corpus is not None:
             study = _with_corpus(study, corpus)
         if seeds is not None:
             study = apply_overrides(study, [f"seeds={seeds}"])
-        study = apply_overrides(study, overrides, fixed=getattr(exp, "FIXED", {}))
+        study = apply_overrides(study, overrides, fixed=exp.fixed)
         validate(study, device, exp)  # every study, before the store is even opened
         plan.append((name, exp, study))
     from poslab.experiments.executors import make_executor
@@ -296,7 +296,7 @@ def sample(store, key, experiment, encoding, seed, length, temperature, prompt, 
     """Generate text from a stored language model, to read what it learned."""
     import torch
 
-    from poslab.experiments.lm import generate, load_member
+    from poslab.studies.lm import generate, load_member
     from poslab.store import Store
 
     if not store.exists():

@@ -70,7 +70,7 @@ def _distinct(values) -> str:
 
 
 def sections(db: Store, results: Path) -> list[Section]:
-    from poslab.experiments import EXPERIMENTS
+    from poslab.studies import EXPERIMENTS
 
     runs = db.runs()
     names = [n for n in EXPERIMENTS if any(r["experiment"] == n for r in runs)]
@@ -82,7 +82,7 @@ def sections(db: Store, results: Path) -> list[Section]:
         folder = results / name
         claims_file = folder / "claims.json"
         out.append(Section(
-            name=name, title=getattr(module, "title", name),
+            name=name, title=module.title if module is not None else name,
             statuses=dict(sorted(Counter(r["status"] for r in mine).items())),
             budgets=[(what, _distinct(_get(r["config"], path) for r in mine)) for what, path in BUDGETS],
             claims=read_claims(claims_file) if claims_file.exists() else None,

@@ -1,38 +1,34 @@
-"""A demo experiment, written as a user would add one: this module plus one registry entry.
+"""A demo study, written as a user would add one: this module plus one registry entry.
 
 A two-layer Transformer on the full-sequence shift task with two encodings; rows hold the
-per-position accuracy at each evaluation length; one structured claim. Nothing in the trainer,
-runner or store knows about it.
+accuracy at each evaluation length; one table, one figure and two claims, all declared.
+Nothing in the trainer, runner or store knows about it.
 """
 
 from pathlib import Path
 
-from poslab.experiments.claims import Claim, claims_markdown, write_claims
-from poslab.experiments.config import StudyConfig
-from poslab.experiments.retrieval import group_stats, write_csv
+from poslab.experiments.config import EvalConfig, StudyConfig
+from poslab.experiments.outputs import Lines, Pivot, Table, write_outputs
+from poslab.experiments.runner import Experiment
+from poslab.experiments.spec import ClaimSpec, at_most, is_, judge_all, mean
 from poslab.tasks import eval_batch
-from poslab.train import evaluate_loss
+from poslab.train import TrainConfig, evaluate_loss
 
-name = "demo_shift"
-title = "Demo: a Transformer on the shift task"
+CLAIMS = [
+    ClaimSpec(name="{encoding}: accuracy at trained lengths", paper="~1", where=at_most("length", 12),
+              per=("encoding",), measure=mean("accuracy"), op=">=", threshold=0.9),
+    ClaimSpec(name="{encoding}: accuracy past training", paper="no number", where=is_("length", 16),
+              per=("encoding",), measure=mean("accuracy"), na="the demo makes no prediction"),
+]
+TABLES = [Table("Accuracy by length", by=("encoding",), pivot=Pivot("length", "accuracy", "L={}"))]
+FIGURES = [Lines("accuracy.png", x="length", y="accuracy", series=("encoding",), vline=12, ylim=(0, 1.02))]
 
 
 def study(preset: str) -> StudyConfig:
     return StudyConfig(model_type="transformer", model=dict(d_model=16, n_layers=2, n_heads=2),
                        task_type="shift", task=dict(m=10, K=2), grid={"encoding": ("rope", "learned")}, seeds=2,
-                       train=dict_train(), eval=dict_eval())
-
-
-def dict_train():
-    from poslab.train import TrainConfig
-
-    return TrainConfig(steps=15, batch_size=16, min_length=8, max_length=12)
-
-
-def dict_eval():
-    from poslab.experiments.config import EvalConfig
-
-    return EvalConfig(lengths=(8, 16), n_sequences=24, chunk=10)
+                       train=TrainConfig(steps=15, batch_size=16, min_length=8, max_length=12),
+                       eval=EvalConfig(lengths=(8, 16), n_sequences=24, chunk=10))
 
 
 def evaluate(ctx) -> list[dict]:
@@ -45,8 +41,9 @@ def evaluate(ctx) -> list[dict]:
 
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
-    acc = group_stats(rows, ("encoding", "length"), "accuracy")
-    claims = [Claim(name=f"{enc}: accuracy at L={L}", paper="-", measured=m, holds=None, note=f"{n} seeds")
-              for (enc, L), (m, _, n) in acc.items()]
-    (out / "table.md").write_text(claims_markdown(claims))
-    return [write_csv(rows, out / "rows.csv"), out / "table.md", write_claims(claims, out / "claims.json")]
+    return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows), tables=TABLES,
+                         figures=FIGURES)
+
+
+EXPERIMENT = Experiment(name="demo_shift", title="Demo: a Transformer on the shift task", study=study,
+                        evaluate=evaluate, report=report)

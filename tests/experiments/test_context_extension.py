@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from poslab.cli import main
 from poslab.errors import ConfigError
-from poslab.experiments import context_extension as ce
+from poslab.studies import context_extension as ce
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.runner import run_study, validate
 from poslab.store import Store

@@ -5,7 +5,7 @@ import csv
 import pytest
 
 from poslab.errors import ConfigError
-from poslab.experiments import EXPERIMENTS, get_experiment
+from poslab.studies import EXPERIMENTS, get_experiment
 from poslab.experiments.config import StudyConfig, apply_overrides, grid_points, quick
 from poslab.experiments.runner import members, run_study
 from poslab.store import Store
@@ -173,7 +173,7 @@ def test_worker_processes_give_the_same_rows_as_one_process(tmp_path):
 
 
 def test_pinning_share_and_spread():
-    from poslab.experiments.phenomenon import pinning
+    from poslab.studies.phenomenon import pinning
 
     cells = [dict(K=1, seed=0, peak_position=p) for p in (5, 5, 5, 7)] + \
             [dict(K=1, seed=1, peak_position=p) for p in (2, 2, 2, 2)]
@@ -186,7 +186,7 @@ def test_a_new_experiment_is_one_module_and_one_registry_entry(tmp_path, monkeyp
 
     from poslab.experiments.claims import read_claims
 
-    monkeypatch.setitem(EXPERIMENTS, "demo_shift", demo_shift)
+    monkeypatch.setitem(EXPERIMENTS, "demo_shift", demo_shift.EXPERIMENT)
     exp = get_experiment("demo_shift")
     study = exp.study("paper")
     with Store(tmp_path / "s.sqlite") as store:

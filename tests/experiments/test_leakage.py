@@ -8,8 +8,8 @@ import json
 import pytest
 
 from poslab.errors import ConfigError
-from poslab.experiments import get_experiment
-from poslab.experiments import leakage as exp
+from poslab.studies import get_experiment
+from poslab.studies import leakage as exp
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.runner import run_study
 from poslab.store import Store

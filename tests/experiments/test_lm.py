@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from poslab.cli import main
 from poslab.errors import ConfigError
-from poslab.experiments import lm
+from poslab.studies import lm
 from poslab.experiments.runner import run_study
 from poslab.models.transformer import Transformer, TransformerConfig
 from poslab.store import Store

@@ -9,8 +9,8 @@ import math
 import pytest
 
 from poslab.errors import ConfigError
-from poslab.experiments import get_experiment
-from poslab.experiments import mope as exp
+from poslab.studies import get_experiment
+from poslab.studies import mope as exp
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.runner import members, run_study
 from poslab.store import Store

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from poslab.experiments import get_experiment
+from poslab.studies import get_experiment
 from poslab.experiments.config import apply_overrides
-from poslab.experiments.phenomenon import head_pinning
+from poslab.studies.phenomenon import head_pinning
 from poslab.experiments.runner import run_study
 from poslab.positional import build_encoding
 from poslab.store import Store

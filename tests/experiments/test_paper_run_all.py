@@ -2,7 +2,7 @@
 
 from click.testing import CliRunner
 
-import poslab.experiments as experiments
+import poslab.studies as experiments
 from poslab.cli import main
 
 TINY = ["--preset", "quick", "--seeds", "1", "--set", "train.steps=3", "--set", "eval.n_sequences=8",

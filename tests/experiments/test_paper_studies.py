@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from poslab.experiments import get_experiment
+from poslab.studies import get_experiment
 from poslab.experiments.config import apply_overrides
-from poslab.experiments.linear_control import min_norm_interpolant
+from poslab.studies.linear_control import min_norm_interpolant
 from poslab.experiments.runner import run_study
 from poslab.store import Store
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from poslab.errors import ConfigError
-from poslab.experiments import PAPER_STUDIES, get_experiment
+from poslab.studies import PAPER_STUDIES, get_experiment
 from poslab.experiments.config import StudyConfig, apply_overrides, apply_point, grid_points
-from poslab.experiments.controls import kernel_rows
+from poslab.studies.controls import kernel_rows
 from poslab.experiments.runner import members, run_study
 from poslab.store import Store
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from poslab.errors import ConfigError
-from poslab.experiments.context_extension import passkey
+from poslab.studies.context_extension import passkey
 from poslab.tasks import build_task
 from poslab.tasks.passkey import NEEDLE, QUERY, PasskeyText
 from poslab.tasks.text import CharText

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Protocol
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -124,15 +124,24 @@ class MemberContext:
         return self.member.task
 
 
-class Experiment(Protocol):
-    name: str
+@dataclass(frozen=True, kw_only=True)
+class Experiment:
+    """One published artefact, as the runner, the command line and the report see it.
+
+    A study module builds one at its end (``EXPERIMENT = Experiment(...)``) and
+    :mod:`poslab.studies` registers it; nothing looks for optional module attributes."""
+
+    name: str  # the command-line name, e.g. "phenomenon"
     title: str  # the published artefact, e.g. "Table 1 / Fig. 1"
-
-    def study(self, preset: str) -> StudyConfig: ...
-
-    def evaluate(self, ctx: MemberContext) -> list[dict]: ...
-
-    def report(self, rows: list[dict], study: StudyConfig, out: Path) -> list[Path]: ...
+    study: Callable[[str], StudyConfig]  # preset -> the study's grid
+    evaluate: Callable[[MemberContext], list[dict]]  # one trained (or variant) member -> rows
+    report: Callable[[list[dict], StudyConfig, Path], list[Path]]  # rows -> rows.csv, table.md, claims, figures
+    presets: tuple[str, ...] = ("paper", "quick")
+    fixed: Mapping[str, str] = dataclasses.field(default_factory=dict)  # {path: why --set may not change it}
+    check: Callable[[StudyConfig], None] | None = None  # the study's own validation (before any work)
+    table_length: Callable[[StudyConfig], int] | None = None  # learned tables' length (default: longest length)
+    checks_eval_lengths: bool = False  # check() validates eval lengths itself (the runner does not)
+    in_run_all: bool = False  # part of ``poslab run all`` (the seed paper's studies)
 
 
 # ----------------------------------------------------------------------------- resolution
@@ -168,7 +177,8 @@ def resolve_model_config(study: StudyConfig, task: Task, experiment: str | None 
             raise ConfigError(f"model.{key}", key, sorted(fields))
         options[key] = _coerce(value, hints[key], f"model.{key}")
     default_len = fields["max_len"].default
-    table = getattr(_experiment_module(experiment), "table_length", longest_length)
+    exp = _experiment(experiment)
+    table = exp.table_length if exp is not None and exp.table_length is not None else longest_length
     needed = table(study) + int(bool(options.get("bos", False)))
     options["max_len"] = max(options.get("max_len", default_len), needed)
     check_encoding(study.encoding, study.encoding_options.get(study.encoding))
@@ -176,8 +186,8 @@ def resolve_model_config(study: StudyConfig, task: Task, experiment: str | None 
                    encoding_options=dict(study.encoding_options.get(study.encoding, {})))
 
 
-def _experiment_module(name: str | None):
-    from poslab.experiments import EXPERIMENTS
+def _experiment(name: str | None) -> Experiment | None:
+    from poslab.studies import EXPERIMENTS
 
     return EXPERIMENTS.get(name)
 
@@ -255,7 +265,7 @@ def validate(study: StudyConfig, device: str, experiment: Experiment | None = No
     for member in trained:
         member.task.validate(member.study.train.min_length)
         for L in member.study.eval.lengths:
-            if not getattr(experiment, "CHECKS_EVAL_LENGTHS", False):  # else its check() does (lm: the whole corpus)
+            if experiment is None or not experiment.checks_eval_lengths:  # else its check() does (lm: whole corpus)
                 member.task.validate(L)
         if member.group_key() not in shapes:
             shapes[member.group_key()] = _check_model(member)
@@ -265,7 +275,7 @@ def validate(study: StudyConfig, device: str, experiment: Experiment | None = No
         if got != shapes[base.group_key()]:
             raise ConfigError(f"variants.{variant.variant}", dict(study.variants[variant.variant]),
                               "changes that keep the trained parameters' names and shapes (evaluate-only)")
-    if experiment is not None and hasattr(experiment, "check"):
+    if experiment is not None and experiment.check is not None:
         experiment.check(study)
     return trained
 
@@ -303,7 +313,7 @@ def train_group(experiment_name: str, group: list[Member], device: str = "cpu", 
     A pure function of its (picklable) arguments, so an executor may run it anywhere: in this
     process, in a worker process, or on a Ray worker. It never touches the store.
     """
-    from poslab.experiments import get_experiment
+    from poslab.studies import get_experiment
 
     experiment = get_experiment(experiment_name)
     label = ",".join(f"{k}={v}" for k, v in group[0].ids.items() if k not in ("seed", "K"))
@@ -339,7 +349,7 @@ def evaluate_member(experiment: Experiment, ctx: MemberContext) -> list[dict]:
 def evaluate_variant(experiment_name: str, variant: Member, weights: dict[str, torch.Tensor],
                      device: str = "cpu") -> MemberResult:
     """Evaluate trained weights under a variant's config (no training)."""
-    from poslab.experiments import get_experiment
+    from poslab.studies import get_experiment
 
     experiment = get_experiment(experiment_name)
     make = variant.make_model()

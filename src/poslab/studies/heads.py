@@ -11,6 +11,8 @@ longest length, reported for the highest head and as the mean over heads.
 
 from __future__ import annotations
 
+from poslab.experiments.runner import Experiment
+
 from pathlib import Path
 
 import matplotlib
@@ -119,3 +121,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     files.append(save(fig, out / "peak_by_heads.png"))
     return files
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True)

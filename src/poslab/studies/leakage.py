@@ -29,6 +29,8 @@ Neither the model sizes nor the definition of "early" are public: ours are in :f
 
 from __future__ import annotations
 
+from poslab.experiments.runner import Experiment
+
 import dataclasses
 from pathlib import Path
 
@@ -361,3 +363,6 @@ def figures(rows: list[dict], study: StudyConfig, models: list[tuple], out: Path
     ax.legend(fontsize=6)
     paths.append(save(fig, out / "fig_interventions.png"))
     return paths
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, fixed=FIXED, check=check)

@@ -24,6 +24,8 @@ uniform head would put there).
 
 from __future__ import annotations
 
+from poslab.experiments.runner import Experiment
+
 import dataclasses
 from pathlib import Path
 
@@ -277,3 +279,6 @@ def figures(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
             ax.legend(fontsize=7)
     paths.append(save(fig, out / "fig1_attention.png"))
     return paths
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True)

@@ -17,6 +17,8 @@ pre-rotation appears only for K >= 2." RoPE retrieval heads (Table 1 protocol) w
 
 from __future__ import annotations
 
+from poslab.experiments.runner import Experiment
+
 import math
 from pathlib import Path
 
@@ -125,3 +127,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     files.append(save(fig, out / "k1.png"))
     return files
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True)

@@ -53,6 +53,8 @@ Other studies reuse the recipe: :func:`lm_study` (``encodings=``, any StudyConfi
 
 from __future__ import annotations
 
+from poslab.experiments.runner import Experiment
+
 import dataclasses
 import time
 from pathlib import Path
@@ -425,3 +427,6 @@ def generate(model, task, prompt: str, length: int, *, temperature: float = 0.8,
             logits = model(window)[0, -1] / temperature  # [m]
             out.append(int(torch.multinomial(logits.softmax(-1), 1, generator=generator)))
     return task.decode(torch.tensor(out[len(ids):]))
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, presets=PRESETS, check=check, table_length=table_length, checks_eval_lengths=CHECKS_EVAL_LENGTHS)

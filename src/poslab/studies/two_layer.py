@@ -26,6 +26,8 @@ Probes (every number from ``model.collect`` intermediates through :mod:`poslab.p
 
 from __future__ import annotations
 
+from poslab.experiments.runner import Experiment
+
 import math
 from pathlib import Path
 
@@ -235,3 +237,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     ax.legend()
     files.append(save(fig, out / "accuracy.png"))
     return files
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True)

@@ -16,6 +16,8 @@ the training offsets are shown beside the measured ones.
 
 from __future__ import annotations
 
+from poslab.experiments.runner import Experiment
+
 from pathlib import Path
 
 import matplotlib
@@ -143,3 +145,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     ax.legend(fontsize=6)
     files.append(save(fig, out / "score_profile.png"))
     return files
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True)

@@ -22,6 +22,8 @@ Training lengths are drawn per batch (the headline) and per sequence (control ro
 
 from __future__ import annotations
 
+from poslab.experiments.runner import Experiment
+
 from pathlib import Path
 
 import matplotlib
@@ -33,7 +35,7 @@ import torch  # noqa: E402
 
 from poslab import probes  # noqa: E402
 from poslab.experiments.config import StudyConfig, quick  # noqa: E402
-from poslab.experiments.phenomenon import COLUMNS  # noqa: E402
+from poslab.studies.phenomenon import COLUMNS  # noqa: E402
 from poslab.experiments.claims import Claim, claims_markdown, write_claims  # noqa: E402
 from poslab.experiments.retrieval import (fmt, length_rows, markdown_table,  # noqa: E402
                                           save, select, write_csv)
@@ -243,3 +245,6 @@ def figures(rows: list[dict], study: StudyConfig, out: Path, fit: dict) -> list[
         ax.legend(fontsize=6)
     paths.append(save(fig, out / "fig3_dilution.png"))
     return paths
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, check=check, in_run_all=True)

@@ -25,6 +25,8 @@ main study's recipe is Adam 1e-3, lengths [8, 16]), 1024 evaluation sequences pe
 
 from __future__ import annotations
 
+from poslab.experiments.runner import Experiment
+
 import copy
 import math
 from pathlib import Path
@@ -289,3 +291,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     axes[1].legend(fontsize=5, ncol=2)
     files.append(save(fig, out / "controls.png"))
     return files
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True)

@@ -11,6 +11,8 @@ selected offset and the peak height, and each encoding's kind decides which pred
 
 from __future__ import annotations
 
+from poslab.experiments.runner import Experiment
+
 from pathlib import Path
 
 import matplotlib
@@ -109,3 +111,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     ax.legend(fontsize=6, ncol=2)
     files.append(save(fig, out / "accuracy.png"))
     return files
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True)

@@ -68,6 +68,8 @@ Not done: LongRoPE2's per-layer search details beyond the needle-driven objectiv
 
 from __future__ import annotations
 
+from poslab.experiments.runner import Experiment
+
 import copy
 import dataclasses
 import math
@@ -692,3 +694,6 @@ def figures(rows, study, out: Path, methods, loss_at) -> list[Path]:
     ax.set(ylabel=f"loss at L0={L0} minus RoPE's", title="short-context retention")
     paths.append(save(fig, out / "retention.png"))
     return paths
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, fixed=FIXED, check=check)

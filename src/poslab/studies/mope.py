@@ -29,6 +29,8 @@ the LM's GPU recipe (5000 steps of batch 64) without dropout.
 
 from __future__ import annotations
 
+from poslab.experiments.runner import Experiment
+
 import dataclasses
 import math
 from pathlib import Path
@@ -44,7 +46,7 @@ import torch.nn.functional as F  # noqa: E402
 from poslab.errors import ConfigError, check_choice  # noqa: E402
 from poslab.experiments.claims import Claim, claims_markdown, markdown_table, write_claims  # noqa: E402
 from poslab.experiments.config import StudyConfig  # noqa: E402
-from poslab.experiments.lm import lm_study, validation_loss  # noqa: E402
+from poslab.studies.lm import lm_study, validation_loss  # noqa: E402
 from poslab.experiments.retrieval import fmt, save, select, write_csv  # noqa: E402
 from poslab.models.transformer import gate_parameter_count  # noqa: E402
 
@@ -339,3 +341,6 @@ def figures(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
         ax.set_xlabel("layer x head"), ax.set_ylabel("learned tau"), ax.legend(fontsize=7)
         files.append(save(fig, out / "gate_tau.png"))
     return files
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, presets=PRESETS, fixed=FIXED, check=check)

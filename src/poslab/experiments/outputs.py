@@ -1,0 +1,202 @@
+"""The report layer: tables and figures as declarations, one writer for every study's outputs.
+
+A study declares its tables (:class:`Table`: which rows, grouped by which columns, which
+measures, optionally one column per value of a pivot such as the evaluation length) and its
+figures (:class:`Lines`: mean over seeds with a ±std band, one line per series, one panel per
+value of a column), and :func:`write_outputs` writes ``rows.csv``, ``table.md`` (tables, then
+the claims beside the paper's words), ``claims.json`` and the figures. Studies keep only what
+is genuinely theirs (a probe row layout, a derived quantity, a figure nothing else draws).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from poslab.experiments.claims import Claim, claims_markdown, markdown_table, write_claims
+from poslab.experiments.spec import EVERY, Measure, Where, _sort_key
+
+Row = dict
+
+
+def mean_std(values: Sequence[float], digits: int = 3) -> str:
+    """"mean ± std" (population std over seeds); "" for no values."""
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return ""
+    return f"{np.mean(vals):.{digits}f} ± {np.std(vals):.{digits}f}"
+
+
+def groups(rows: list[Row], by: Sequence[str], where: Where = EVERY) -> dict[tuple, list[Row]]:
+    """The rows meeting ``where``, grouped by the ``by`` columns, in sorted key order."""
+    out: dict[tuple, list[Row]] = {}
+    for r in rows:
+        if where(r):
+            out.setdefault(tuple(r.get(c) for c in by), []).append(r)
+    return {k: out[k] for k in sorted(out, key=_sort_key)}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: a label and what fills it from a group of rows. A column name gives
+    mean ± std over the group's rows; a Measure or a function its value."""
+
+    label: str
+    value: str | Measure | Callable[[list[Row]], object]
+    digits: int = 3
+
+    def cell(self, group: list[Row]) -> str:
+        if isinstance(self.value, str):
+            return mean_std([r.get(self.value) for r in group], self.digits)
+        got = self.value(group)
+        if got is None:
+            return ""
+        return f"{got:.{self.digits}f}" if isinstance(got, float) else str(got)
+
+
+@dataclass(frozen=True)
+class Pivot:
+    """One column per value of ``column`` (e.g. length), each mean ± std of ``value``."""
+
+    column: str
+    value: str
+    label: str = "{}"
+    digits: int = 3
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    by: tuple[str, ...]
+    columns: tuple[Column, ...] = ()
+    where: Where = EVERY
+    pivot: Pivot | None = None
+    intro: str = ""
+
+    def markdown(self, rows: list[Row]) -> str:
+        grouped = groups(rows, self.by, self.where)
+        if not grouped:
+            return ""
+        header = list(self.by)
+        keys = []
+        if self.pivot is not None:
+            keys = sorted({r[self.pivot.column] for g in grouped.values() for r in g
+                           if r.get(self.pivot.column) is not None}, key=lambda v: _sort_key((v,)))
+            header += [self.pivot.label.format(k) for k in keys]
+        header += [c.label for c in self.columns]
+        body = []
+        for key, group in grouped.items():
+            line = [*key]
+            if self.pivot is not None:
+                p = self.pivot
+                line += [mean_std([r.get(p.value) for r in group if r.get(p.column) == k], p.digits) for k in keys]
+            line += [c.cell(group) for c in self.columns]
+            body.append(line)
+        parts = [f"## {self.title}", ""]
+        if self.intro:
+            parts += [self.intro, ""]
+        return "\n".join([*parts, markdown_table(header, body)])
+
+
+@dataclass(frozen=True)
+class Lines:
+    """A line figure: mean of ``y`` over seeds against ``x`` with a ±std band, one line per
+    value of ``series`` and one panel per value of ``panel``; ``vline``/``hline`` mark values
+    (a number, or a function of the rows)."""
+
+    filename: str
+    x: str
+    y: str
+    series: tuple[str, ...] = ()
+    panel: str | None = None
+    where: Where = EVERY
+    xlabel: str = ""
+    ylabel: str = ""
+    ylim: tuple[float, float] | None = None
+    vline: float | Callable[[list[Row]], float] | None = None
+    hline: float | Callable[[list[Row]], float] | None = None
+    logx: bool = False
+    title: str = ""
+
+    def draw(self, rows: list[Row], out: Path) -> Path | None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        chosen = [r for r in rows if self.where(r) and r.get(self.y) is not None]
+        if not chosen:
+            return None
+        panels = groups(chosen, (self.panel,)) if self.panel else {(None,): chosen}
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.3), squeeze=False, sharey=True)
+        for ax, ((pv,), prows) in zip(axes[0], panels.items()):
+            for key, srows in groups(prows, self.series).items():
+                pts = groups(srows, (self.x,))
+                xs = np.array([k[0] for k in pts], dtype=float)
+                ys = [np.array([float(r[self.y]) for r in g]) for g in pts.values()]
+                m, s = np.array([v.mean() for v in ys]), np.array([v.std() for v in ys])
+                label = " ".join(f"{v}" for v in key) if key else None
+                ax.plot(xs, m, marker="o", ms=3, label=label)
+                ax.fill_between(xs, m - s, m + s, alpha=0.15)
+            for value, style in ((self.vline, "--"), (self.hline, ":")):
+                if value is not None:
+                    v = value(prows) if callable(value) else value
+                    (ax.axvline if value is self.vline else ax.axhline)(v, color="grey", ls=style, lw=1)
+            ax.set(xlabel=self.xlabel or self.x, title=f"{self.panel} = {pv}" if self.panel else self.title)
+            if self.logx:
+                ax.set_xscale("log")
+            if self.ylim:
+                ax.set_ylim(*self.ylim)
+            if self.series:
+                ax.legend(fontsize=6, ncol=2)
+        axes[0][0].set_ylabel(self.ylabel or self.y)
+        return save(fig, out / self.filename)
+
+
+def save(fig, path: Path) -> Path:
+    """Write a figure as PNG and release it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+@dataclass
+class Outputs:
+    """What :func:`write_outputs` wrote."""
+
+    files: list[Path] = field(default_factory=list)
+
+
+def write_outputs(out: Path, *, title: str, rows: list[Row], claims: list[Claim], intro: str = "",
+                  tables: Sequence[Table] = (), figures: Sequence[Lines] = (), csv_rows: list[Row] | None = None,
+                  columns: list[str] | None = None, sections: Sequence[str] = (),
+                  more_figures: Callable[[list[Row], Path], list[Path]] | None = None) -> list[Path]:
+    """rows.csv, table.md (intro, tables, extra sections, claims), claims.json and figures."""
+    from poslab.experiments.retrieval import write_csv
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = [write_csv(csv_rows if csv_rows is not None else rows, out / "rows.csv", columns)]
+    text = [f"# {title}", ""]
+    if intro:
+        text += [intro, ""]
+    for t in tables:
+        md = t.markdown(rows)
+        if md:
+            text += [md, ""]
+    text += [s for s in sections for s in (s, "")]
+    text += ["## The paper's claims beside this run", "", claims_markdown(claims), ""]
+    (out / "table.md").write_text("\n".join(text))
+    files += [out / "table.md", write_claims(claims, out / "claims.json")]
+    for fig in figures:
+        path = fig.draw(rows, out)
+        if path is not None:
+            files.append(path)
+    if more_figures is not None:
+        files += more_figures(rows, out)
+    return files

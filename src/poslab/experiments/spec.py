@@ -1,0 +1,356 @@
+"""Claims as data: a study declares what the paper says and how a run is judged against it.
+
+A :class:`ClaimSpec` names a claim, quotes the paper, and says which rows it reads (``where``),
+what it measures on them (``measure``), one claim per distinct value of ``per`` columns, and
+the operator and threshold that decide it. The criterion text is rendered from the operator,
+never typed beside it, and a claim the paper's own task cannot decide carries ``na`` (its
+reason) instead of an operator::
+
+    ClaimSpec("{encoding}, K={K}: cells selecting offset -K", paper="100% of cells",
+              where=probe("length") & kind("rotary", "relative") & at_least("K", 2),
+              per=("encoding", "K"), measure=share("peak_offset", "==", neg("K")), op=">=",
+              threshold=1.0, percent=True)
+
+Predicates (:class:`Where`) and measures (:class:`Measure`) are declarative, so a synthetic row
+set that meets a predicate and gives a measure any value can be built from the declaration
+alone (:func:`synthetic_rows`): every study's verdicts are tested on both sides of every
+threshold by one function (tests/experiments/test_claim_specs.py).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from poslab.experiments.claims import Claim
+
+Row = dict
+
+# ----------------------------------------------------------------------------- predicates
+
+_CMP: dict[str, Callable[[float, float], bool]] = {
+    "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
+}
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A value read from the same row (``neg("K")`` is minus the row's K)."""
+
+    column: str
+    scale: float = 1.0
+
+    def of(self, row: Row) -> float:
+        return self.scale * row[self.column]
+
+
+def neg(column: str) -> Ref:
+    return Ref(column, -1.0)
+
+
+def _value(v, row: Row):
+    return v.of(row) if isinstance(v, Ref) else v
+
+
+@dataclass(frozen=True)
+class Term:
+    """``row[column] op value`` (``op`` "in": membership in a tuple)."""
+
+    column: str
+    op: str
+    value: object
+
+    def __call__(self, row: Row) -> bool:
+        if self.column not in row or row[self.column] is None:
+            return False
+        got, want = row[self.column], _value(self.value, row)
+        return got in want if self.op == "in" else bool(_CMP[self.op](got, want))
+
+    def example(self) -> object:
+        """A value of the column that satisfies this term (Refs are resolved by the caller)."""
+        v = self.value
+        if self.op == "in":
+            return v[0]
+        if self.op in ("==", ">=", "<="):
+            return v
+        if self.op == ">":
+            return v + 1
+        if self.op == "<":
+            return v - 1
+        raise ValueError(f"no example for {self}")
+
+
+@dataclass(frozen=True)
+class Where:
+    """A conjunction of terms (``&`` joins two)."""
+
+    terms: tuple[Term, ...] = ()
+
+    def __call__(self, row: Row) -> bool:
+        return all(t(row) for t in self.terms)
+
+    def __and__(self, other: Where) -> Where:
+        return Where(self.terms + other.terms)
+
+    def example(self) -> Row:
+        """A row that satisfies every term (the last term on a column wins; tests check it)."""
+        row: Row = {}
+        for t in self.terms:
+            if not isinstance(t.value, Ref):
+                row[t.column] = t.example()
+        return row
+
+
+def is_(column: str, *values) -> Where:
+    return Where((Term(column, "in", tuple(values)),))
+
+
+def probe(name: str) -> Where:
+    return is_("probe", name)
+
+
+def kind(*kinds: str) -> Where:
+    """Rows of encodings of these kinds (``absolute``, ``relative``, ``rotary``, ``none``)."""
+    return is_("kind", *kinds)
+
+
+def at_least(column: str, value) -> Where:
+    return Where((Term(column, ">=", value),))
+
+
+def at_most(column: str, value) -> Where:
+    return Where((Term(column, "<=", value),))
+
+
+def above(column: str, value) -> Where:
+    return Where((Term(column, ">", value),))
+
+
+def below(column: str, value) -> Where:
+    return Where((Term(column, "<", value),))
+
+
+EVERY = Where()
+
+# ----------------------------------------------------------------------------- measures
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A number from a set of rows; ``rows_for(value, base)`` builds rows that give ``value``."""
+
+    column: str
+    agg: str  # mean | min | max | median | share | range
+    test: tuple = ()  # share: (op, value or Ref) the column is compared with
+    text: str = ""
+
+    def __call__(self, rows: list[Row]) -> float | None:
+        if self.agg == "share":
+            vals = [r for r in rows if r.get(self.column) is not None]
+            if not vals:
+                return None
+            op, want = self.test
+            return float(np.mean([bool(_CMP[op](r[self.column], _value(want, r))) for r in vals]))
+        vals = [float(r[self.column]) for r in rows if r.get(self.column) is not None]
+        if not vals:
+            return None
+        return float({"mean": np.mean, "min": np.min, "max": np.max, "median": np.median,
+                      "abs_mean": lambda v: abs(np.mean(v))}[self.agg](vals))
+
+    def rows_for(self, value: float, base: Row) -> list[Row]:
+        """Rows that meet ``base`` and on which this measure is ``value`` (within 1e-9)."""
+        if self.agg == "share":
+            op, want = self.test
+            target = _value(want, base) if isinstance(want, Ref) else want
+            hit, miss = {"==": (target, target + 1), "!=": (target + 1, target), ">=": (target, target - 1),
+                         ">": (target + 1, target), "<=": (target, target + 1), "<": (target - 1, target)}[op]
+            n = 1000
+            k = int(round(value * n))
+            return [{**base, self.column: hit} for _ in range(k)] + [{**base, self.column: miss}
+                                                                      for _ in range(n - k)]
+        return [{**base, self.column: value}]
+
+    @property
+    def label(self) -> str:
+        if self.text:
+            return self.text
+        if self.agg == "share":
+            op, want = self.test
+            want = f"{'-' if isinstance(want, Ref) and want.scale < 0 else ''}{want.column}" \
+                if isinstance(want, Ref) else want
+            return f"share of rows with {self.column} {op} {want}"
+        return f"{self.agg} {self.column}"
+
+
+def mean(column: str, text: str = "") -> Measure:
+    return Measure(column, "mean", text=text)
+
+
+def minimum(column: str, text: str = "") -> Measure:
+    return Measure(column, "min", text=text)
+
+
+def maximum(column: str, text: str = "") -> Measure:
+    return Measure(column, "max", text=text)
+
+
+def median(column: str, text: str = "") -> Measure:
+    return Measure(column, "median", text=text)
+
+
+def abs_mean(column: str, text: str = "") -> Measure:
+    return Measure(column, "abs_mean", text=text)
+
+
+def share(column: str, op: str, value, text: str = "") -> Measure:
+    if op not in _CMP:
+        raise ValueError(f"share: op must be one of {sorted(_CMP)}, got {op!r}")
+    return Measure(column, "share", (op, value), text=text)
+
+
+# ----------------------------------------------------------------------------- claim specs
+
+OPS = (">=", "<=", ">", "<", "==", "~")  # "~": |measured - threshold| <= tol
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimSpec:
+    """One claim of a paper, as data. ``name`` and ``note`` are format strings over the ``per``
+    columns and ``n`` (rows), ``seeds`` (distinct seeds) of the group."""
+
+    name: str
+    paper: str
+    where: Where = EVERY
+    per: tuple[str, ...] = ()
+    measure: Measure | None = None
+    op: str | None = None
+    threshold: float | None = None
+    tol: float | None = None
+    na: str | None = None  # the reason the paper's own task cannot decide it: verdict n.a.
+    note: str = ""
+    percent: bool = False  # show the measured value and threshold as percentages
+    scale_by: str | None = None  # the threshold is multiplied by this column of the group (e.g. chance)
+
+    def __post_init__(self):
+        if self.op is not None and self.op not in OPS:
+            raise ValueError(f"ClaimSpec {self.name!r}: op must be one of {OPS}, got {self.op!r}")
+        if self.op is not None and self.threshold is None:
+            raise ValueError(f"ClaimSpec {self.name!r}: op {self.op!r} needs a threshold")
+        if self.op == "~" and self.tol is None:
+            raise ValueError(f"ClaimSpec {self.name!r}: op '~' needs a tol")
+        if self.op is not None and self.na is not None:
+            raise ValueError(f"ClaimSpec {self.name!r}: a claim is judged (op) or n.a. (na), not both")
+
+    def limit(self, group: list[Row]) -> float | None:
+        if self.threshold is None:
+            return None
+        if self.scale_by is None:
+            return self.threshold
+        return self.threshold * float(group[0][self.scale_by])
+
+    def criterion(self, group: list[Row] | None = None) -> str:
+        if self.op is None:
+            return ""
+        show = (lambda v: f"{100 * v:g}%") if self.percent else (lambda v: f"{v:g}")
+        t = show(self.threshold)
+        if self.scale_by:
+            t = f"{t} x {self.scale_by}"
+        if self.op == "~":
+            return f"within {show(self.tol)} of {t}"
+        return f"{ {'>=': '≥', '<=': '≤'}.get(self.op, self.op)} {t}"
+
+    def judge(self, value: float | None, group: list[Row] | None = None) -> bool | None:
+        if self.op is None or value is None or (isinstance(value, float) and math.isnan(value)):
+            return None
+        limit = self.limit(group) if group else self.threshold
+        if self.op == "~":
+            return bool(abs(value - limit) <= self.tol)
+        return bool(_CMP[self.op](value, limit))
+
+    def evaluate(self, rows: Iterable[Row]) -> list[Claim]:
+        groups: dict[tuple, list[Row]] = {}
+        for r in rows:
+            if self.where(r):
+                groups.setdefault(tuple(r.get(c) for c in self.per), []).append(r)
+        out = []
+        for key in sorted(groups, key=_sort_key):
+            group = groups[key]
+            fields = dict(zip(self.per, key), n=len(group), seeds=len({r.get("seed") for r in group}))
+            value = self.measure(group) if self.measure is not None else None
+            holds = None if self.na else self.judge(value, group)
+            note = self.note.format(**fields) if self.note else f"{fields['seeds']} seeds, {len(group)} rows"
+            if self.na:
+                note = f"n.a.: {self.na}" + (f"; {note}" if note else "")
+            elif holds is None and self.op is not None:
+                note = "n.a.: nothing measured" + (f"; {note}" if note else "")
+            measured = value if not (self.percent and value is not None) else f"{100 * value:.1f}%"
+            out.append(Claim(name=self.name.format(**fields), paper=self.paper, measured=measured, holds=holds,
+                             criterion=self.criterion(group), note=note))
+        return out
+
+
+def _sort_key(key: tuple) -> tuple:
+    return tuple((0, v) if isinstance(v, (int, float)) else (1, str(v)) for v in key)
+
+
+def judge_all(specs: Iterable[ClaimSpec], rows: list[Row]) -> list[Claim]:
+    """Every spec's claims on these rows, in declaration order."""
+    return [c for spec in specs for c in spec.evaluate(rows)]
+
+
+# ----------------------------------------------------------------------------- verdict tests
+
+
+def synthetic_rows(spec: ClaimSpec, value: float, base: Row | None = None) -> list[Row]:
+    """Rows that meet ``spec.where`` and on which ``spec.measure`` gives ``value``."""
+    row = {**(base or {}), **spec.where.example()}
+    for c in spec.per:
+        row.setdefault(c, 0)
+    row.setdefault("seed", 0)
+    if spec.scale_by is not None:
+        row.setdefault(spec.scale_by, 0.05)
+    return spec.measure.rows_for(value, row)
+
+
+def flip_values(spec: ClaimSpec, base: Row | None = None, eps: float = 1e-3) -> tuple[float, float]:
+    """(a measured value that meets the claim, one that misses it), just either side of the line."""
+    group = synthetic_rows(spec, spec.threshold or 0.0, base)
+    limit = spec.limit(group)
+    if spec.op == "~":
+        return limit, limit + 2 * spec.tol + eps
+    inside = {">=": limit, ">": limit + eps, "<=": limit, "<": limit - eps, "==": limit}[spec.op]
+    outside = {">=": limit - eps, ">": limit, "<=": limit + eps, "<": limit, "==": limit - eps}[spec.op]
+    return inside, outside
+
+
+@dataclass
+class FlipReport:
+    """What :func:`check_flips` found: specs judged, and any whose verdict did not flip."""
+
+    judged: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+def check_flips(specs: Iterable[ClaimSpec], base: Row | None = None) -> FlipReport:
+    """Feed every judged spec synthetic rows just inside and just outside its threshold; its
+    verdict must be yes then no (and every n.a. spec must stay n.a.)."""
+    report = FlipReport()
+    for spec in specs:
+        if spec.op is None:
+            if spec.measure is not None:
+                got = spec.evaluate(synthetic_rows(spec, 0.5, base))
+                if any(c.holds is not None for c in got):
+                    report.failures.append(f"{spec.name}: n.a. spec gave a verdict")
+            continue
+        inside, outside = flip_values(spec, base)
+        yes = spec.evaluate(synthetic_rows(spec, inside, base))
+        no = spec.evaluate(synthetic_rows(spec, outside, base))
+        report.judged.append(spec.name)
+        if [c.holds for c in yes] != [True] or [c.holds for c in no] != [False]:
+            report.failures.append(f"{spec.name}: {inside} -> {[c.holds for c in yes]}, "
+                                   f"{outside} -> {[c.holds for c in no]}")
+    return report
