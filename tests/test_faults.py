@@ -122,3 +122,68 @@ def test_sigkill_part_way_then_resume_equals_uninterrupted(tmp_path):
             assert all(torch.equal(got[n], ref_weights[k][n]) for n in got)
     for i in range(2):
         assert (tmp_path / f"resume{i}" / "table.md").read_text() == (tmp_path / "ref" / "table.md").read_text()
+
+
+def _children(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (from /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_run_leaves_no_worker_running(tmp_path):
+    """SIGKILL a real `poslab run` with a pool of workers: every worker exits within seconds."""
+    if not Path("/proc/self/stat").exists():
+        import pytest
+
+        pytest.skip("needs /proc to find the workers")
+    sets = [a for s in _overrides() for a in ("--set", s)]
+    cmd = [sys.executable, "-m", "poslab", "run", "phenomenon", "--preset", "quick", *sets, "--set",
+           "train.steps=100000", "--workers", "2", "--no-progress", "--store", str(tmp_path / "s.sqlite"),
+           "--out", str(tmp_path / "out")]
+    workers: set[int] = set()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and len(workers) < 2:
+            time.sleep(0.5)
+            workers = {p for p in _children(proc.pid) if "spawn_main" in _cmdline(p)}
+        assert len(workers) >= 2, "the run never started its pool workers"
+        time.sleep(2)  # let them get into training
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.time() + 10
+        while time.time() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.2)
+        assert not [p for p in workers if _alive(p)], "pool workers outlived their killed parent"
+    finally:
+        for p in _children(proc.pid) | workers:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""

@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import socket
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Protocol
@@ -63,7 +67,7 @@ class ProcessPool:
         workers = min(self.workers, len(jobs))
         threads = max(1, (os.cpu_count() or 1) // workers)
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=torch.set_num_threads, initargs=(threads,))
+                                   initializer=worker_init, initargs=(threads, os.getpid()))
         with pool:
             futures = [pool.submit(fn, *job) for job in jobs]
             for future in as_completed(futures):
@@ -74,7 +78,33 @@ def worker_pool(workers: int) -> tuple[ProcessPoolExecutor, int]:
     """A raw spawn pool of ``workers`` processes and the threads each should use."""
     local = ProcessPool(workers)
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=torch.set_num_threads, initargs=(local.threads,)), local.threads
+                               initializer=worker_init, initargs=(local.threads, os.getpid())), local.threads
+
+
+def worker_init(threads: int, parent: int) -> None:
+    """A pool worker's start: its share of the cores, and an exit as soon as its parent dies.
+
+    A parent killed with SIGKILL cannot shut its pool down; without this its workers go on
+    training and then wait forever for work, holding their memory. On Linux the kernel sends
+    the worker SIGKILL when the parent goes (``PR_SET_PDEATHSIG``); everywhere, a daemon thread
+    sees the parent change (re-parented to init or a subreaper) within half a second."""
+    torch.set_num_threads(threads)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        except OSError:
+            pass
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True, name="poslab-parent-watch").start()
+
+
+def _exit_with_parent(parent: int, every: float = 0.5) -> None:
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(1)
 
 
 def _local(workers: int = 1, device: str = "cpu", **_) -> Executor:
