@@ -51,3 +51,44 @@ def test_bad_symmetric_option():
     with pytest.raises(ConfigError) as err:
         build_encoding("alibi", d_model=8, n_heads=2, d_head=4, max_len=8, symmetric="yes")
     assert err.value.field == "symmetric"
+
+
+@pytest.mark.parametrize("learned", [False, True])
+@pytest.mark.parametrize("slope", [None, 0.5])
+def test_slope_options_bias_is_minus_m_times_distance(slope, learned):
+    h, d = 2, 4
+    enc = build_encoding("alibi", d_model=8, n_heads=h, d_head=d, max_len=16, slope=slope, learned_slope=learned)
+    q = k = torch.zeros(1, h, 6, d)
+    pos = torch.arange(6)
+    bias = enc.score_bias(q, k, pos, pos).detach()  # [h, i, j] for shared positions
+    m = [2 ** -4, 2 ** -8] if slope is None else [slope, slope]
+    for head in range(h):
+        for i in range(6):
+            for j in range(6):
+                assert float(bias[..., head, i, j]) == pytest.approx(-m[head] * (i - j), abs=1e-6)
+    assert [n for n, _ in enc.named_parameters()] == (["log_slopes"] if learned else [])
+
+
+def test_learned_slope_gets_a_gradient_and_stays_positive():
+    enc = build_encoding("alibi", d_model=4, n_heads=1, d_head=4, max_len=16, slope=0.5, learned_slope=True)
+    q, k = torch.zeros(1, 1, 5, 4), torch.zeros(1, 1, 5, 4)
+    pos = torch.arange(5)
+    enc.score_bias(q, k, pos, pos).sum().backward()
+    # d/dr sum_ij -exp(r)(i - j) = -m sum_ij (i - j) = 0 on a square grid; take the causal part
+    enc.zero_grad()
+    bias = enc.score_bias(q, k, pos, pos)
+    bias.tril().sum().backward()  # sum over j <= i of -m (i - j) = -20 m
+    assert float(enc.log_slopes.grad) == pytest.approx(-20 * 0.5, rel=1e-5)
+    with torch.no_grad():
+        enc.log_slopes.fill_(-50.0)  # any real log-slope is a positive slope
+    assert float(enc.slopes.detach()) > 0
+
+
+@pytest.mark.parametrize("options, field", [
+    (dict(slope=0.0), "slope"), (dict(slope=-1.0), "slope"), (dict(slope="big"), "slope"),
+    (dict(slope=float("inf")), "slope"), (dict(learned_slope="yes"), "learned_slope"),
+])
+def test_bad_slope_options(options, field):
+    with pytest.raises(ConfigError) as err:
+        build_encoding("alibi", d_model=8, n_heads=2, d_head=4, max_len=8, **options)
+    assert err.value.field == field

@@ -55,3 +55,32 @@ def test_bad_options(options, field):
     with pytest.raises(ConfigError) as err:
         build_encoding("t5", d_model=8, n_heads=2, d_head=4, max_len=8, **options)
     assert err.value.field == field
+
+
+def test_zero_init_and_normal_init():
+    torch.manual_seed(0)
+    zero = build_encoding("t5", d_model=8, n_heads=2, d_head=4, max_len=8, init="zeros")
+    assert torch.equal(zero.relative_attention_bias.detach(), torch.zeros(32, 2))
+    torch.manual_seed(0)
+    normal = build_encoding("t5", d_model=8, n_heads=2, d_head=4, max_len=8, init_std=0.5)
+    torch.manual_seed(0)
+    torch.testing.assert_close(normal.relative_attention_bias.detach(), 0.5 * torch.randn(32, 2))
+    with pytest.raises(ConfigError) as err:
+        build_encoding("t5", d_model=8, n_heads=2, d_head=4, max_len=8, init="xavier")
+    assert err.value.field == "init" and "zeros" in err.value.allowed
+
+
+@pytest.mark.parametrize("num_buckets, max_distance, expected", [
+    (32, 128, 16 / 48),  # distances 0-15 own buckets 0-15; 16-47 fall in buckets 16-24, never trained
+    (16, 16, 1.0),  # 8 exact, 8-15 in buckets 8-15, every distance >= 15 in bucket 15 (reached by 15)
+    (8, 20, 1.0),
+])
+def test_bucket_coverage_against_the_hand_computed_buckets(num_buckets, max_distance, expected):
+    from poslab.positional.t5 import bucket_coverage
+
+    got = bucket_coverage(range(16), range(48), num_buckets=num_buckets, max_distance=max_distance)
+    assert got == pytest.approx(expected)
+    # naive: a distance is covered when some training distance shares its bucket (the CAUSAL table above)
+    if (num_buckets, max_distance) == (32, 128):
+        trained = {CAUSAL.get(-a, a if a < 16 else None) for a in range(16)}
+        assert trained == set(range(16)) and CAUSAL[-16] == 16 not in trained

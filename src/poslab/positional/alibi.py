@@ -8,7 +8,12 @@ c = 2^floor(log2 n), the first c slopes are those for c heads and the remaining 
 other slope (the 1st, 3rd, ...) of the sequence for 2c heads, as in the reference code.
 In the causal form the bias is positive for keys after the query; the causal mask removes those.
 
-Notation: b batch, h head, i/j query/key position, d head dim, m slope.
+Options beyond the paper: ``slope`` gives every head one fixed slope instead of the geometric
+sequence (one head's published slope, 2^-8, is nearly flat over a few dozen positions), and
+``learned_slope`` makes the slopes parameters, m_h = exp(r_h) so they stay positive, initialised
+at the fixed ones (log-parameterised as in the learned-slope ALiBi variants of the field).
+
+Notation: b batch, h head, i/j query/key position, d head dim, m slope, r log-slope.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from poslab.errors import ConfigError
 from poslab.positional.base import PositionalEncoding, relative_positions
@@ -41,16 +46,31 @@ def _slopes(n: int) -> list[float]:
 
 class ALiBi(PositionalEncoding):
     kind = "relative"
-    extra_parameters = "none"
+    extra_parameters = "none (n_heads log-slopes with learned_slope=True)"
     cost = "O(i j) per head (one bias per logit)"
     reference = "Press, Smith & Lewis 2022, Train Short, Test Long"
 
-    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, symmetric: bool = False):
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, symmetric: bool = False,
+                 slope: float | None = None, learned_slope: bool = False):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)
         if not isinstance(symmetric, bool):
             raise ConfigError("symmetric", symmetric, "True, False")
-        self.symmetric = symmetric
-        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)  # m_h, [h]
+        if slope is not None and (isinstance(slope, bool) or not isinstance(slope, (int, float))
+                                  or not math.isfinite(slope) or slope <= 0):
+            raise ConfigError("slope", slope, "a positive finite number, or None (the published slopes)")
+        if not isinstance(learned_slope, bool):
+            raise ConfigError("learned_slope", learned_slope, "True, False")
+        self.symmetric, self.learned_slope = symmetric, learned_slope
+        init = alibi_slopes(n_heads) if slope is None else torch.full((n_heads,), float(slope))  # m_h, [h]
+        if learned_slope:
+            self.log_slopes = nn.Parameter(init.log())  # r_h, [h]; m_h = exp(r_h) > 0
+        else:
+            self.register_buffer("fixed_slopes", init, persistent=False)  # m_h, [h]
+
+    @property
+    def slopes(self) -> Tensor:
+        """m_h [h]: the fixed slopes, or exp of the learned log-slopes."""
+        return self.log_slopes.exp() if self.learned_slope else self.fixed_slopes
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         rel = relative_positions(q_pos, k_pos).to(q.dtype)  # i - j, [1, i, j] | [b, 1, i, j]
