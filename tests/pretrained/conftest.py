@@ -1,0 +1,24 @@
+import warnings
+
+import pytest
+
+pytest.importorskip("transformers", reason="the pretrained extra (transformers) is not installed")
+
+from poslab.pretrained.tiny import tiny_checkpoint  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """kind -> the path of a tiny random checkpoint of that architecture (written once)."""
+    root = tmp_path_factory.mktemp("tiny")
+    made = {}
+
+    def get(kind: str, **options):
+        key = (kind, repr(sorted(options.items())))
+        if key not in made:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                made[key] = tiny_checkpoint(kind, root / f"{kind}-{len(made)}", **options)
+        return made[key]
+
+    return get

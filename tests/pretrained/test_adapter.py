@@ -1,0 +1,91 @@
+"""A checkpoint answers collect(batch) with poslab's intermediates, read through hooks on its own modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from poslab.errors import ConfigError
+from poslab.pretrained import load
+from poslab.probes.leakage import leakage
+from poslab.tasks.base import Batch
+
+KINDS = ("llama", "mistral", "gpt_neox", "gpt2")
+
+
+def lm_batch(b=3, s=40, seed=0):
+    tokens = torch.randint(0, 256, (b, s), generator=torch.Generator().manual_seed(seed))
+    targets = torch.cat([tokens[:, 1:], tokens[:, :1]], 1)
+    mask = torch.ones_like(tokens, dtype=torch.bool)
+    mask[:, -1] = False
+    return Batch(tokens=tokens, targets=targets, loss_mask=mask, lengths=torch.full((b,), s))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_collect_matches_the_checkpoints_own_forward(tiny, kind):
+    model = load(tiny(kind))
+    batch = lm_batch()
+    inter = model.collect(batch)
+    assert len(inter.layers) == model.n_layers
+    torch.testing.assert_close(inter.logits, model(batch.tokens), rtol=1e-5, atol=1e-5)  # sdpa vs recorded eager
+    b, s = batch.tokens.shape
+    for layer in inter.layers:
+        assert layer.attn_scores.shape == layer.pattern.shape == (b, model.n_heads, s, s)
+        assert layer.q.shape == layer.rot_k.shape == (b, model.n_heads, s, model.d_head)
+        torch.testing.assert_close(layer.pattern.sum(-1), torch.ones(b, model.n_heads, s))
+        future = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)
+        assert float(layer.pattern[..., future].abs().max()) == 0.0  # causal
+    # the residual stream: each layer's output is the next layer's input
+    for a, c in zip(inter.layers, inter.layers[1:]):
+        assert torch.equal(a.resid_post, c.resid_pre)
+
+
+def test_sliding_window_is_the_checkpoints_own(tiny):
+    model = load(tiny("mistral"))
+    assert model.window == 16
+    pattern = model.collect(lm_batch()).layers[0].pattern
+    i, j = torch.meshgrid(torch.arange(40), torch.arange(40), indexing="ij")
+    assert float(pattern[..., (i - j) >= 16].abs().max()) == 0.0
+    assert float(pattern[..., (i - j) == 15].min()) > 0.0
+
+
+def test_queries_before_rotation_are_the_projection(tiny):
+    model = load(tiny("llama"))
+    batch = lm_batch()
+    seen = {}
+    attn = model.layers[1].self_attn
+    handle = attn.q_proj.register_forward_hook(lambda m, a, out: seen.setdefault("q", out))
+    try:
+        inter = model.collect(batch)
+    finally:
+        handle.remove()
+    q = seen["q"].view(3, 40, model.n_heads, model.d_head).transpose(1, 2)
+    torch.testing.assert_close(inter.layers[1].q, q, rtol=1e-5, atol=1e-5)
+    assert float((inter.layers[1].rot_q - q)[:, :, 1:].abs().max()) > 1e-3  # positions > 0 are rotated
+
+
+def test_gpt2_keeps_its_projection_and_refuses_a_schedule(tiny):
+    model = load(tiny("gpt2"))
+    assert model.encoding == "learned"
+    inter = model.collect(lm_batch())
+    assert torch.equal(inter.layers[0].q, inter.layers[0].rot_q)
+    with pytest.raises(ConfigError, match="rotary position embedding"):
+        model.set_schedule({"rope_type": "linear", "factor": 2.0})
+    with pytest.raises(ConfigError, match="learned position table"):
+        model.check_length(65)
+
+
+def test_existing_leakage_probe_runs_unchanged(tiny):
+    model = load(tiny("llama"))
+    out = leakage(model, lm_batch(b=4, s=24), early=8)
+    assert out["logits_delta"].shape == (model.n_layers, model.n_heads)
+    assert out["received_0"].shape == (model.n_layers, model.n_heads)
+    # causal mask: query 0 attends only to key 0, so key 0 receives everything there
+    assert bool((out["received"][..., 0] > 0).all())
+
+
+def test_length_whose_attention_cannot_fit_is_refused(tiny):
+    model = load(tiny("llama"))
+    with pytest.raises(ConfigError, match="GiB"):
+        model.check_length(10**7)
+    model.check_length(4096)
