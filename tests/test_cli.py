@@ -23,12 +23,15 @@ def test_run_quick_then_report(tmp_path):
     assert "trained 6" in result.output and (tmp_path / "out" / "fig1_accuracy.png").exists()
     again = CliRunner().invoke(main, args)
     assert "trained 0, reused 6" in again.output
-    report = CliRunner().invoke(main, ["report", "--store", str(tmp_path / "s.sqlite")])
+    page = tmp_path / "page.html"
+    report = CliRunner().invoke(main, ["report", "--store", str(tmp_path / "s.sqlite"), "--out", str(page)])
     assert "phenomenon" in report.output and "finished" in report.output
+    assert "fig1_accuracy.png" in page.with_suffix(".md").read_text()  # found via the store, without --results
 
 
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path):
     store = tmp_path / "s.sqlite"
+    (tmp_path / "a-file.txt").write_text("not a folder")
     for args, field in [(["run", "nosuch"], "experiment"),
                         (["run", "phenomenon", "--preset", "fast"], "preset"),
                         (["run", "phenomenon", "--set", "train.steps"], "--set"),
@@ -37,7 +40,9 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path):
                         (["run", "phenomenon", "--set", "grid.task.K=[20]"], "K"),
                         (["run", "phenomenon", "--set", "model.encoding=no-such-encoding"], "model.encoding"),
                         (["run", "phenomenon", "--set", "task.K=2"], "grid axis"),
-                        (["run", "phenomenon", "--executor", "slurm"], "executor")]:
+                        (["run", "phenomenon", "--executor", "slurm"], "executor"),
+                        (["run", "phenomenon", "--out", str(tmp_path / "a-file.txt")], "--out"),
+                        (["run", "phenomenon", "--out", str(tmp_path / "a-file.txt" / "below")], "--out")]:
         result = CliRunner().invoke(main, [*args, "--store", str(store)] if args[1] == "phenomenon" else args)
         assert result.exit_code == 2, (args, result.output)
         lines = result.output.strip().splitlines()

@@ -6,7 +6,7 @@
                           [--executor local|inline|ray [--address ADDR] [--task-cpus N]]
     poslab report [--store PATH] [--results DIR] [--out FILE.html]
                                                   what the store holds; one HTML + markdown page
-    poslab encodings [--store PATH]               the survey's comparison table, extrapolation measured
+    poslab encodings [--store PATH] [--cost-lengths 64,256,1024]   the survey table: cost and extrapolation measured
     poslab bench train [--steps N] [--plain-steps N]
     poslab bench eval [--lengths 1000,...,1000000] [--figure PATH]   streamed evaluation to 10^6
     poslab bench eval --model lm [--lengths 1000,10000,30000] [--device cuda]   the LM's position-wise loss
@@ -109,7 +109,7 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
     from poslab.errors import check_choice
     from poslab.studies import get_experiment
     from poslab.experiments.config import apply_overrides
-    from poslab.experiments.runner import run_study, validate
+    from poslab.experiments.runner import check_output_folder, run_study, validate
 
     from poslab.studies import PAPER_STUDIES
 
@@ -125,6 +125,7 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
             study = apply_overrides(study, [f"seeds={seeds}"])
         study = apply_overrides(study, overrides, fixed=exp.fixed)
         validate(study, device, exp)  # every study, before the store is even opened
+        check_output_folder(_out_folder(out, name, len(names)))
         plan.append((name, exp, study))
     from poslab.experiments.executors import make_executor
 
@@ -141,7 +142,7 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
 
     root = out
     for experiment, exp, study in plan:  # finished members are reused from the store, not retrained
-        out = (root or Path("results")) / experiment if (root is None or len(plan) > 1) else root
+        out = _out_folder(root, experiment, len(plan))
         with Store(store) as db:
             summary = run_study(exp, study, store=db, out=out, device=device, force=force, progress=progress,
                                 executor=pool)
@@ -155,6 +156,11 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
         if table.exists() and len(plan) == 1:
             click.echo("")
             click.echo(table.read_text())
+
+
+def _out_folder(out: Path | None, experiment: str, studies: int) -> Path:
+    """--out itself for one study; results/<experiment> (or --out/<experiment> for several)."""
+    return (out or Path("results")) / experiment if (out is None or studies > 1) else out
 
 
 def _with_corpus(study, corpus: Path):
@@ -171,18 +177,31 @@ def _with_corpus(study, corpus: Path):
 
 @main.command()
 @click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
-def encodings(store):
-    """The survey's comparison of every encoding: metadata, and extrapolation measured from the store."""
+@click.option("--cost-lengths", default="64,256,1024", show_default=True,
+              help="lengths at which each encoding's forward is timed on a tiny model; 'none' skips it")
+def encodings(store, cost_lengths):
+    """The survey's comparison of every encoding: metadata, measured cost, and extrapolation measured
+    from the store."""
     from poslab.survey import HEADER, comparison_rows
 
-    rows = comparison_rows(store)
+    if cost_lengths.strip().lower() == "none":
+        lengths = ()
+    else:
+        try:
+            lengths = tuple(int(v) for v in cost_lengths.split(","))
+        except ValueError:
+            lengths = (0,)
+        if not lengths or min(lengths) < 2 or max(lengths) > 65536:
+            raise ConfigError("--cost-lengths", cost_lengths, "comma-separated integers in [2, 65536], or 'none'")
+    rows = comparison_rows(store, lengths)
     click.echo(_table(tuple(HEADER.values()), [tuple(r[k] for k in HEADER) for r in rows]))
 
 
 @main.command()
 @click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
-@click.option("--results", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
-              help="where each experiment's table, claims.json and figures are (results/<experiment>/)")
+@click.option("--results", type=click.Path(path_type=Path), default=None,
+              help="where each experiment's table, claims.json and figures are (RESULTS/<experiment>/); "
+                   "default: the folder each study last wrote to (recorded in the store)")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("results/report.html"), show_default=True,
               help="the HTML page; the markdown goes beside it with suffix .md")
 def report(store, results, out):
@@ -204,6 +223,24 @@ def report(store, results, out):
     except OSError as e:
         raise ConfigError("--out", str(out), f"a file path in a writable directory ({e.strerror})") from None
     click.echo(f"wrote {page}\nwrote {md}")
+
+
+@main.command()
+def models():
+    """Position encodings of representative LLMs (published configs), with poslab's computed columns."""
+    from poslab.pretrained.table import HEADER, table_rows
+
+    click.echo(_table(tuple(HEADER.values()), [tuple(r[k] for k in HEADER) for r in table_rows()]))
+
+
+@main.command("inspect")
+@click.argument("path")
+def inspect_cmd(path):
+    """The same columns as `poslab models` for any config.json, model directory or GGUF file."""
+    from poslab.pretrained.table import HEADER, inspect_path
+
+    row = inspect_path(path)
+    click.echo(_table(tuple(HEADER.values()), [tuple(row[k] for k in HEADER)]))
 
 
 @main.group()

@@ -69,17 +69,20 @@ def _distinct(values) -> str:
     return ", ".join(map(str, seen))
 
 
-def sections(db: Store, results: Path) -> list[Section]:
+def sections(db: Store, results: Path | None) -> list[Section]:
+    """One section per stored experiment; its outputs from ``results/<experiment>`` when
+    ``results`` is given, else from the folder the store recorded when the study last ran."""
     from poslab.studies import EXPERIMENTS
 
     runs = db.runs()
+    written = db.outputs()
     names = [n for n in EXPERIMENTS if any(r["experiment"] == n for r in runs)]
     names += sorted({r["experiment"] for r in runs} - set(names))
     out = []
     for name in names:
         mine = [r for r in runs if r["experiment"] == name]
         module = EXPERIMENTS.get(name)
-        folder = results / name
+        folder = results / name if results is not None else written.get(name, Path("results") / name)
         claims_file = folder / "claims.json"
         out.append(Section(
             name=name, title=module.title if module is not None else name,
@@ -162,7 +165,7 @@ def render_html(secs: list[Section], store: Path) -> str:
     return "\n".join(parts)
 
 
-def write_report(store: Path, results: Path, out: Path) -> tuple[Path, Path]:
+def write_report(store: Path, results: Path | None, out: Path) -> tuple[Path, Path]:
     """Write ``out`` (HTML) and ``out`` with suffix .md; returns both paths."""
     with Store(store) as db:
         secs = sections(db, results)

@@ -95,6 +95,13 @@ _SCHEMA = (
     PRIMARY KEY (run_key, idx)
 )""",
 )
+# Where each experiment last wrote its outputs (``poslab report`` finds them there); added to
+# stores of either age when they are opened, so it is not one of the legacy-detection columns.
+_OUTPUTS = """CREATE TABLE IF NOT EXISTS outputs (
+    experiment TEXT PRIMARY KEY,
+    folder     TEXT NOT NULL,
+    written_at TEXT NOT NULL
+)"""
 # The columns of each table, in order: a store from before APPLICATION_ID is recognised by them.
 _COLUMNS = {
     "runs": ("key", "experiment", "config_json", "status", "timings_json", "revision", "weights",
@@ -247,12 +254,24 @@ class Store:
         if _SAFE_KEY.fullmatch(key):
             self._weights_path(key).unlink(missing_ok=True)
 
+    def record_outputs(self, experiment: str, folder: str | Path) -> None:
+        """Remember where ``experiment`` wrote its table, claims and figures (absolute path)."""
+        with self._transaction():
+            self._conn.execute("INSERT OR REPLACE INTO outputs VALUES (?, ?, ?)",
+                               (experiment, str(Path(folder).resolve()),
+                                datetime.now(timezone.utc).isoformat(timespec="seconds")))
+
+    def outputs(self) -> dict[str, Path]:
+        """{experiment: the folder it last wrote its outputs to}."""
+        return {e: Path(f) for e, f in self._conn.execute("SELECT experiment, folder FROM outputs")}
+
     # -- internals ---------------------------------------------------------------------------
 
     def _create_schema(self) -> None:
         # Checked again inside the write transaction: the file may have changed since _inspect.
         with self._transaction():
             kind = _classify(self._conn, self.path)
+            self._conn.execute(_OUTPUTS)
             if kind == "ours":
                 return
             for statement in _SCHEMA:

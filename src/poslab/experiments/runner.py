@@ -365,6 +365,23 @@ def evaluate_variant(experiment_name: str, variant: Member, weights: dict[str, t
 
 # ----------------------------------------------------------------------------- the study
 
+def check_output_folder(out: Path) -> None:
+    """``out`` must be a folder or a path where one can be made (checked before any work)."""
+    out = Path(out)
+    allowed = "a folder, or a new path whose nearest existing parent is a writable folder"
+    if out.exists():
+        if not out.is_dir():
+            raise ConfigError("--out", str(out), f"{allowed} (this is an existing file)")
+        if not os.access(out, os.W_OK):
+            raise ConfigError("--out", str(out), f"{allowed} (this folder is not writable)")
+        return
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise ConfigError("--out", str(out), f"{allowed} ({parent} is not a writable folder)")
+
+
 def split_groups(groups: list[list[Member]], slots: int) -> list[list[Member]]:
     """The groups, the largest halved until there are ``slots`` of them or none has two members.
 
@@ -393,6 +410,7 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     may be given instead. Only this process writes the store, as each
     group comes back.
     """
+    check_output_folder(out)
     trained = validate(study, device, experiment)
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError("workers", workers, "a positive integer")
@@ -434,5 +452,6 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     rows = store.rows(keys=[m.key for m in everyone])
     out.mkdir(parents=True, exist_ok=True)
     files = experiment.report(rows, study, out)
+    store.record_outputs(experiment.name, out)
     return dict(members=len(trained), trained=len(todo), reused=len(trained) - len(todo),
                 variants=len(variants), evaluated=evaluated, seconds=time.perf_counter() - start, files=files)
