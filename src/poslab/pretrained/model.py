@@ -248,6 +248,7 @@ class PretrainedLM(nn.Module):
     def loss(self, batch: Batch) -> Tensor:
         return masked_cross_entropy(self(batch.tokens), batch)
 
+    @torch.no_grad()
     def token_losses(self, tokens: Tensor) -> Tensor:
         """Next-token loss at every position, [b, s - 1] (entry t predicts token t + 1)."""
         logits = self(tokens)

@@ -1,0 +1,130 @@
+"""The survey's table of position encodings in representative LLMs, with columns poslab computes.
+
+    entries()                 the published values in data/llm_positions.json (one dict per model)
+    entry_from_config(cfg)    the same fields read off any Hugging Face config dict (or a GGUF header)
+    describe(entry) -> row    the computed columns:
+
+wavelengths   lambda_i = 2 pi / theta'_i of the schedule in use (every pair; theta' from
+              poslab.positional.rope_frequencies at the extended length), shortest .. longest
+critical dim  d_extra = 2 ceil((r/2) log_base(L0 / 2 pi)) of the rotated width r at the original
+              context L0 (Liu et al. 2023; poslab.positional.scaling_laws)
+bound         T_extra = 2 pi base^(d_extra / r): how far the unscaled model's critical pair reaches
+effective     the context the schedule targets: factor x L0 for a scaling dict with a factor, else
+              the config's maximum; a sliding window caps what one layer sees (shown beside it)
+KV cache      yes unless the schedule depends on the sequence length (dynamic NTK, LongRoPE switch
+              the frequencies of every cached key when the sequence grows)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+
+from poslab.errors import ConfigError
+from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies
+from poslab.positional.scaling_laws import critical_dimension, extrapolation_bound
+
+HEADER = {"name": "model", "encoding": "encoding", "rope_type": "rope type", "theta": "theta",
+          "context": "context L0 -> max", "head": "head dim (rotated)", "window": "window",
+          "wavelengths": "wavelengths", "critical": "critical dim", "bound": "bound (unscaled)",
+          "effective": "effective context", "kv_cache": "KV cache"}
+
+
+def entries() -> list[dict]:
+    text = resources.files("poslab").joinpath("data/llm_positions.json").read_text()
+    return json.loads(text)["models"]
+
+
+def entry_from_config(cfg: dict, name: str = "config") -> dict:
+    """One table entry from a Hugging Face config dict (or poslab's reading of a GGUF header)."""
+    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    model_type = cfg.get("model_type", "")
+    heads = cfg.get("num_attention_heads") or cfg.get("n_head") or cfg.get("n_heads")
+    width = cfg.get("hidden_size") or cfg.get("n_embd") or cfg.get("d_model")
+    head_dim = cfg.get("head_dim") or cfg.get("qk_rope_head_dim") or cfg.get("d_kv") or \
+        (width // heads if width and heads else None)
+    context = (cfg.get("max_position_embeddings") or cfg.get("n_positions") or cfg.get("max_seq_len")
+               or cfg.get("seq_length") or cfg.get("n_ctx"))
+    entry = {"name": cfg.get("name") or name, "context": context, "head_dim": head_dim}
+    alibi = cfg.get("alibi") or model_type in ("bloom",) or (cfg.get("attn_config") or {}).get("alibi")
+    if alibi:
+        entry["encoding"] = "alibi"
+    elif "relative_attention_num_buckets" in cfg:
+        entry["encoding"] = "t5_bias"
+    elif model_type in ("gpt2", "gpt_neo", "opt", "gptj") and model_type != "gptj" or \
+            cfg.get("position_embedding_type") == "absolute":
+        entry["encoding"] = "learned"
+    else:
+        entry["encoding"] = "rope"
+        entry["rope_theta"] = float(params.get("rope_theta") or cfg.get("rope_theta") or
+                                    cfg.get("rotary_emb_base") or 10000.0)
+        partial = params.get("partial_rotary_factor") or cfg.get("partial_rotary_factor") or cfg.get("rotary_pct")
+        if partial and partial != 1.0:
+            entry["partial_rotary_factor"] = float(partial)
+        scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")}
+        if scaling.get("rope_type", scaling.get("type", "default")) != "default":
+            entry["rope_scaling"] = scaling
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    if window:
+        entry["sliding_window"] = window
+    return entry
+
+
+def describe(entry: dict) -> dict:
+    """The table row of one entry: its published values and the computed columns (strings)."""
+    row = {k: "-" for k in HEADER}
+    row.update(name=entry["name"], encoding=entry["encoding"])
+    context, head = entry.get("context"), entry.get("head_dim")
+    row["window"] = str(entry.get("sliding_window") or "-")
+    row["head"] = str(head or "?")
+    row["kv_cache"] = "yes"
+    if entry["encoding"] != "rope":
+        row["context"] = str(context or "?")
+        row["effective"] = row["context"] + (" (learned table)" if entry["encoding"] == "learned" else "")
+        return row
+    scaling = dict(entry.get("rope_scaling") or {})
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    base = float(entry.get("rope_theta", 10000.0))
+    frac = float(entry.get("partial_rotary_factor", 1.0))
+    r = int(head * frac) if head else None
+    orig = int(scaling.get("original_max_position_embeddings") or context)
+    row.update(rope_type=rope_type, theta=f"{base:g}", head=f"{head} ({r})" if r != head else str(head),
+               context=f"{orig} -> {context}" if orig != context else str(context))
+    if r:
+        row["critical"] = str(critical_dimension(base, orig, r))
+        bound = extrapolation_bound(base, orig, r)
+        row["bound"] = "unlimited" if math.isinf(bound) else f"{bound:,.0f}"
+        try:
+            cfg = {**scaling, "rope_theta": base}
+            if frac != 1.0:
+                cfg["partial_rotary_factor"] = frac
+            inv_freq, _ = rope_frequencies(head, base, cfg if rope_type != "default" else
+                                           ({"partial_rotary_factor": frac} if frac != 1.0 else None),
+                                           max_position_embeddings=context, seq_len=context)
+            wave = 2 * math.pi / inv_freq.double()
+            row["wavelengths"] = f"{float(wave.min()):.1f} .. {float(wave.max()):,.0f}"
+        except ConfigError as e:
+            row["wavelengths"] = f"n.a. ({e.field.rsplit('.', 1)[-1]} not in the table)"
+    factor = scaling.get("factor") or (context / orig if rope_type == "longrope" and orig else None)
+    row["effective"] = f"{int(factor * orig):,}" if factor and rope_type != "default" else f"{context:,}"
+    if entry.get("card_rope_scaling"):
+        card = entry["card_rope_scaling"]
+        row["effective"] += f" ({card['rope_type']} x{card['factor']:g}: {int(card['factor'] * orig):,})"
+    if rope_type in LENGTH_DEPENDENT:
+        row["kv_cache"] = "no (frequencies change with length)"
+    return row
+
+
+def table_rows(items: list[dict] | None = None) -> list[dict]:
+    return [describe(e) for e in (entries() if items is None else items)]
+
+
+def inspect_path(path: str) -> dict:
+    """The table row of any config.json, model directory or GGUF file (no weights read)."""
+    from poslab.pretrained.loading import read_config, resolve
+
+    source = resolve(path, field="PATH")
+    if source.kind == "hub":
+        raise ConfigError("PATH", path, "a local config.json, model directory or GGUF file (inspect reads no network)")
+    return describe(entry_from_config(read_config(source), name=str(path)))
