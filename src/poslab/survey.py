@@ -1,79 +1,189 @@
 """The survey's comparison of positional encodings (seed ``001``), generated from code and runs.
 
-One row per registry encoding. Where position is injected, the extra cost and KV-cache
+One row per registry encoding. Where position is injected, the extra cost class and KV-cache
 compatibility are read off a built instance's metadata (:class:`poslab.positional.Metadata`);
-length extrapolation is *measured*, from what a store holds:
+the cost is also *measured* (:func:`measured_cost`: time and bytes allocated per forward of a
+tiny Transformer at several lengths), and length extrapolation is *measured*, from the store.
 
-- fixed-offset retrieval accuracy beyond the training length: every stored row with
-  ``probe == "length"``, ``in_range`` False and an ``accuracy`` (the Table 1 protocol of the
-  ``phenomenon`` experiment and any experiment that reuses it), of runs whose task is
-  ``fixed_offset``, trained members only (no evaluate-only variant such as an APE clamp), averaged
-  over seeds, offsets and unseen lengths;
-- the language model's loss at 2x and 4x its training length L0 beside the loss at L0: stored
-  rows with ``probe == "loss"``, a ``length`` and a ``loss``, from trained members (no
-  evaluate-only variant, no extension method other than the encoding itself), as the
-  ``context-extension`` experiment writes them.
-
-Anything not in the store reads "not measured yet".
+Each study that measures extrapolation declares what it measured in :data:`EXTRAPOLATION`,
+one :class:`Extrapolation` per experiment name: which of its rows (a spec predicate), which
+column holds the number, and which survey column it fills. A length counts as unseen when it
+exceeds the member's training length (``train.max_length`` of its stored config). The reader
+(:func:`measurements`) knows nothing of any study's row layout beyond these declarations. Rows
+of evaluate-only variants (an APE clamp, a rescaled schedule applied to stored weights) are not
+the encoding as trained and are never read. Anything not in the store reads "not measured yet".
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from poslab.experiments.spec import Ref, Term, Where, is_, probe
+
 NOT_MEASURED = "not measured yet"
 
 
-def measurements(store_path: str | Path) -> dict[str, dict[str, str]]:
-    """encoding -> {"fixed_offset": text, "lm": text} for what the store at ``store_path`` holds."""
+@dataclass(frozen=True)
+class Extrapolation:
+    """What one study measured past its training length."""
+
+    column: str  # the survey column it fills: "fixed_offset" (accuracy) or "lm" (loss)
+    where: Where  # the study's rows that hold one length's number
+    value: str  # the row column holding the number
+    summary: str = "mean"  # "mean": mean over unseen lengths; "by_ratio": one number per L / L_train
+
+
+RETRIEVAL = probe("length") & is_("in_range", False)
+SAME_METHOD = Where((Term("method", "==", Ref("encoding")),))  # the encoding itself, no extension method
+EXTRAPOLATION: dict[str, Extrapolation] = {
+    "phenomenon": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),
+    "bias-comparison": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),
+    "validation": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),
+    "linear-control": Extrapolation("fixed_offset", RETRIEVAL & is_("attention", "softmax"), "accuracy"),
+    "lm": Extrapolation("lm", probe("long"), "loss", "by_ratio"),
+    "mope": Extrapolation("lm", probe("length") & is_("energy_gate", False), "loss", "by_ratio"),
+    "context-extension": Extrapolation("lm", probe("loss") & SAME_METHOD, "loss", "by_ratio"),
+}
+COLUMNS = {"fixed_offset": "fixed-offset acc. beyond L_train", "lm": "LM loss at 2x / 4x L0 (other unseen L/L0 after ;)"}
+
+
+def measurements(store_path: str | Path,
+                 declarations: dict[str, Extrapolation] | None = None) -> dict[str, dict[str, str]]:
+    """encoding -> {survey column: text} for what the store at ``store_path`` holds, read
+    through ``declarations`` (default :data:`EXTRAPOLATION`)."""
     from poslab.store import Store
 
+    declarations = EXTRAPOLATION if declarations is None else declarations
     path = Path(store_path)
     if not path.exists():
         return {}
     with Store(path) as store:
-        runs = {r["key"]: r for r in store.runs() if r["status"] == "finished"}
+        runs = {r["key"]: r for r in store.runs() if r["status"] == "finished" and r["experiment"] in declarations}
         rows = [r for r in store.rows() if r["run_key"] in runs]
-    fixed: dict[str, list] = defaultdict(list)
-    lm: dict[tuple, list] = defaultdict(list)
+    cells: dict[tuple, list] = defaultdict(list)  # (encoding, column, experiment, summary) -> [(L, L_train, v, seed)]
     for r in rows:
         run = runs[r["run_key"]]
-        cfg = run["config"]
+        cfg, dec = run["config"], declarations[run["experiment"]]
+        if r.get("variant") is not None or cfg.get("variant") is not None:
+            continue
         enc = r.get("encoding") or cfg.get("model", {}).get("encoding")
-        if enc is None:
+        L_train = cfg.get("train", {}).get("max_length")
+        row = {**r, "encoding": enc}
+        if enc is None or not L_train or not dec.where(row) or r.get(dec.value) is None or r.get("length") is None:
             continue
-        if (r.get("probe") == "length" and r.get("in_range") is False and r.get("accuracy") is not None
-                and cfg.get("task_type") == "fixed_offset" and r.get("variant") is None
-                and cfg.get("model", {}).get("attention", "softmax") == "softmax"):  # not the linear control
-            fixed[enc].append((r["accuracy"], r["length"], r.get("seed"), run["experiment"]))
-        if (r.get("probe") == "loss" and r.get("length") and r.get("loss") is not None and r.get("variant") is None
-                and r.get("method") in (None, enc)):
-            L0 = cfg.get("train", {}).get("max_length")
-            if L0 and r["length"] % L0 == 0:
-                lm[(enc, run["experiment"], L0)].append((r["length"] // L0, r["loss"], r.get("seed")))
+        cells[(enc, dec.column, run["experiment"], dec.summary)].append((r["length"], L_train, r[dec.value],
+                                                                         r.get("seed")))
+    found: dict[tuple, list[str]] = defaultdict(list)
+    order = list(declarations)  # texts in declaration order
+    for (enc, column, experiment, summary), got in sorted(cells.items(), key=lambda kv: order.index(kv[0][2])):
+        text = _summarize(got, summary, experiment)
+        if text:
+            found[(enc, column)].append(text)
     out: dict[str, dict[str, str]] = defaultdict(dict)
-    for enc, cells in fixed.items():
-        acc = np.mean([c[0] for c in cells])
-        lengths = [c[1] for c in cells]
-        out[enc]["fixed_offset"] = (f"{acc:.3f} (L {min(lengths)}-{max(lengths)}, {len({c[2] for c in cells})} seeds, "
-                                    f"{', '.join(sorted({c[3] for c in cells}))})")
-    for (enc, experiment, L0), cells in lm.items():
-        by = defaultdict(list)
-        for mult, loss, _ in cells:
-            by[mult].append(loss)
-        if 2 not in by and 4 not in by:
-            continue
-        part = " / ".join(f"{np.mean(by[m]):.3f}" if m in by else "-" for m in (2, 4))
-        base = f"{np.mean(by[1]):.3f}" if 1 in by else "-"
-        out[enc]["lm"] = (f"{part} (1x: {base}; L0 {L0}, {len({c[2] for c in cells})} seeds, {experiment})")
+    for (enc, column), texts in found.items():
+        out[enc][column] = "; ".join(texts)
     return dict(out)
 
 
-def comparison_rows(store_path: str | Path) -> list[dict]:
-    """One dict per registry encoding: metadata columns and measured extrapolation."""
+def _summarize(cells: list[tuple], summary: str, experiment: str) -> str:
+    seeds = len({c[3] for c in cells})
+    if summary == "mean":
+        unseen = [c for c in cells if c[0] > c[1]]
+        if not unseen:
+            return ""
+        lengths = [c[0] for c in unseen]
+        return (f"{np.mean([c[2] for c in unseen]):.3f} (L {min(lengths)}-{max(lengths)}, {seeds} seeds, "
+                f"{experiment})")
+    by: dict[float, list] = defaultdict(list)
+    for L, L_train, v, _ in cells:
+        by[L / L_train].append(v)
+    if not any(ratio > 1 for ratio in by):
+        return ""
+    at = lambda ratio: f"{np.mean(by[ratio]):.3f}" if ratio in by else "-"  # noqa: E731
+    others = ", ".join(f"{ratio:g}x {np.mean(v):.3f}" for ratio, v in sorted(by.items()) if ratio > 1
+                       and ratio not in (2, 4))
+    L0 = "/".join(str(v) for v in sorted({c[1] for c in cells}))
+    return f"{at(2)} / {at(4)} (1x: {at(1)}; L0 {L0}, {seeds} seeds, {experiment}{'; ' + others if others else ''})"
+
+
+# ----------------------------------------------------------------------------- measured cost
+
+COST_LENGTHS = (64, 256, 1024)
+TINY = dict(vocab_size=16, d_model=32, n_layers=1, n_heads=2)  # the tiny model every entry is timed on
+
+
+def tiny_model(name: str, max_len: int):
+    """A one-layer causal Transformer (d_model 32, 2 heads) with encoding ``name``, eval mode."""
+    import torch
+
+    from poslab.models.transformer import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig(**TINY, encoding=name, max_len=max_len)).eval()
+
+
+def allocated_bytes(fn) -> int:
+    """Bytes of every tensor the ops inside ``fn()`` create (views and in-place results not
+    counted): the allocation volume of one forward, not its peak."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+    import torch
+
+    class Count(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not any(r.alias_info is not None for r in func._schema.returns):
+                Count.total += sum(t.nbytes for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+            return out
+
+    with Count():
+        fn()
+    return Count.total
+
+
+def measured_cost(name: str, lengths: Sequence[int] = COST_LENGTHS, repeats: int = 3) -> dict[int, tuple[float, int]]:
+    """{L: (median seconds per forward, bytes allocated per forward)} of the tiny model with
+    encoding ``name`` on one sequence of each length (one thread; wall time, so a busy machine
+    inflates the times, not the bytes)."""
+    import torch
+
+    model = tiny_model(name, max(lengths))
+    out = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            for L in lengths:
+                x = torch.randint(0, TINY["vocab_size"], (1, L), generator=torch.Generator().manual_seed(L))
+                model(x)  # warm-up: lazily built tables
+                times = []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    model(x)
+                    times.append(time.perf_counter() - t0)
+                out[L] = (float(np.median(times)), allocated_bytes(lambda: model(x)))
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def cost_text(cost: dict[int, tuple[float, int]]) -> str:
+    return ", ".join(f"{L}: {1e3 * s:.2f} ms {b / 2**20:.1f} MiB" for L, (s, b) in sorted(cost.items()))
+
+
+# ----------------------------------------------------------------------------- the table
+
+def comparison_rows(store_path: str | Path, cost_lengths: Sequence[int] | None = COST_LENGTHS) -> list[dict]:
+    """One dict per registry encoding: metadata columns, measured cost (unless ``cost_lengths``
+    is empty or None) and measured extrapolation."""
     from poslab.positional import ENCODINGS, small_encoding
 
     measured = measurements(store_path)
@@ -82,11 +192,12 @@ def comparison_rows(store_path: str | Path) -> list[dict]:
         m = small_encoding(name).meta
         got = measured.get(name, {})
         rows.append(dict(encoding=name, kind=m.kind, sites=", ".join(m.sites) or "-", parameters=m.parameters,
-                         cost=m.cost, kv_cache="yes" if m.kv_cache else "no",
+                         cost=m.cost, measured_cost=cost_text(measured_cost(name, cost_lengths)) if cost_lengths
+                         else "not measured", kv_cache="yes" if m.kv_cache else "no",
                          fixed_offset=got.get("fixed_offset", NOT_MEASURED), lm=got.get("lm", NOT_MEASURED)))
     return rows
 
 
 HEADER = dict(encoding="encoding", kind="kind", sites="where position enters", parameters="extra parameters",
-              cost="cost", kv_cache="KV cache", fixed_offset="fixed-offset acc. beyond L_train",
-              lm="LM loss at 2x / 4x L0")
+              cost="cost", measured_cost="measured per forward (L: time, bytes allocated; tiny model)",
+              kv_cache="KV cache", fixed_offset=COLUMNS["fixed_offset"], lm=COLUMNS["lm"])
