@@ -16,8 +16,11 @@ own generator seeded with ``s``, so it sees the same weights and data alone or i
 
 Learning rate (``lr_schedule``): ``"constant"``, or ``"cosine"``: linear warm-up over
 ``warmup_steps`` (lr (t + 1) / (warmup + 1) at step t), then cosine decay to ``min_lr`` at the
-last step, as nanoGPT schedules it. ``optimizer="adamw"`` adds decoupled weight decay; with
-``decay_1d=False`` biases and LayerNorm parameters are exempt from it (nanoGPT's choice).
+last step, as nanoGPT schedules it. ``weight_decay`` is decoupled under ``optimizer="adamw"``
+(w -= lr wd w beside the Adam step) and a coupled L2 penalty under ``optimizer="adam"`` (wd w
+added to the gradient before Adam's moments, torch's ``Adam(weight_decay=)``: Adam's
+normalisation then moves a parameter with no loss gradient by about lr per step, whatever wd);
+with ``decay_1d=False`` biases and LayerNorm parameters are exempt from it (nanoGPT's choice).
 
 Training lengths (``length_sampling``):
 - ``"batch"`` (default): one length per step, uniform in [min_length, max_length], as in the
@@ -61,7 +64,7 @@ class TrainConfig:
     lr: float = 1e-3
     optimizer: str = "adam"  # "adam" | "adamw"
     betas: tuple[float, ...] = (0.9, 0.999)  # Adam's (beta1, beta2)
-    weight_decay: float = 0.0  # AdamW's decoupled decay (Fig. 4 control: 0, 1e-4, 1e-2)
+    weight_decay: float = 0.0  # adamw: decoupled decay; adam: coupled L2 in the gradient (Fig. 4: 0, 1e-4, 1e-2)
     decay_1d: bool = True  # False: biases and LayerNorm parameters get no weight decay (nanoGPT)
     lr_schedule: str = "constant"  # "constant" | "cosine" (warm-up, then cosine to min_lr)
     warmup_steps: int = 0  # linear warm-up steps of the cosine schedule
@@ -71,6 +74,9 @@ class TrainConfig:
     length_sampling: str = "batch"  # "batch" | "sequence", see the module docstring
     grad_clip: float | None = None  # per-member global norm; None = off
     snapshot_steps: tuple[int, ...] = ()  # steps after which every member's weights are kept
+    # parameter groups of their own: ({"match": [name substrings], "lr": peak lr, "weight_decay": wd}, ...);
+    # a parameter joins the first group one of whose substrings its name contains (see _optimizer)
+    param_groups: tuple[dict, ...] = ()
     chunk: int = 50  # steps of data drawn per generator call
 
     def validate(self) -> None:
@@ -94,6 +100,8 @@ class TrainConfig:
             raise ConfigError("betas", self.betas, "two numbers in [0, 1)")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ConfigError("grad_clip", self.grad_clip, "a positive number or null")
+        for group in self.param_groups:
+            _check_group(group)
 
     def lr_at(self, step: int) -> float:
         """The learning rate of step ``step`` (0-based)."""
@@ -167,22 +175,69 @@ def _optimizer(params: dict[str, Tensor], cfg: TrainConfig, fused: bool = False,
                member_axis: bool = False) -> torch.optim.Optimizer:
     """Adam or AdamW over ``params`` (name -> tensor); fused: one kernel per step for all
     stacked tensors, element-wise, so still per member. With ``decay_1d=False`` the tensors of
-    one dimension per member (biases, LayerNorm) form a group without weight decay."""
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(list(params.values()), lr=cfg.lr, betas=tuple(cfg.betas), fused=fused)
+    one dimension per member (biases, LayerNorm) form a group without weight decay. The
+    ``param_groups`` of ``cfg`` come first, each with its own peak lr (scaled by the schedule
+    like the rest) and weight decay; a group that matches no parameter is an error."""
+    own, params = _own_groups(params, cfg)
     skip = 1 + int(member_axis)  # stacked members carry a leading axis
     decay = [p for p in params.values() if cfg.decay_1d or p.dim() > skip]
     plain = [p for p in params.values() if not (cfg.decay_1d or p.dim() > skip)]
-    groups = [dict(params=decay, weight_decay=cfg.weight_decay)]
+    groups = own + [dict(params=decay, weight_decay=cfg.weight_decay, lr_scale=1.0)]
     if plain:
-        groups.append(dict(params=plain, weight_decay=0.0))
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=fused)
+        groups.append(dict(params=plain, weight_decay=0.0, lr_scale=1.0))
+    adam = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW  # Adam: weight_decay is coupled L2
+    return adam(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=fused)
+
+
+GROUP_KEYS = ("match", "lr", "weight_decay")  # the keys of one train.param_groups entry
+
+
+def _check_group(group) -> None:
+    if not isinstance(group, dict) or set(group) - set(GROUP_KEYS) or "match" not in group:
+        raise ConfigError("train.param_groups", group, f"objects with keys {list(GROUP_KEYS)} ('match' required)")
+    match = group["match"]
+    if isinstance(match, str):
+        match = [match]
+    if not (isinstance(match, (list, tuple)) and match and all(isinstance(m, str) and m for m in match)):
+        raise ConfigError("train.param_groups.match", group["match"], "a parameter-name substring or a list of them")
+    for key in ("lr", "weight_decay"):
+        v = group.get(key, 1.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 if key == "lr" else v >= 0):
+            raise ConfigError(f"train.param_groups.{key}", v, "a number > 0" if key == "lr" else "a number >= 0")
+
+
+def group_names(names, cfg: TrainConfig, strict: bool = False) -> list[list[str]]:
+    """The parameter names each of ``cfg.param_groups`` takes (first matching group wins). A group
+    may take none (a RoPE member of a study whose groups name MoPE's parameters); ``strict``
+    refuses that (a study's check calls it on the model the groups are for, before any work)."""
+    taken: set[str] = set()
+    out = []
+    for group in cfg.param_groups:
+        match = [group["match"]] if isinstance(group["match"], str) else list(group["match"])
+        mine = [n for n in names if n not in taken and any(m in n for m in match)]
+        if strict and not mine:
+            raise ConfigError("train.param_groups.match", group["match"], f"substrings of parameter names: {list(names)}")
+        taken.update(mine)
+        out.append(mine)
+    return out
+
+
+def _own_groups(params: dict[str, Tensor], cfg: TrainConfig) -> tuple[list[dict], dict[str, Tensor]]:
+    """(the optimizer groups of ``cfg.param_groups``, the parameters left for the default groups)."""
+    own, rest = [], dict(params)
+    for group, names in zip(cfg.param_groups, group_names(list(params), cfg)):
+        if not names:
+            continue
+        lr = float(group.get("lr", cfg.lr))
+        own.append(dict(params=[rest.pop(n) for n in names], lr=lr, lr_scale=lr / cfg.lr,
+                        weight_decay=float(group.get("weight_decay", 0.0))))
+    return own, rest
 
 
 def _set_lr(opt: torch.optim.Optimizer, cfg: TrainConfig, step: int) -> None:
     if cfg.lr_schedule != "constant":
         for group in opt.param_groups:
-            group["lr"] = cfg.lr_at(step)
+            group["lr"] = cfg.lr_at(step) * group.get("lr_scale", 1.0)
 
 
 def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainConfig, *,
