@@ -103,8 +103,10 @@ def _table(header, rows) -> str:
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--corpus", type=click.Path(path_type=Path), default=None,
               help="a UTF-8 text file for a text task (default: the packaged TinyShakespeare)")
+@click.option("--model", "checkpoint", default=None,
+              help="a pretrained study's checkpoint: smollm2-135m, a Hugging Face directory, a .gguf file or a hub id")
 def run(experiment, preset, seeds, overrides, device, executor, address, task_cpus, workers, out, store, force,
-        progress, corpus):
+        progress, corpus, checkpoint):
     """Reproduce one published experiment: train, probe, and write its table and figures."""
     from poslab.errors import check_choice
     from poslab.studies import get_experiment
@@ -121,6 +123,11 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
         study = exp.study(preset)
         if corpus is not None:
             study = _with_corpus(study, corpus)
+        if checkpoint is not None:
+            if "checkpoint" not in study.model:
+                raise ConfigError("--model", checkpoint, "an experiment on a pretrained checkpoint "
+                                                         "(pretrained-extension)")
+            study = dataclasses.replace(study, model={**study.model, "checkpoint": checkpoint})
         if seeds is not None:
             study = apply_overrides(study, [f"seeds={seeds}"])
         study = apply_overrides(study, overrides, fixed=exp.fixed)

@@ -142,6 +142,10 @@ class Experiment:
     table_length: Callable[[StudyConfig], int] | None = None  # learned tables' length (default: longest length)
     checks_eval_lengths: bool = False  # check() validates eval lengths itself (the runner does not)
     in_run_all: bool = False  # part of ``poslab run all`` (the seed paper's studies)
+    # an evaluate-only study with no trained members (a pretrained checkpoint): it lists, keys, stores and
+    # resumes its own members; (study, store=, out=, device=, force=, progress=) -> run_study's summary.
+    # validate() then runs only its check(study); run_study() hands the whole run to it.
+    run: Callable[..., dict] | None = None
 
 
 # ----------------------------------------------------------------------------- resolution
@@ -243,6 +247,10 @@ def validate(study: StudyConfig, device: str, experiment: Experiment | None = No
         raise ConfigError("device", device, DEVICES)
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", device, "cpu (no CUDA device is available here)")
+    if experiment is not None and experiment.run is not None:  # no trained members: the study checks itself
+        if experiment.check is not None:
+            experiment.check(study)
+        return []
     if not isinstance(study.seeds, int) or study.seeds < 1:
         raise ConfigError("seeds", study.seeds, "a positive integer")
     study.train.validate()
@@ -412,6 +420,8 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     """
     check_output_folder(out)
     trained = validate(study, device, experiment)
+    if experiment.run is not None:
+        return experiment.run(study, store=store, out=out, device=device, force=force, progress=progress)
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError("workers", workers, "a positive integer")
     variants = variant_members(experiment.name, study, trained)

@@ -1,0 +1,370 @@
+"""Context extension on a pretrained model (the survey's evaluation protocol on a real checkpoint).
+
+A rotary checkpoint trained on L0 = its context is run on windows of s L0 tokens (s = ``scale``, a
+grid axis) under each method's schedule for the target factor F (``model.factor``), applied by
+replacing the checkpoint's rotary embedding with poslab's (poslab.pretrained):
+
+    method        scaling dict (factor F, original context L0)
+    none          the checkpoint's own rotary module, untouched
+    pi            linear: theta_i / F                        (Chen et al. 2023)
+    ntk           NTK-aware base F^(r/(r-2)) base             (bloc97 2023)
+    dynamic       dynamic NTK, identity up to L0              (emozilla 2023)
+    ntk_by_parts  YaRN's ramp, no temperature                 (bloc97 2023)
+    yarn          ramp and A = 0.1 ln F + 1                   (Peng et al. 2023)
+    llama3        Llama 3.1's band blend (low 1, high 4)      (Meta 2024)
+
+Three measurements per (method, scale) member, on the checkpoint's tokenization of
+TinyShakespeare's validation split (or ``--corpus``), without BOS:
+
+- position-wise loss: next-token loss averaged over ``windows`` consecutive windows of s L0 tokens,
+  per log-spaced bucket of positions ([0, 16), [16, 32), ... up to s L0);
+- short-context retention: at s = 1 the loss with the schedule minus the loss without it;
+- passkey retrieval: the standard filler-text prompt (Mohtashami & Jaggi 2023) of s L0 tokens with
+  a 5-digit key at each depth of ``depths``, ``trials`` keys each, exact match of the greedily
+  decoded answer.
+
+Members are keyed by the checkpoint's content hash and the schedule's config (plus length,
+windows, passkey grid, corpus), stored and resumed like trained members (``Experiment.run``).
+LongRoPE (a searched per-pair schedule) is not searched on a pretrained model here.
+
+Presets: quick = a tiny random Llama built in code (context 64, seconds; its numbers mean nothing),
+cpu = SmolLM2-135M at 1x and 2x its 8192 context (8192 and 16384 tokens), one window, passkey at
+depth 0.5; gpu = 2x and 4x (16384, 32768), 4 windows, depths 0.1 / 0.5 / 0.9, 3 keys (not run here).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from poslab.errors import ConfigError, check_choice
+from poslab.experiments.config import StudyConfig
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
+from poslab.experiments.runner import Experiment
+from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, mean, probe
+from poslab.store import config_hash, git_revision
+
+METHODS = ("none", "pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3")
+PRESETS = ("quick", "cpu", "gpu")
+TINY = "tiny-llama"  # the quick preset's checkpoint: poslab.pretrained.tiny, seed 0
+FIRST_BUCKET = 16  # positions [0, 16) form the first bucket, then powers of two
+
+CLAIMS = [
+    ClaimSpec(name="no scaling: loss past L0 rises (x{scale})", paper="survey: computing positions past the "
+              "training length is not generalizing to them", where=probe("summary") & is_("method", "none")
+              & above("scale", 1), per=("scale",), measure=mean("rise"), op=">", threshold=0.0,
+              note="loss at positions >= L0 minus loss below L0"),
+    ClaimSpec(name="{method}: loss past L0 below no scaling's (x{scale})", paper="survey: PI, NTK, YaRN, ... "
+              "extend the usable context", where=probe("vs_none") & above("scale", 1), per=("method", "scale"),
+              measure=mean("gain"), op=">", threshold=0.0, note="no scaling's loss minus the method's, positions >= L0"),
+    ClaimSpec(name="{method}: short-context retention at L0", paper="survey: extension must keep short-context "
+              "quality (no number; 0.1 nats is poslab's bar)", where=probe("vs_none") & is_("scale", 1),
+              per=("method",), measure=mean("retention_cost"), op="<=", threshold=0.1,
+              note="loss with the schedule minus without, windows of L0"),
+    ClaimSpec(name="{method}: passkey past L0 (x{scale})", paper="survey: retrieval is part of the evaluation "
+              "(no number)", where=probe("passkey") & above("scale", 1), per=("method", "scale"),
+              measure=mean("exact"), na="the survey gives no passkey number for a 135M model; reported in the table"),
+]
+TABLES = [
+    Table("Loss by position bucket (upper edge of the bucket)", by=("method", "scale"),
+          where=probe("loss"), pivot=Pivot("bucket", "loss", "<{}")),
+    Table("Loss below and past the original context L0", by=("method", "scale"), where=probe("summary"),
+          columns=(Column("loss < L0", "loss_in"), Column("loss >= L0", "loss_out"),
+                   Column("last quarter", "loss_last_quarter"), Column("seconds", "seconds", 1))),
+    Table("Passkey exact match by depth", by=("method", "scale"), where=probe("passkey"),
+          pivot=Pivot("depth", "exact", "depth {}")),
+]
+FIGURES = [Lines("position_loss.png", x="bucket", y="loss", series=("method",), panel="scale", where=probe("loss"),
+                 logx=True, xlabel="position (bucket upper edge)", ylabel="loss (nats/token)")]
+
+
+def study(preset: str) -> StudyConfig:
+    check_choice("preset", preset, PRESETS)
+    common = dict(dtype="float32", digits=5)
+    if preset == "quick":
+        model = dict(common, checkpoint=TINY, factor=2.0, windows=2, depths=[0.1, 0.5, 0.9], trials=2)
+        scales = (1, 2)
+    elif preset == "cpu":
+        model = dict(common, checkpoint="smollm2-135m", factor=2.0, windows=1, depths=[0.5], trials=1)
+        scales = (1, 2)
+    else:
+        model = dict(common, checkpoint="smollm2-135m", factor=4.0, windows=4, depths=[0.1, 0.5, 0.9], trials=3)
+        scales = (2, 4)
+    return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
+                       grid={"model.method": METHODS, "model.scale": scales}, seeds=1)
+
+
+def method_scaling(method: str, factor: float, context: int) -> dict | None:
+    """The scaling dict of a method for target factor F on a checkpoint of context L0 (None: untouched)."""
+    check_choice("model.method", method, METHODS)
+    f = float(factor)
+    return {
+        "none": None,
+        "pi": {"rope_type": "linear", "factor": f},
+        "ntk": {"rope_type": "ntk", "factor": f},
+        "dynamic": {"rope_type": "dynamic", "factor": f},
+        "ntk_by_parts": {"rope_type": "ntk_by_parts", "factor": f, "original_max_position_embeddings": context},
+        "yarn": {"rope_type": "yarn", "factor": f, "original_max_position_embeddings": context},
+        "llama3": {"rope_type": "llama3", "factor": f, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": context},
+    }[method]
+
+
+# ----------------------------------------------------------------------------- checks (before any work)
+
+def settings(study: StudyConfig) -> dict:
+    m = dict(study.model)
+    for key in ("checkpoint", "factor", "windows", "depths", "trials", "digits", "dtype"):
+        if key not in m:
+            raise ConfigError(f"model.{key}", None, "set by the preset")
+    for key in m:
+        if key not in ("checkpoint", "factor", "windows", "depths", "trials", "digits", "dtype",
+                       "method", "scale"):
+            raise ConfigError(f"model.{key}", key, "checkpoint, factor, windows, depths, trials, digits, dtype, "
+                                                   "method, scale")
+    if not (isinstance(m["factor"], (int, float)) and m["factor"] >= 1):
+        raise ConfigError("model.factor", m["factor"], "a number >= 1 (the target extension factor)")
+    for key in ("windows", "trials", "digits"):
+        if not isinstance(m[key], int) or isinstance(m[key], bool) or m[key] < 1:
+            raise ConfigError(f"model.{key}", m[key], "a positive integer")
+    depths = m["depths"]
+    if not isinstance(depths, (list, tuple)) or not depths or not all(isinstance(d, (int, float)) and 0 <= d <= 1
+                                                                       for d in depths):
+        raise ConfigError("model.depths", depths, "a non-empty list of depths in [0, 1]")
+    for method in study.axis("model.method"):
+        check_choice("model.method", method, METHODS)
+    for scale in study.axis("model.scale"):
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0:
+            raise ConfigError("model.scale", scale, "positive numbers (window length = scale x the context)")
+    return m
+
+
+def checkpoint_source(name: str):
+    from poslab.pretrained.loading import Source, resolve
+
+    if name == TINY:
+        import tempfile
+
+        from poslab.pretrained.tiny import tiny_checkpoint
+
+        path = Path(tempfile.gettempdir()) / "poslab-tiny-llama-seed0"
+        if not (path / "config.json").is_file():
+            tiny_checkpoint("llama", path)
+        return Source("dir", str(path), TINY)
+    return resolve(name)
+
+
+def check(study: StudyConfig) -> None:
+    """Every refusal before any weights are read: settings, the checkpoint, the schedule, memory."""
+    from poslab.pretrained.loading import read_config, require_transformers
+    from poslab.pretrained.model import attention_bytes, memory_bytes, BYTES_LIMIT_FRACTION
+    from poslab.pretrained.table import entry_from_config
+
+    m = settings(study)
+    require_transformers()
+    check_choice("model.dtype", m["dtype"], ("float32", "bfloat16"))
+    cfg = read_config(checkpoint_source(m["checkpoint"]))
+    entry = entry_from_config(cfg)
+    methods = [x for x in study.axis("model.method") if x != "none"]
+    if methods and entry["encoding"] != "rope":
+        raise ConfigError("model.method", methods[0], f"none (a rotary schedule needs a RoPE model; "
+                                                      f"{m['checkpoint']} uses {entry['encoding']})")
+    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
+    for scale in study.axis("model.scale"):
+        L = int(round(scale * entry["context"]))
+        need, have = attention_bytes(L, heads), memory_bytes() * BYTES_LIMIT_FRACTION
+        if need > have:
+            raise ConfigError("model.scale", scale, f"a length whose attention fits in memory: {L} tokens need "
+                                                    f"about {need / 2**30:.1f} GiB, {have / 2**30:.1f} GiB available")
+
+
+# ----------------------------------------------------------------------------- the run
+
+def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: bool = False,
+        progress: bool = True) -> dict:
+    """Evaluate every (method, scale) member the store lacks; then the report from the store."""
+    from poslab.experiments.config import apply_point, grid_points
+    from poslab.pretrained.loading import content_hash, read_config
+    from poslab.pretrained.table import entry_from_config
+
+    start = time.perf_counter()
+    m = settings(study)
+    source = checkpoint_source(m["checkpoint"])
+    context = entry_from_config(read_config(source))["context"]
+    weights = content_hash(source)
+    text_key = dict(study.task)
+    members = []
+    for point in grid_points(study):
+        cfg = apply_point(study, point).model
+        L = int(round(cfg["scale"] * context))
+        scaling = method_scaling(cfg["method"], m["factor"], context)
+        config = dict(experiment=EXPERIMENT.name, checkpoint=weights, scaling=scaling, method=cfg["method"],
+                      scale=cfg["scale"], length=L, windows=m["windows"], depths=list(m["depths"]),
+                      trials=m["trials"], digits=m["digits"], dtype=m["dtype"], text=text_key)
+        members.append((config_hash(config), config))
+    keys = [k for k, _ in members]
+    if force:
+        for k in keys:
+            store.delete(k)
+    done = {r["key"] for r in store.runs(experiment=EXPERIMENT.name)} & set(keys)
+    todo = [(k, c) for k, c in members if k not in done]
+    if todo:
+        from poslab.pretrained.model import load
+
+        model = load(source.path if source.kind != "hub" else source.name, dtype=m["dtype"], device=device)
+        ids = corpus_ids(model, study)
+        revision = git_revision(Path(__file__).parent)
+        for i, (key, config) in enumerate(todo):
+            if progress:
+                print(f"pretrained-extension {i + 1}/{len(todo)}: {config['method']} x{config['scale']} "
+                      f"({config['length']} tokens)", flush=True)
+            t0 = time.perf_counter()
+            rows = evaluate_member(model, ids, config, context)
+            store.record(key, experiment=EXPERIMENT.name, config=config, rows=rows, status="finished",
+                         timings=dict(eval_seconds=time.perf_counter() - t0), revision=revision)
+    rows = store.rows(keys=keys)
+    out.mkdir(parents=True, exist_ok=True)
+    files = report(rows, study, out)
+    return dict(members=len(members), trained=len(todo), reused=len(members) - len(todo), variants=0, evaluated=0,
+                seconds=time.perf_counter() - start, files=files)
+
+
+def corpus_ids(model, study: StudyConfig) -> torch.Tensor:
+    from poslab.pretrained.model import encode_text
+    from poslab.tasks.text import CharText
+
+    return encode_text(model, CharText(**study.task).text)
+
+
+def evaluate_member(model, ids: torch.Tensor, config: dict, context: int) -> list[dict]:
+    """Rows of one member: loss per bucket, the summary, and the passkey grid."""
+    L, windows = config["length"], config["windows"]
+    if ids.numel() < windows * L + 1:
+        raise ConfigError("model.windows", windows, f"at most {ids.numel() // L} windows of {L} tokens "
+                                                    f"(the text has {ids.numel()} tokens)")
+    if config["scaling"] is None:
+        model.restore()
+    else:
+        model.set_schedule(config["scaling"])
+    ids_ = {"method": config["method"], "scale": config["scale"], "length": L}
+    t0 = time.perf_counter()
+    losses = torch.stack([model.token_losses(ids[k * L:(k + 1) * L][None])[0] for k in range(windows)])  # [w, L-1]
+    seconds = (time.perf_counter() - t0) / windows
+    per_position = losses.mean(0)  # [L - 1], entry t: loss of predicting token t + 1 at query position t
+    rows = []
+    for lo, hi in buckets(L - 1):
+        rows.append(dict(ids_, probe="loss", bucket=hi, lo=lo, loss=float(per_position[lo:hi].mean())))
+    within = per_position[:context - 1] if L > context else per_position
+    rows.append(dict(ids_, probe="summary", loss_in=float(within.mean()),
+                     loss_out=float(per_position[context - 1:].mean()) if L > context else None,
+                     loss_last_quarter=float(per_position[(3 * (L - 1)) // 4:].mean()),
+                     rise=float(per_position[context - 1:].mean() - within.mean()) if L > context else None,
+                     seconds=seconds))
+    for depth in config["depths"]:
+        for trial in range(config["trials"]):
+            rows.append(dict(ids_, probe="passkey", depth=depth, trial=trial,
+                             **passkey(model, L, depth, trial, config["digits"])))
+    model.restore()
+    return rows
+
+
+def buckets(n: int) -> list[tuple[int, int]]:
+    """Log-spaced position buckets covering 0 .. n - 1: [0, 16), [16, 32), [32, 64), ..."""
+    edges = [0] + [2 ** k for k in range(int(math.log2(FIRST_BUCKET)), int(math.ceil(math.log2(max(n, 2)))) + 1)]
+    edges = sorted({min(e, n) for e in edges})
+    return [(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo]
+
+
+# The standard passkey prompt (Mohtashami & Jaggi 2023), as used by PI, YaRN and LongRoPE.
+PASSKEY_TASK = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+                "I will quiz you about the important information there.")
+PASSKEY_FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+PASSKEY_NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
+PASSKEY_QUESTION = " What is the pass key? The pass key is"
+
+
+def passkey_prompt(model, L: int, depth: float, key: str) -> torch.Tensor:
+    """Token ids of a prompt of at most L tokens (filler repeated to fill it), needle at ``depth``;
+    None when the needle and the question alone are longer than L."""
+    from poslab.pretrained.model import encode_text
+
+    task, filler = encode_text(model, PASSKEY_TASK), encode_text(model, PASSKEY_FILLER)
+    needle, question = encode_text(model, PASSKEY_NEEDLE.format(key=key)), encode_text(model, PASSKEY_QUESTION)
+    if len(task) + len(needle) + len(question) > L:
+        task = task[:0]  # a window too short for the preamble: needle and question only
+    if len(needle) + len(question) > L:
+        return None
+    room = L - len(task) - len(needle) - len(question)
+    n_fill = max(room // len(filler), 0)
+    before = int(round(depth * n_fill))
+    parts = [task, filler.repeat(before), needle, filler.repeat(n_fill - before), question]
+    return torch.cat(parts)
+
+
+def passkey(model, L: int, depth: float, trial: int, digits: int) -> dict:
+    from poslab.pretrained.model import decode_tokens, encode_text
+
+    seed = config_hash(dict(L=L, depth=depth, trial=trial))
+    g = torch.Generator().manual_seed(int(seed[:8], 16))
+    key = str(int(torch.randint(10 ** (digits - 1), 10 ** digits, (1,), generator=g)))
+    prompt = passkey_prompt(model, L, depth, key)
+    if prompt is None:  # needle and question alone are longer than the window
+        return dict(exact=None, key=key, answer="", prompt_tokens=None)
+    prompt = prompt[None]
+    n_new = len(encode_text(model, " " + key)) + 1
+    answer = greedy(model, prompt, n_new)
+    text = decode_tokens(model, answer).strip()
+    return dict(exact=float(text.startswith(key)), key=key, answer=text[:2 * digits], prompt_tokens=prompt.shape[1])
+
+
+@torch.no_grad()
+def greedy(model, prompt: torch.Tensor, n_new: int) -> list[int]:
+    """Greedy decoding with the checkpoint's KV cache (positions continue from the prompt)."""
+    out = model.hf(input_ids=prompt, use_cache=True)
+    cache, tokens = out.past_key_values, []
+    nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+    for step in range(n_new):
+        tokens.append(int(nxt))
+        if step == n_new - 1:
+            break
+        pos = torch.tensor([[prompt.shape[1] + step]])
+        out = model.hf(input_ids=nxt, past_key_values=cache, position_ids=pos, use_cache=True)
+        cache, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+    return tokens
+
+
+# ----------------------------------------------------------------------------- derived rows and report
+
+def derived_rows(rows: list[dict]) -> list[dict]:
+    """probe="vs_none" per (method, scale): gain = no scaling's loss past L0 minus the method's;
+    retention_cost = the method's loss below L0 minus no scaling's (scale 1)."""
+    summary = {(r["method"], r["scale"]): r for r in rows if r.get("probe") == "summary"}
+    out = []
+    for (method, scale), r in summary.items():
+        base = summary.get(("none", scale))
+        if method == "none" or base is None:
+            continue
+        row = dict(probe="vs_none", method=method, scale=scale)
+        if r.get("loss_out") is not None and base.get("loss_out") is not None:
+            row["gain"] = base["loss_out"] - r["loss_out"]
+        if scale == 1:
+            row["retention_cost"] = r["loss_in"] - base["loss_in"]
+        out.append(row)
+    return out
+
+
+def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
+    all_rows = rows + derived_rows(rows)
+    m = study.model
+    intro = (f"Checkpoint `{m.get('checkpoint')}`, target factor {m.get('factor')}, {m.get('windows')} window(s) per "
+             f"length of {study.task.get('corpus') or 'TinyShakespeare'} ({study.task.get('split', 'val')} split), "
+             f"passkey depths {m.get('depths')} x {m.get('trials')} key(s). Losses in nats/token, no BOS.")
+    return write_outputs(out, title=EXPERIMENT.title, rows=all_rows, claims=judge_all(CLAIMS, all_rows), intro=intro,
+                         tables=TABLES, figures=FIGURES)
+
+
+EXPERIMENT = Experiment(name="pretrained-extension", title="Context extension on a pretrained model (survey)",
+                        study=study, evaluate=lambda ctx: [], report=report, presets=PRESETS, check=check, run=run)

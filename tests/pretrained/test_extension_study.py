@@ -1,0 +1,92 @@
+"""pretrained-extension end to end on a tiny random Llama: rows, storage and resume, refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from click.testing import CliRunner
+
+from poslab.cli import main
+from poslab.errors import ConfigError
+from poslab.experiments.runner import run_study, validate
+from poslab.store import Store
+from poslab.studies import get_experiment
+from poslab.studies.pretrained_extension import buckets, derived_rows, method_scaling
+
+EXP = get_experiment("pretrained-extension")
+
+
+def small(study, **model):
+    return dataclasses.replace(study, model={**study.model, "windows": 1, "depths": [0.5], "trials": 1, **model},
+                               grid={"model.method": ("none", "yarn"), "model.scale": (1, 2)})
+
+
+def test_quick_runs_stores_and_resumes(tmp_path):
+    study = small(EXP.study("quick"))
+    with Store(tmp_path / "s.sqlite") as store:
+        first = run_study(EXP, study, store=store, out=tmp_path / "out", progress=False)
+        assert first["members"] == 4 and first["trained"] == 4
+        again = run_study(EXP, study, store=store, out=tmp_path / "out", progress=False)
+        assert again["trained"] == 0 and again["reused"] == 4
+    text = (tmp_path / "out" / "table.md").read_text()
+    assert "Loss by position bucket" in text and "Passkey exact match" in text
+    assert "yarn: loss past L0 below no scaling's (x2)" in text
+
+
+def test_rows_of_one_member(tiny):
+    from poslab.pretrained import load
+    from poslab.pretrained.model import encode_text
+    from poslab.studies.pretrained_extension import evaluate_member
+
+    model = load(tiny("llama"))
+    ids = encode_text(model, "To be, or not to be, that is the question. " * 20)
+    config = dict(method="pi", scale=2, length=128, windows=2, depths=[0.0, 1.0], trials=1, digits=5,
+                  scaling=method_scaling("pi", 2.0, 64))
+    rows = evaluate_member(model, ids, config, context=64)
+    loss = [r for r in rows if r["probe"] == "loss"]
+    assert [r["bucket"] for r in loss] == [16, 32, 64, 127]
+    summary = next(r for r in rows if r["probe"] == "summary")
+    assert summary["loss_out"] is not None and summary["rise"] == pytest.approx(
+        summary["loss_out"] - summary["loss_in"])
+    keys = [r for r in rows if r["probe"] == "passkey"]
+    assert len(keys) == 2 and all(r["prompt_tokens"] <= 128 for r in keys)
+    config.update(length=64, scale=1)
+    short = [r for r in evaluate_member(model, ids, config, context=64) if r["probe"] == "passkey"]
+    assert all(r["exact"] is None for r in short)  # byte-level needle + question exceed 64 tokens: no verdict
+    assert model.schedule is None  # the member restores the checkpoint's own rotary
+
+
+def test_buckets_cover_every_position():
+    got = buckets(1000)
+    assert got[0] == (0, 16) and got[-1][1] == 1000
+    assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
+
+
+def test_derived_rows():
+    rows = [dict(probe="summary", method="none", scale=1, loss_in=3.0, loss_out=None),
+            dict(probe="summary", method="pi", scale=1, loss_in=3.3, loss_out=None),
+            dict(probe="summary", method="none", scale=2, loss_in=3.0, loss_out=5.0),
+            dict(probe="summary", method="pi", scale=2, loss_in=3.4, loss_out=3.5)]
+    got = {(r["method"], r["scale"]): r for r in derived_rows(rows)}
+    assert got[("pi", 1)]["retention_cost"] == pytest.approx(0.3)
+    assert got[("pi", 2)]["gain"] == pytest.approx(1.5)
+
+
+def test_refusals_before_any_work(tiny, tmp_path):
+    gpt2 = small(EXP.study("quick"), checkpoint=str(tiny("gpt2")))
+    with pytest.raises(ConfigError, match="needs a RoPE model"):
+        validate(gpt2, "cpu", EXP)
+    huge = dataclasses.replace(small(EXP.study("quick")), grid={"model.method": ("none",), "model.scale": (10**6,)})
+    with pytest.raises(ConfigError, match="GiB"):
+        validate(huge, "cpu", EXP)
+    with pytest.raises(ConfigError, match="model.windows"):
+        validate(small(EXP.study("quick"), windows=0), "cpu", EXP)
+    runner = CliRunner()
+    out = runner.invoke(main, ["run", "phenomenon", "--preset", "quick", "--model", "smollm2-135m",
+                               "--store", str(tmp_path / "s.sqlite")])
+    assert out.exit_code == 2 and "--model" in out.output
+    out = runner.invoke(main, ["run", "pretrained-extension", "--preset", "quick", "--model", str(tmp_path / "no"),
+                               "--store", str(tmp_path / "s.sqlite")])
+    assert out.exit_code == 2 and "an existing path" in out.output
+    assert not (tmp_path / "s.sqlite").exists()
