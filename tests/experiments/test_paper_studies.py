@@ -14,9 +14,9 @@ from poslab.store import Store
 
 TINY = ["train.steps=5", "eval.n_sequences=16", "eval.lengths=[12,20]", "seeds=1"]
 STUDIES = {  # name: (extra overrides, files)
-    "bias-comparison": (['grid.encoding=["rope","alibi","learned"]'], {"accuracy.png"}),
-    "linear-control": ([], {"members.csv", "profiles.csv", "score_profile.png"}),
-    "heads": (["grid.model.n_heads=[1,4]"], {"heads.csv", "peak_by_heads.png"}),
+    "bias-comparison": (['grid.setting=["rope K=2","alibi m=0.5 K=1","t5 16/16 N(0,1) K=2"]'], {"accuracy.png"}),
+    "linear-control": ([], {"members.csv", "profiles.csv", "score_profile.png", "accuracy_by_width.png"}),
+    "heads": (['grid.setting=["H=1","H=4"]'], {"heads.csv", "peak_by_heads.png"}),
     "k1": (["grid.task.K=[1,2]"], {"members.csv", "k1.png"}),
 }
 
@@ -54,7 +54,7 @@ def test_min_norm_interpolant_reproduces_its_support_and_has_least_norm():
 
 def test_heads_runs_fixed_offset_as_content_conditioned_with_equal_offsets(tmp_path):
     exp = get_experiment("heads")
-    study = apply_overrides(exp.study("quick"), [*TINY, "grid.model.n_heads=[2]"])
+    study = apply_overrides(exp.study("quick"), [*TINY, 'grid.setting=["H=2"]'])
     with Store(tmp_path / "s.sqlite") as store:
         run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
         rows = store.rows()

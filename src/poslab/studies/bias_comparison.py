@@ -1,116 +1,201 @@
-"""Section 5.1 of the seed paper: the account is not RoPE-specific.
+"""Section 5.1 of the seed paper: "the account is not RoPE-specific".
 
 The Table 1 protocol (one layer, one head, d = 64, m = 20, fixed-offset retrieval, lengths
 uniform in [8, 16], evaluated at L in {12, ..., 48}) with every family of the registry: the
 relative biases the paper names (ALiBi, the T5 bucketed bias) and RoPE, plus NoPE, sinusoidal
 (absolute), Shaw (relative vectors), Transformer-XL and MoPE (relative, rotary form). The paper
-states no numbers for this comparison; its account predicts that relative schemes select the
-offset -K at every length, absolute ones do not. Each row shows accuracy by length, the
-selected offset and the peak height, and each encoding's kind decides which prediction applies.
+gives no numbers; each encoding is judged by what the account predicts for its kind:
+
+- a relative or rotary logit whose kernel is learned at every evaluation offset selects -K at
+  every length (Lemma 1: the logit depends on positions only through the offset);
+- ALiBi's only positional term is the monotone -m (i - j). With i.i.d. tokens the keys at -1
+  and -K are exchangeable given the query, so pairing each sequence with the one whose tokens at
+  -1 and -K are swapped gives E[a(-1)] >= E[a(-K)] for any content weights and any m > 0
+  (tests/positional/test_alibi_account.py): K >= 2 is unreachable, a confirmation when it fails.
+  K = 1 is the paper's K = 1 remark: a kernel peaked at 0 plus a suppressed self-logit selects
+  -1, which needs a slope that separates -1 from -2 (the one-head published slope is 2^-8);
+- T5 buckets that no training distance reaches keep their initial bias (32 buckets, max
+  distance 128: distances 16-47 fall in buckets 16-24, never trained), the untrained-rows failure
+  of a learned APE; cells with such distances are n.a., and controls whose buckets cover every
+  evaluation distance (16 buckets, max distance 16) or whose table starts at zero are run;
+- absolute and position-free encodings: not predicted.
+
+Labelled controls keep the old settings (ALiBi at the one-head slope 2^-8, T5 32/128 with an
+N(0, 1) table). The learned ALiBi slope is log-parameterised and starts at the one-head
+published slope (the field's usual start); a learned slope that starts at 0.5 is its control.
 """
 
 from __future__ import annotations
 
-from poslab.experiments.runner import Experiment
-
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from poslab.experiments.claims import Claim, claims_markdown, write_claims  # noqa: E402
-from poslab.experiments.config import StudyConfig, quick  # noqa: E402
-from poslab.experiments.retrieval import (fmt, group_stats, length_rows, markdown_table, save,  # noqa: E402
-                                          select, write_csv)
-from poslab.positional import encoding_class  # noqa: E402
+from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
+from poslab.experiments.retrieval import length_rows
+from poslab.experiments.runner import Experiment
+from poslab.experiments.spec import (ClaimSpec, above, at_least, below, is_, judge_all, kind, mean, probe, share,
+                                     neg)
+from poslab.positional import encoding_class
+from poslab.positional.t5 import bucket_coverage
 
 name = "bias-comparison"
 title = "Section 5.1: ALiBi, T5 bias and RoPE (and the other families) under the Table 1 protocol"
 
-ENCODINGS = ("alibi", "t5", "rope", "nope", "sinusoidal", "shaw", "transformer_xl", "mope")
-COLUMNS = ["encoding", "kind", "K", "seed", "length", "in_range", "accuracy", "peak_offset", "peak_position",
-           "peak_height", "a_star", "chance"]
+# ----------------------------------------------------------------------------- grid
+
+FORMULA = ("rope", "mope", "shaw", "transformer_xl")  # relative/rotary, kernel learned at every offset
+UNPREDICTED = ("nope", "sinusoidal")
+ALIBI = {  # setup label -> ALiBi options
+    "alibi m=2^-8": {},  # control: the published slope for one head
+    "alibi m=0.5": {"slope": 0.5},
+    "alibi learned m (from 2^-8)": {"learned_slope": True},
+    "alibi learned m (from 0.5)": {"learned_slope": True, "slope": 0.5},
+}
+T5 = {  # setup label -> T5 options
+    "t5 32/128 N(0,1)": {},  # control: the old setting
+    "t5 32/128 zeros": {"init": "zeros"},
+    "t5 16/16 N(0,1)": {"num_buckets": 16, "max_distance": 16},
+}
+USABLE_SLOPE = 0.25  # ALiBi slopes at least this separate -1 from -2 by e^-m <= 0.78 per offset
 
 
-def study(preset: str) -> StudyConfig:
-    """Paper preset: K = 2 (the mechanism claim is stated for K >= 2), 3 seeds, 4000 steps."""
-    cfg = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20),
-                      grid={"encoding": ENCODINGS, "task.K": (2,)}, seeds=3)
-    return quick(cfg) if preset == "quick" else cfg
-
-
-def evaluate(ctx) -> list[dict]:
-    kind = encoding_class(ctx.study.encoding).kind
-    return [{**r, "kind": kind} for r in length_rows(ctx)]
-
-
-def claims(rows: list[dict], study: StudyConfig) -> list[Claim]:
-    cells = select(rows, "length")
-    Lmax, out = study.train.max_length, []
-    for enc in study.axis("encoding"):
-        for K in study.axis("task.K"):
-            ck = [r for r in cells if r["encoding"] == enc and r["K"] == K]
-            if not ck:
-                continue
-            kind = ck[0]["kind"]
-            frac = float(np.mean([r["peak_offset"] == -K for r in ck]))
-            unseen = [r["accuracy"] for r in ck if r["length"] > Lmax]
-            n = f"{len({r['seed'] for r in ck})} seeds, {len(ck)} cells"
-            relative = kind in ("relative", "rotary")
-            out.append(Claim(name=f"{enc} ({kind}), K={K}: seed x length cells selecting offset -K",
-                             paper="100% predicted for relative schemes" if relative else
-                             "not predicted (no relative offset in the logit)",
-                             measured=f"{100 * frac:.1f}%", holds=(frac == 1.0) if relative else None,
-                             criterion="== 100%" if relative else "", note=n))
-            if unseen:
-                out.append(Claim(name=f"{enc} ({kind}), K={K}: mean accuracy at unseen lengths (> {Lmax})",
-                                 paper="no number given", measured=fmt(np.mean(unseen), np.std(unseen)), holds=None,
-                                 note=f"chance {ck[0]['chance']:.2f}; {n}"))
+def _settings() -> dict[str, dict]:
+    out = {f"{enc} K=2": {"encoding": enc, "task.K": 2} for enc in (*FORMULA, *UNPREDICTED)}
+    for label, opts in ALIBI.items():
+        for K in (1, 2, 3):
+            out[f"{label} K={K}"] = {"encoding": "alibi", "encoding_options": {"alibi": opts}, "task.K": K}
+    for label, opts in T5.items():
+        out[f"{label} K=2"] = {"encoding": "t5", "encoding_options": {"t5": opts}, "task.K": 2}
     return out
 
 
+SETTINGS = _settings()
+
+
+def study(preset: str) -> StudyConfig:
+    """Paper preset: 3 seeds, 4000 steps; each setting fixes the encoding, its options and K."""
+    cfg = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20),
+                      grid={"setting": tuple(SETTINGS)}, settings=SETTINGS, seeds=3)
+    return quick(cfg) if preset == "quick" else cfg
+
+
+# ----------------------------------------------------------------------------- claims
+
+AT_K = share("peak_offset", "==", neg("K"), text="share of seed x length cells whose mean attention peaks at -K")
+CELLS = probe("length")
+MONOTONE_WHY = ("a monotone bias -m|i-j| cannot select -K >= 2: the keys at -1 and -K are exchangeable on "
+                "i.i.d. tokens, and pairing each sequence with its swap gives E[a(-1)] >= E[a(-K)] for every "
+                "content weight and m > 0")
+UNTRAINED_WHY = ("evaluation distances in buckets no training distance (0-15) reaches keep their initial bias, "
+                 "the untrained-rows failure of a learned APE; the account predicts the trained kernel only")
+
+CLAIMS = [
+    ClaimSpec(name="{setup}, K={K}: cells selecting -K", paper="relative: -K at every length (Lemma 1)",
+              where=CELLS & is_("encoding", *FORMULA), per=("setup", "K"), measure=AT_K, op=">=", threshold=1.0,
+              percent=True),
+    ClaimSpec(name="{setup}, K={K}: cells selecting -K, every distance in a trained bucket",
+              paper="relative: -K at every length (Lemma 1)", where=CELLS & is_("encoding", "t5")
+              & at_least("coverage", 1.0), per=("setup", "K"), measure=AT_K, op=">=", threshold=1.0, percent=True),
+    ClaimSpec(name="{setup}, K={K}: cells selecting -K, lengths with untrained buckets", paper="not predicted",
+              where=CELLS & is_("encoding", "t5") & below("coverage", 1.0), per=("setup", "K"), measure=AT_K,
+              na=UNTRAINED_WHY, percent=True),
+    ClaimSpec(name="{setup}, K={K}: cells selecting -1 (usable slope)",
+              paper="K = 1: a kernel peaked at 0 and a suppressed self-logit suffice",
+              where=CELLS & is_("encoding", "alibi") & is_("K", 1) & at_least("slope", USABLE_SLOPE),
+              per=("setup", "K"), measure=AT_K, op=">=", threshold=1.0, percent=True,
+              note="{seeds} seeds, {n} cells; slope >= %g" % USABLE_SLOPE),
+    ClaimSpec(name="{setup}, K={K}: mean accuracy, slope too flat", paper="not predicted",
+              where=CELLS & is_("encoding", "alibi") & is_("K", 1) & below("slope", USABLE_SLOPE),
+              per=("setup", "K"), measure=mean("accuracy"),
+              na="with m < %g the target's weight is at most 1/(1 + sum_d e^(-m d)), near 1/L: the account "
+                 "predicts no selection to learn" % USABLE_SLOPE),
+    ClaimSpec(name="{setup}, K={K}: cells selecting -K (monotone bias: predicted none)",
+              paper="not RoPE-specific: the account's prediction for a monotone bias",
+              where=CELLS & is_("encoding", "alibi") & at_least("K", 2), per=("setup", "K"), measure=AT_K, op="<=",
+              threshold=0.0, percent=True, note="{seeds} seeds, {n} cells; " + MONOTONE_WHY),
+    ClaimSpec(name="{setup}, K={K}: cells selecting -K", paper="not predicted (no relative offset in the logit)",
+              where=CELLS & kind("absolute", "none"), per=("setup", "K"), measure=AT_K,
+              na="the account predicts nothing for an absolute or position-free logit", percent=True),
+    ClaimSpec(name="{setup}, K={K}: mean accuracy at unseen lengths", paper="no number given",
+              where=CELLS & above("length", 16), per=("setup", "K"), measure=mean("accuracy"),
+              na="the paper gives no number"),
+]
+
+# ----------------------------------------------------------------------------- tables and figures
+
+
+def _most_common_offset(rows: list[dict]) -> int:
+    offs = [r["peak_offset"] for r in rows]
+    return max(set(offs), key=offs.count)
+
+
+def _at_longest(column: str):
+    def cell(rows: list[dict]) -> str:
+        longest = max(r["length"] for r in rows)
+        vals = [r[column] for r in rows if r["length"] == longest and r.get(column) is not None]
+        return f"{np.mean(vals):.3f} ± {np.std(vals):.3f}" if vals else ""
+    return cell
+
+
+TABLES = [
+    Table("Accuracy by evaluation length", by=("setup", "K"), where=CELLS,
+          pivot=Pivot("length", "accuracy", "L={}"),
+          columns=(Column("at -K", lambda rows: f"{100 * AT_K(rows):.0f}%"), Column("most common offset", _most_common_offset),
+                   Column("peak height at longest L", _at_longest("peak_height")),
+                   Column("slope m (trained)", "slope"), Column("bucket coverage at longest L",
+                                                               _at_longest("coverage"))),
+          intro="Mean ± std over seeds. `at -K`: share of seed x length cells whose mean attention peaks at "
+                "offset -K. `slope m`: ALiBi's slope after training (fixed ones unchanged). `bucket coverage`: "
+                "share of the evaluation offsets 0..L-1 whose T5 bucket some training distance (0..L_max-1) "
+                "reaches."),
+]
+FIGURES = [Lines("accuracy.png", x="length", y="accuracy", series=("setup", "K"), panel="panel", where=CELLS,
+                 xlabel="evaluation length L", ylim=(-0.02, 1.02), vline=16)]
+
+
+INTRO = ("The paper gives no numbers for Section 5.1; each encoding is judged by what the account predicts "
+         "for its kind. ALiBi's monotone bias cannot select -K >= 2 on i.i.d. tokens (a failure there confirms "
+         "the account); T5 cells at lengths whose distances fall in never-trained buckets are n.a. "
+         "Settings named as before (alibi m=2^-8, t5 32/128 N(0,1)) are the old runs, kept as controls.")
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def setup_label(encoding: str, options: dict) -> str:
+    """The table's name for an encoding with these options (the settings' labels)."""
+    for table, enc in ((ALIBI, "alibi"), (T5, "t5")):
+        if encoding == enc:
+            return next((label for label, opts in table.items() if opts == options), f"{enc} {options}")
+    return encoding if not options else f"{encoding} {options}"
+
+
+def evaluate(ctx) -> list[dict]:
+    enc_name, enc = ctx.study.encoding, ctx.model.encoding
+    options = ctx.study.encoding_options.get(enc_name, {})
+    extra = dict(encoding=enc_name, kind=encoding_class(enc_name).kind, K=ctx.task.K,
+                 setup=setup_label(enc_name, options), panel=enc_name if enc_name in ("alibi", "t5") else "others")
+    if enc_name == "alibi":
+        extra["slope"] = float(enc.slopes.detach()[0])
+    rows = []
+    for r in length_rows(ctx):
+        r = {**r, **extra}
+        if enc_name == "t5" and r["probe"] == "length":
+            r["coverage"] = bucket_coverage(range(ctx.study.train.max_length), range(r["length"]),
+                                            bidirectional=enc.bidirectional, num_buckets=enc.num_buckets,
+                                            max_distance=enc.max_distance)
+        rows.append(r)
+    return rows
+
+
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
-    cells = select(rows, "length")
-    files = [write_csv(cells, out / "rows.csv", COLUMNS)]
-    acc = group_stats(cells, ("encoding", "K", "length"), "accuracy")
-    lengths = sorted({r["length"] for r in cells})
-    body = []
-    for enc in study.axis("encoding"):
-        for K in study.axis("task.K"):
-            ck = [r for r in cells if r["encoding"] == enc and r["K"] == K]
-            if not ck:
-                continue
-            offs = [r["peak_offset"] for r in ck]
-            common = max(set(offs), key=offs.count)
-            h48 = [r["peak_height"] for r in ck if r["length"] == max(lengths)]
-            body.append([enc, ck[0]["kind"], K, *[fmt(*acc[(enc, K, L)][:2]) for L in lengths],
-                         f"{100 * np.mean([o == -K for o in offs]):.0f}%", common,
-                         fmt(np.mean(h48), np.std(h48))])
-    found = claims(rows, study)
-    text = [f"# {title}", "",
-            f"Accuracy (mean ± std over seeds 0..{study.seeds - 1}) by evaluation length; training lengths uniform "
-            f"in [{study.train.min_length}, {study.train.max_length}] drawn per {study.train.length_sampling}, "
-            f"{study.train.steps} steps; chance {cells[0]['chance']:.2f}. `at -K`: seed x length cells whose mean "
-            f"attention peaks at offset -K; `most common offset`: over all cells; peak height at L = {max(lengths)}.",
-            "", markdown_table(["encoding", "kind", "K", *[f"L={L}" for L in lengths], "at -K", "most common offset",
-                                f"peak height L={max(lengths)}"], body), "",
-            "## The account's predictions beside this run", "", claims_markdown(found), ""]
-    (out / "table.md").write_text("\n".join(text))
-    files += [out / "table.md", write_claims(found, out / "claims.json")]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for enc in study.axis("encoding"):
-        for K in study.axis("task.K"):
-            pts = sorted((L, m) for (e, k, L), (m, _, _) in acc.items() if e == enc and k == K)
-            if pts:
-                ax.plot(*zip(*pts), marker="o", label=f"{enc} K={K}")
-    ax.axvline(study.train.max_length, color="grey", ls="--", lw=1)
-    ax.set(xlabel="evaluation length L", ylabel="accuracy", ylim=(-0.02, 1.02))
-    ax.legend(fontsize=6, ncol=2)
-    files.append(save(fig, out / "accuracy.png"))
-    return files
+    cells = [r for r in rows if r.get("probe") == "length"]
+    return write_outputs(out, title=title, rows=rows, claims=judge_all(CLAIMS, rows), intro=INTRO,
+                         tables=TABLES, figures=FIGURES, csv_rows=cells,
+                         columns=["setup", "encoding", "kind", "K", "seed", "length", "in_range", "accuracy",
+                                  "peak_offset", "peak_position", "peak_height", "a_star", "slope", "coverage",
+                                  "chance"])
 
 
 EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True)
