@@ -87,5 +87,7 @@ def test_existing_leakage_probe_runs_unchanged(tiny):
 def test_length_whose_attention_cannot_fit_is_refused(tiny):
     model = load(tiny("llama"))
     with pytest.raises(ConfigError, match="GiB"):
-        model.check_length(10**7)
-    model.check_length(4096)
+        model.check_length(10**6)  # a 10^12-byte mask
+    model.check_length(16384)  # the fused forward holds no L x L scores
+    with pytest.raises(ConfigError, match="collect"):
+        model.check_length(2**15, intermediates=True)  # 2 layers x 4 heads x 2 x 4 bytes x 2^30 = 64 GiB
