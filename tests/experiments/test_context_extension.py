@@ -1,21 +1,22 @@
-"""context-extension end to end in its quick preset (shrunk further), and `poslab encodings`."""
+"""context-extension end to end in its quick preset (shrunk further), the method registry, the
+LongRoPE / LongRoPE2 search and the bend rows (the survey table reads these rows: tests/test_survey.py)."""
 
 from __future__ import annotations
 
 import csv
 
+import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from poslab.cli import main
 from poslab.errors import ConfigError
-from poslab.studies import context_extension as ce
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.runner import run_study, validate
+from poslab.experiments.spec import check_flips
+from poslab.positional.scaling_laws import critical_dimension
 from poslab.store import Store
-from poslab.survey import NOT_MEASURED, comparison_rows
+from poslab.studies import context_extension as ce
 
-METHODS = set(ce.ORDER)
+TINY_SEARCH = ce.SearchConfig(population=4, generations=1, survivors=2)
 
 
 def tiny():
@@ -23,73 +24,141 @@ def tiny():
                            fixed=ce.FIXED)
 
 
-def test_quick_end_to_end_rows_table_figures_and_encodings(tmp_path):
+def test_quick_end_to_end_every_method_is_a_stored_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(ce, "SEARCH", TINY_SEARCH)
     study = tiny()
     with Store(tmp_path / "s.sqlite") as store:
-        first = run_study(ce, study, store=store, out=tmp_path / "out", progress=False)
-        assert first["trained"] == 1 and first["variants"] == len(ce.schedules(32))
+        first = run_study(ce.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
+        assert first["trained"] == 1 and first["variants"] == len(ce.METHODS) - 1
         names = {p.name for p in first["files"]}
-        assert {"rows.csv", "table.md", "claims.json", "positionwise_loss.png", "passkey_heatmap.png",
-                "retention.png"} <= names
+        assert {"rows.csv", "table.md", "claims.json", "positionwise_loss.png", "bend.png",
+                "passkey_heatmap.png"} <= names
+        runs = store.runs(experiment=ce.name)
+        assert sorted(r["config"]["variant"] or "rope" for r in runs) == sorted(ce.METHODS)  # one run each
+        assert len({r["key"] for r in runs}) == len(ce.METHODS)
         rows = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
-        assert {r["method"] for r in rows} == METHODS
-        for method in METHODS:
-            got = {(r["protocol"], r["length"], r["metric"]) for r in rows if r["method"] == method}
+        for method in ce.METHODS:
+            got = {(r["probe"], r["length"]) for r in rows if r["method"] == method}
             for L in ("32", "128"):
-                assert {("loss", L, "loss"), ("positionwise", L, "loss"), ("passkey", L, "accuracy"),
-                        ("passkey", L, "digit_accuracy")} <= got
-        buckets = [r for r in rows if r["protocol"] == "positionwise" and r["method"] == "rope" and r["length"] == "128"]
+                assert {("loss", L), ("positionwise", L), ("passkey", L)} <= got, method
+        buckets = [r for r in rows if r["probe"] == "positionwise" and r["method"] == "rope" and r["length"] == "128"]
         assert len(buckets) == 128 // (32 // ce.BUCKETS)  # buckets of L0 / 4 positions
         table = (tmp_path / "out" / "table.md").read_text()
-        assert all(f"| {m} |" in table for m in METHODS) and "critical dimension d_extra" in table
-        first_rows = store.rows(experiment=ce.name)
-        assert "## LongRoPE search" in table and "| longrope-progressive | 8 |" in table
-        assert sorted(r["stage"] for r in first_rows if r.get("probe") == "readjust") == ["after", "before"]
-        for method, s in (("longrope", ce.FACTOR), ("longrope-progressive", ce.PROGRESSIVE)):
-            long = [r["factor"] for r in sorted(first_rows, key=lambda r: r.get("pair", 0))
+        assert all(f"| {m} |" in table for m in ce.METHODS) and "Methods without rows" not in table
+        stored = store.rows(experiment=ce.name)
+        results = [r for r in stored if r.get("probe") == "search_result"]
+        assert {(r["method"], r["set"]) for r in results} == {
+            ("longrope", "long"), ("longrope", "short"), ("longrope-progressive", "long"),
+            ("longrope-progressive", "short"), ("longrope2", "long")}
+        assert all(r["evaluations"] == TINY_SEARCH.evaluations and r["origin"] for r in results)
+        for method, s in (("longrope", ce.FACTOR), ("longrope-progressive", ce.PROGRESSIVE), ("longrope2", ce.FACTOR)):
+            long = [r["factor"] for r in sorted(stored, key=lambda r: r.get("pair", 0))
                     if r.get("probe") == "factors" and r.get("method") == method and r["set"] == "long"]
             assert long and long == sorted(long) and 1.0 <= long[0] and long[-1] <= 2 * s
-            assert {r["n_hat"] for r in first_rows if r.get("probe") == "factors" and r.get("method") == method} \
-                <= set(ce.N_HATS)
-        again = run_study(ce, study, store=store, out=tmp_path / "out", progress=False)
+        (lr2,) = [r for r in results if r["method"] == "longrope2"]
+        assert 0 <= lr2["critical"] <= critical_dimension(10000.0, 32, 16) // 2
+        law = {r["method"]: r for r in stored if r.get("probe") == "scaling_law"}
+        assert law["base2x+ft"]["extrapolation_bound"] == pytest.approx(2 * law["rope"]["extrapolation_bound"])
+        assert [r["gain"] for r in stored if r.get("probe") == "readjust"]
+        again = run_study(ce.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
         assert again["trained"] == 0 and again["evaluated"] == 0
-
-    out = CliRunner().invoke(main, ["encodings", "--store", str(tmp_path / "s.sqlite")])
-    assert out.exit_code == 0, out.output
-    assert "LM loss at 2x / 4x L0" in out.output and "KV cache" in out.output
-    by = {r["encoding"]: r for r in comparison_rows(tmp_path / "s.sqlite")}
-    rope_loss = {r["length"]: r["loss"] for r in first_rows if r.get("probe") == "loss" and r.get("method") == "rope"}
-    assert by["rope"]["lm"] == f"- / {rope_loss[128]:.3f} (1x: {rope_loss[32]:.3f}; L0 32, 1 seeds, context-extension)"
-    assert by["rope"]["fixed_offset"] == NOT_MEASURED and by["alibi"]["lm"] == NOT_MEASURED
-    assert by["rope_dynamic"]["kv_cache"] == "no" and by["rope"]["kv_cache"] == "yes"
 
 
 def test_bad_input_stops_before_work():
     for bad in (["grid.encoding=[\"learned\"]"], ["encoding_options={\"rope\": {\"scaling\": {\"rope_type\": "
                                                    "\"linear\", \"factor\": 2.0}}}"]):
         with pytest.raises(ConfigError):
-            validate(apply_overrides(tiny(), bad, fixed=ce.FIXED), "cpu", ce)
+            validate(apply_overrides(tiny(), bad, fixed=ce.FIXED), "cpu", ce.EXPERIMENT)
     with pytest.raises(ConfigError, match="train.max_length"):
         apply_overrides(tiny(), ["train.max_length=48"], fixed=ce.FIXED)
+
+
+def test_every_method_is_a_variant_and_schedules_are_keyed_by_their_dict():
+    study = ce.study("quick")
+    assert set(study.variants) | {"rope"} == set(ce.METHODS)
+    for name, method in ce.METHODS.items():
+        if method.scaling is not None:
+            assert study.variants[name]["encoding_options"]["rope"]["scaling"] == ce.schedules(32)[name]
+    assert {k for k, m in ce.METHODS.items() if m.trains} == {"pi+ft", "yarn+ft", "longrope+ft",
+                                                              "longrope-progressive", "longrope2+ft", "base2x+ft"}
+
+
+def _model():
+    from poslab.models.transformer import Transformer, TransformerConfig
+
+    return Transformer(TransformerConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, max_len=64)).eval()
 
 
 def test_search_covers_n_hat_and_keeps_factors_legal():
     """An objective that only rewards n-hat = 4 (read from the candidate's encoding) is solved by the
     search; a fixed n-hat is never changed and gives the plain HF longrope dict."""
-    from poslab.models.transformer import Transformer, TransformerConfig
-
-    model = Transformer(TransformerConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, max_len=64)).eval()
-    seen = []
+    model, seen = _model(), []
 
     def objective(m):
         seen.append(m.encoding.n_hat)
         assert m.encoding.scaling["factor"] in (8.0, ce.FACTOR)
         return abs(m.encoding.n_hat - 4) + 1e-3 * float(m.encoding.rotary_frequencies().sum())
 
-    factors, n_hat, trace = ce.search(model, 16, 4, objective, seed=0, s=8.0, n_hats=ce.N_HATS)
-    assert n_hat == 4 and len(set(seen)) > 2 and trace == sorted(trace, reverse=True)
-    assert list(factors) == sorted(factors) and 1.0 <= factors[0] and factors[-1] <= 16.0
+    space = ce.SearchSpace(L0=16, head_dim=8, base=10000.0, s=8.0, n_hats=ce.N_HATS)
+    got = ce.search(model, objective, space, ce.SearchConfig(population=8, generations=3, survivors=3), seed=0)
+    assert got.n_hat == 4 and len(set(seen)) > 2 and got.trace == sorted(got.trace, reverse=True)
+    assert got.factors == sorted(got.factors) and 1.0 <= got.factors[0] and got.factors[-1] <= 16.0
+    assert got.evaluations == 8 + 3 * 5 == len(seen)
     seen.clear()
-    _, n_hat, _ = ce.search(model, 16, 4, objective, seed=0, kind="short", n_hats=(0,))
-    assert n_hat == 0 and set(seen) == {0}
-    assert "n_hat" not in ce.longrope(16, [1.0] * 4, [4.0] * 4) and ce.longrope(16, [1.0] * 4, [4.0] * 4, n_hat=2)["n_hat"] == 2
+    short = ce.search(model, objective, ce.SearchSpace(L0=16, head_dim=8, base=10000.0, s=4.0, kind="short"),
+                      ce.SearchConfig(population=4, generations=1, survivors=2), seed=0)
+    assert short.n_hat == 0 and set(seen) == {0} and short.origin == "rope"
+    assert "n_hat" not in ce.longrope(16, [1.0] * 4, [4.0] * 4, 4.0)
+    assert ce.longrope(16, [1.0] * 4, [4.0] * 4, 4.0, n_hat=2)["n_hat"] == 2
+
+
+def test_longrope2_space_ntk_below_the_critical_pair_searched_in_s_2s_above():
+    space = ce.SearchSpace(L0=64, head_dim=32, base=10000.0, s=4.0, critical=(0, 5))
+    ntk = space.ntk()
+    assert ntk == pytest.approx([4.0 ** (2 * i / 30) for i in range(16)])  # s^(2i/(r-2))
+    f = space.legal(np.linspace(0.5, 20.0, 16), 3)
+    assert list(f[:3]) == pytest.approx(list(ntk[:3])) and f[3:].min() >= 4.0 and f.max() <= 8.0
+    assert list(f) == sorted(f)
+    # an objective that rewards critical pair 2 and large factors: the search finds pair 2
+    model = _model()
+
+    def objective(m):
+        theta = m.encoding.rotary_frequencies().double()
+        plain = m.encoding.rotary_frequencies().new_tensor([10000.0 ** (-2 * i / 8) for i in range(4)]).double()
+        factors = (plain / theta).numpy()
+        crit = int(np.argmax(factors >= 4.0 - 1e-6))
+        return abs(crit - 2) - 1e-3 * float(factors.sum())
+
+    got = ce.search(model, objective, ce.SearchSpace(L0=16, head_dim=8, base=10000.0, s=4.0, critical=(0, 3)),
+                    ce.SearchConfig(population=8, generations=4, survivors=3), seed=1)
+    assert got.critical == 2 and got.factors[2] >= 4.0 and got.factors[1] < 4.0
+    assert set(got.origin.split("+")) <= {"pi", "ramp", "2s"}
+
+
+def _pos(method, seed, losses, width=8):
+    return [dict(probe="positionwise", method=method, seed=seed, longest=True, bucket_start=i * width,
+                 bucket_end=(i + 1) * width - 1, loss=v) for i, v in enumerate(losses)]
+
+
+def test_bend_rows_flat_then_rising_and_the_shift():
+    L0 = 32  # buckets of 8: reference = buckets [16, 32) = indices 2, 3
+    rope = _pos("rope", 0, [3.0, 2.0, 1.0, 1.0, 1.02, 1.03, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0])
+    tuned = _pos("base2x+ft", 0, [3.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.5, 1.6])
+    law = [dict(probe="scaling_law", method="rope", seed=0, extrapolation_bound=48.0),
+           dict(probe="scaling_law", method="base2x+ft", seed=0, extrapolation_bound=80.0)]
+    rows = rope + tuned + law
+    bends = {r["method"]: r for r in ce.bend_rows(rows, L0)}
+    assert bends["rope"]["ref"] == 1.0 and bends["rope"]["flat_rise"] == pytest.approx(0.025)  # [32, 48)
+    assert bends["rope"]["past_rise"] == pytest.approx(np.mean([0.5, 0.6, 0.7, 0.8, 0.9, 1.0]))
+    assert bends["rope"]["bend"] == 48 and bends["base2x+ft"]["bend"] == 80
+    derived = ce.derived_rows([dict(r) for r in rows], L0)
+    (shift,) = [r for r in derived if r["probe"] == "bend_shift"]
+    assert shift["ratio"] == pytest.approx(80 / 48)
+    # a loss that rises right after L0 is not flat
+    early = ce.bend_rows(_pos("rope", 0, [3.0, 2.0, 1.0, 1.0, 1.5, 1.6, 1.7]) + law[:1], L0)
+    assert early[0]["flat_rise"] > ce.BEND_DELTA and early[0]["bend"] == 32
+
+
+def test_claims_flip():
+    report = check_flips(ce.CLAIMS)
+    assert not report.failures and len(report.judged) == len(ce.CLAIMS)

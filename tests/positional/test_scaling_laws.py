@@ -8,7 +8,7 @@ import pytest
 
 from poslab.errors import ConfigError
 from poslab.positional.scaling_laws import (base_for_length, critical_dimension, extrapolation_bound,
-                                            full_period_pairs)
+                                            full_period_pairs, pair_with_periods)
 
 
 def test_llama2_critical_dimension_is_the_papers_92():
@@ -44,3 +44,15 @@ def test_small_base_is_unbounded_and_bad_input():
         critical_dimension(1.0, 64, 32)
     with pytest.raises(ConfigError, match="train_length"):
         extrapolation_bound(1e4, 0, 32)
+
+
+def test_pair_with_periods_by_hand():
+    # LLaMA2: d = 128, T = 4096, 10 periods: 64 log_10000(4096 / 20 pi) = 64 * 4.1767 / 9.2103 = 29.02 -> 29
+    assert pair_with_periods(10000.0, 4096, 128, 10) == 29
+    n = pair_with_periods(10000.0, 4096, 128, 10)
+    assert 4096 / (2 * math.pi * 10000 ** (2 * n / 128)) >= 10 > 4096 / (2 * math.pi * 10000 ** (2 * (n + 1) / 128))
+    # 1 period: the last full-period pair, one below the critical pair (92 / 2 = 46)
+    assert pair_with_periods(10000.0, 4096, 128, 1) == full_period_pairs(10000.0, 4096, 128) - 1 == 45
+    assert pair_with_periods(10000.0, 64, 32, 10) == 0  # 64 / 20 pi < 1: not even pair 0
+    with pytest.raises(ConfigError, match="periods"):
+        pair_with_periods(10000.0, 64, 32, 0)

@@ -52,6 +52,19 @@ def full_period_pairs(base: float, train_length: int, head_dim: int) -> int:
     return sum(2 * math.pi * base ** (2 * n / head_dim) <= train_length for n in range(head_dim // 2))
 
 
+def pair_with_periods(base: float, train_length: int, head_dim: int, periods: float) -> int:
+    """The last pair n that still completes ``periods`` full periods within T_train
+    (T_n = 2 pi base^(2n/d) <= T_train / periods), 0 when even pair 0 does not.
+
+    LongRoPE2 (Shang et al. 2025) searches the real critical dimension between this pair (about
+    10 periods) and the theoretical one, ``critical_dimension / 2``."""
+    _check(base, train_length, head_dim)
+    if not (isinstance(periods, (int, float)) and periods > 0):
+        raise ConfigError("periods", periods, "a positive number")
+    raw = math.floor(head_dim / 2 * math.log(train_length / (2 * math.pi * periods)) / math.log(base))
+    return min(max(raw, 0), head_dim // 2 - 1)
+
+
 def extrapolation_bound(base: float, train_length: int, head_dim: int, *, pretrain_base: float | None = None,
                         pretrain_length: int | None = None) -> float:
     """T_extra = 2 pi base^(d_extra / d), with d_extra from pre-training (Theorem 2).
