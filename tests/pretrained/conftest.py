@@ -2,9 +2,7 @@ import warnings
 
 import pytest
 
-pytest.importorskip("transformers", reason="the pretrained extra (transformers) is not installed")
-
-from poslab.pretrained.tiny import tiny_checkpoint  # noqa: E402
+from poslab.pretrained.tiny import tiny_checkpoint  # imports transformers only when called
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("transformers", reason="the pretrained extra (transformers) is not installed")
 import torch
 
 from poslab.errors import ConfigError

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+pytest.importorskip("transformers", reason="the pretrained extra (transformers) is not installed")
 from click.testing import CliRunner
 
 from poslab.cli import main

@@ -8,12 +8,12 @@ import warnings
 import pytest
 import torch
 
-from poslab.errors import ConfigError
-from poslab.positional.rope_scaling import ROPE_SCHEDULES
-from poslab.pretrained import PoslabRotary, load
-
-transformers = pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers", reason="the pretrained extra (transformers) is not installed")
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # noqa: E402
+
+from poslab.errors import ConfigError  # noqa: E402
+from poslab.positional.rope_scaling import ROPE_SCHEDULES  # noqa: E402
+from poslab.pretrained import PoslabRotary, load  # noqa: E402
 
 HEAD, CONTEXT = 32, 512
 PAIRS = HEAD // 2

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+
+pytest.importorskip("transformers", reason="the pretrained extra (transformers) is not installed")
 import torch
 
 from poslab.tasks.text import CharText

@@ -87,7 +87,11 @@ def read_config(source: Source) -> dict:
     require_transformers()
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(source.path).to_dict()
+    try:  # a hub id: needs a network (untested here: this machine has none)
+        return AutoConfig.from_pretrained(source.path).to_dict()
+    except (OSError, ValueError) as e:
+        raise ConfigError(FIELD, source.name, f"a hub id this machine can download, or a local path "
+                                              f"({str(e).splitlines()[0][:120]})") from None
 
 
 def gguf_metadata(path: str) -> dict:
