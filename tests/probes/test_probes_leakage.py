@@ -3,11 +3,14 @@ models/intervention.py on a small Transformer: each changes only what it claims 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
 
 from poslab.errors import ConfigError
+from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.intervention import Intervention
 from poslab.models.transformer import Transformer, TransformerConfig
 from poslab.probes import leakage as lk
@@ -16,13 +19,18 @@ from poslab.tasks.base import Batch
 N = 12  # internal sequence length of the synthetic heads
 
 
-def synthetic(b: int, absolute: float = 0.0, key0: float = 0.0, noise: float = 0.5, seed: int = 0) -> torch.Tensor:
-    """Logits [b, 1, 1, N, N] = f(i - j) + absolute * i + key0 [j = 0] + content noise."""
+def synthetic(b: int, absolute: float = 0.0, key0: float = 0.0, noise: float = 0.5, seed: int = 0,
+              query=None, key=None, interaction=None) -> torch.Tensor:
+    """Logits [b, 1, 1, N, N] = f(i - j) + absolute * i / N + key0 [j = 0] + query(i) + key(j)
+    + interaction(i, j) + content noise, with f(d) = cos(0.7 d) + 0.1 d."""
     g = torch.Generator().manual_seed(seed)
-    i = torch.arange(N)[:, None]
-    j = torch.arange(N)[None, :]
-    f = torch.cos(0.7 * (i - j)) + 0.1 * (i - j)
-    y = f + absolute * i / N + key0 * (j == 0) + noise * torch.randn(b, N, N, generator=g)
+    i = torch.arange(N, dtype=torch.float64)[:, None]
+    j = torch.arange(N, dtype=torch.float64)[None, :]
+    y = torch.cos(0.7 * (i - j)) + 0.1 * (i - j) + absolute * i / N + key0 * (j == 0)
+    for term in (query and query(i), key and key(j), interaction and interaction(i, j)):
+        if term is not None:
+            y = y + term
+    y = y + noise * torch.randn(b, N, N, generator=g, dtype=torch.float64)
     return y[:, None, None]
 
 
@@ -30,6 +38,20 @@ def delta(y: torch.Tensor, queries: int | None = None) -> float:
     keep = lk.keep_mask(N)
     i, j = lk.pairs(keep, queries)
     return float(lk.delta_r2(lk.pair_sums(y, lk.held_out_sequences(y.shape[0])), i, j)["delta"].reshape(-1)[0])
+
+
+def as_intermediates(scores: torch.Tensor, window: int | None = None) -> Intermediates:
+    """Logits [b, l, h, N, N] as the intermediates a model's collect returns (softmax weights)."""
+    keep = lk.keep_mask(scores.shape[-1], window)
+    pattern = torch.softmax(scores.masked_fill(~keep, -math.inf), -1)
+    layers = [LayerIntermediates(attn_scores=scores[:, l], pattern=pattern[:, l], q=None, k=None, rot_q=None,
+                                 rot_k=None, v=None, resid_pre=None, resid_post=None) for l in range(scores.shape[1])]
+    return Intermediates(embed=None, positions=None, layers=layers)
+
+
+def components(y: torch.Tensor, window: int | None = None, early: int | None = None) -> dict[str, float]:
+    out = lk.leakage_of([as_intermediates(y, window)], window=window, early=early)
+    return {k: float(v.reshape(-1)[0]) for k, v in out.items() if v.ndim == 2}
 
 
 def test_delta_r2_is_zero_for_an_offset_only_head_and_positive_with_the_absolute_index():
@@ -47,21 +69,95 @@ def test_delta_r2_held_out_and_chunked_sums_agree():
     parts = lk.pair_sums(y[:15], lk.held_out_sequences(15, 0)) + lk.pair_sums(y[15:], lk.held_out_sequences(25, 15))
     assert whole.n_fit == parts.n_fit == 20
     np.testing.assert_allclose(lk.delta_r2(whole, i, j)["delta"], lk.delta_r2(parts, i, j)["delta"], atol=1e-9)
+    chunked = lk.leakage_of([as_intermediates(y[:15]), as_intermediates(y[15:])], early=5)
+    at_once = lk.leakage_of([as_intermediates(y)], early=5)
+    for key in ("component_a", "component_b", "early_component_a", "early_component_b", "old_component_b"):
+        np.testing.assert_allclose(chunked[key], at_once[key], atol=1e-9)
 
 
-def test_component_a_is_positive_for_uniform_causal_attention():
+def test_a_query_only_shift_moves_no_weight_and_no_component():
+    """The issue's toy: 2 log(1 + i) added to every logit of query i. The weights do not move, so
+    neither may (a) nor (b); the earlier ΔR² definitions did move (kept to show it)."""
+    plain = synthetic(400)
+    shifted = synthetic(400, query=lambda i: 2 * torch.log1p(i))
     keep = lk.keep_mask(N)
-    noisy = 0.3 * torch.randn(200, 1, 1, N, N, generator=torch.Generator().manual_seed(0))  # no position at all
-    for scores in (torch.zeros(20, 1, 1, N, N), noisy):
-        held = lk.held_out_sequences(scores.shape[0])
-        i, j = lk.pairs(keep)
-        logits = lk.delta_r2(lk.pair_sums(scores, held), i, j)["delta"].item()
-        logw = lk.delta_r2(lk.pair_sums(lk.log_weights(scores, keep), held), i, j)["delta"].item()
-        assert abs(logits) < 0.02
-        assert logw - logits > 0.1
-    log_z = lk.log_partition(torch.zeros(N, N), keep).numpy()
-    fit = lk.log_z_fit(log_z)
-    assert fit["slope"] == pytest.approx(1.0) and fit["r2"] == pytest.approx(1.0)
+    weights = [torch.softmax(y.masked_fill(~keep, -math.inf), -1) for y in (plain, shifted)]
+    assert float((weights[0] - weights[1]).abs().max()) < 1e-6
+    before, after = components(plain, early=5), components(shifted, early=5)
+    for key in ("component_a", "component_b", "component_b_key", "component_b_interaction", "early_component_a",
+                "early_component_b"):
+        assert after[key] == pytest.approx(before[key], abs=1e-9), key
+    assert abs(after["component_b"]) < 0.01
+    assert after["old_component_b"] > 0.3 and after["old_component_b"] - before["old_component_b"] > 0.3
+    assert after["old_component_a"] < before["old_component_a"] - 0.3
+    # a content-dependent shift per (sequence, query) is invisible too
+    noise = torch.randn(400, 1, 1, N, 1, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    assert components(plain + 3 * noise)["component_b"] == pytest.approx(before["component_b"], abs=1e-9)
+
+
+def test_pure_relative_logits_under_a_causal_mask_give_a_and_no_b():
+    for noise in (0.0, 0.5):
+        got = components(synthetic(200, noise=noise))
+        assert got["component_a"] > 0.2
+        assert abs(got["component_b"]) < 0.01
+    uniform = components(torch.zeros(20, 1, 1, N, N))  # log a_ij = -log(i + 1): all of it is the normaliser
+    assert uniform["component_a"] == pytest.approx(1.0) and uniform["component_b"] == 0.0
+    fit = lk.log_z_fit(lk.log_partition(torch.zeros(N, N), lk.keep_mask(N)).numpy())
+    assert fit["slope"] == pytest.approx(1.0) and fit["r2"] == pytest.approx(1.0)  # Z_i = i + 1
+    # a window of w keys stops the normaliser from moving at i = w - 1
+    f = torch.cos(0.7 * torch.arange(N, dtype=torch.float64))
+    lam = lk.log_normaliser(f, lk.keep_mask(N, 4))
+    assert float(lam[3:].std()) < 1e-12 and float(lam[:4].std()) > 0.1
+    windowed = components(synthetic(200), window=4)
+    assert 0 < windowed["component_a"] < components(synthetic(200))["component_a"] / 2
+
+
+def test_b_is_unbiased_where_a_held_out_r2_gain_of_the_per_pair_means_is_not():
+    """Nothing beyond f(i - j): over many small batches (b) averages 0, while the held-out R² gain
+    of the per-pair means pays for their parameters."""
+    keep = lk.keep_mask(N)
+    i, j = lk.pairs(keep)
+    b, r2_gain = [], []
+    for seed in range(30):
+        y = lk.centred(synthetic(16, seed=seed), keep)
+        sums = lk.pair_sums(y, lk.held_out_sequences(16))
+        b.append(float(lk.component_b(sums, i, j)["component_b"].reshape(-1)[0]))
+        r2_gain.append(float((lk.r_squared(sums, i, j, "pair") - lk.r_squared(sums, i, j, "query")).reshape(-1)[0]))
+    assert abs(np.mean(b)) < 3 * np.std(b) / np.sqrt(len(b)) + 1e-3
+    assert np.mean(r2_gain) < -0.02
+
+
+def test_log_normaliser_equals_the_naive_sum():
+    f = torch.tensor([0.5, -1.0, 2.0, 0.0, 1.5], dtype=torch.float64)
+    keep = lk.keep_mask(5, 3)
+    lam = lk.log_normaliser(f, keep)
+    for i in range(5):
+        naive = math.log(sum(math.exp(float(f[i - j])) for j in range(5) if j <= i and i - j < 3))
+        assert float(lam[i]) == pytest.approx(naive)
+
+
+def test_key_position_and_interaction_terms_give_b():
+    key = components(synthetic(400, key=lambda j: 1.0 * (j == 0)))  # a sink column
+    assert key["component_b"] > 0.05 and key["component_b_key"] > 0.05
+    assert abs(key["component_b_interaction"]) < 0.01
+    inter = components(synthetic(400, interaction=lambda i, j: 1.5 * torch.sin(1.3 * i) * torch.cos(2.1 * j)))
+    assert inter["component_b_interaction"] > 0.05 and inter["component_b"] > 0.05
+    np.testing.assert_allclose(inter["component_b"], inter["component_b_key"] + inter["component_b_interaction"])
+
+
+def test_weights_that_are_not_the_causal_softmax_are_refused():
+    y = synthetic(20)
+    inter = as_intermediates(y)
+    inter.layers[0].pattern = inter.layers[0].pattern * 0.5
+    with pytest.raises(ConfigError, match="model"):
+        lk.leakage_of([inter])
+    with pytest.raises(ConfigError, match="layers"):
+        lk.leakage_of([as_intermediates(y)], layers=[1])
+    with pytest.raises(ConfigError, match="early"):
+        lk.leakage_of([as_intermediates(y)], early=N + 1)
+    two = torch.cat([y, 2 * y], 1)  # two layers; read only the second
+    np.testing.assert_allclose(lk.leakage_of([as_intermediates(two)], layers=[1])["component_a"],
+                               lk.leakage_of([as_intermediates(2 * y)])["component_a"])
 
 
 def test_received_attention_sink_heads_and_mean_cosine():
@@ -157,11 +253,14 @@ def test_interventions_refuse_what_does_not_fit_before_work():
 def test_leakage_driver_shapes_closed_system_and_refusals():
     model, batch = model_and_batch(b=12)
     out = lk.leakage(model, batch, early=4, chunk=5)
-    assert out["logits_delta"].shape == (3, 2) and out["log_z"].shape == (3, 2, 11)
-    np.testing.assert_allclose(out["component_a"], out["log_weights_delta"] - out["logits_delta"])
+    assert out["component_b"].shape == (3, 2) and out["log_z"].shape == (3, 2, 11)
+    assert (out["component_a"] > 0).all()  # full causal attention: the normaliser moves with i
     assert out["sink"].dtype == bool and "early_component_b" in out
     whole = lk.leakage(model, batch, early=4, chunk=12)
-    np.testing.assert_allclose(out["logits_delta"], whole["logits_delta"], atol=1e-8)
+    for key in ("component_a", "component_b", "old_component_b", "early_component_a"):
+        np.testing.assert_allclose(out[key], whole[key], atol=1e-8)
+    one = lk.leakage(model, batch, early=4, layers=[2])
+    np.testing.assert_allclose(one["component_b"], whole["component_b"][2:], atol=1e-10)
     closed = lk.closed_system(model, batch)
     np.testing.assert_allclose(closed["fixed_bos"], 1.0, atol=1e-6)
     assert closed["content"].shape == (4,) and closed["content"].min() < 0.99

@@ -1,28 +1,48 @@
 """Positional leakage in RoPE models: where absolute position enters attention (seed 001, third abstract).
 
-Positional leakage ΔR², per layer and head, over the causal pairs (i, j) a head attends (j <= i,
-i - j < window), with y_bij one of: the logits l_bij (``attn_scores``), the log-weights
-log a_bij = l_bij - log Z_bi, or the weights a_bij::
+Softmax attention sees a head's logits l_bij (``attn_scores``) only up to a shift per query:
+adding any g_b(i) to every logit of query i leaves every weight a_bij unchanged. So absolute
+position can reach the weights in two ways, and the two components measure them separately,
+per layer and head, over the pairs a causal (windowed) head attends (j <= i, i - j < window)::
 
-    relative  y_bij ~ f(i - j)                     one-hot offset features
-    absolute  y_bij ~ f(i - j) + g(i) + h(j)       plus one-hot query index and one-hot key index
-    ΔR²       = R²(absolute) - R²(relative)        both on held-out sequences
+    centred logits   c_bij = l_bij - mean_{j' kept} l_bij'        what softmax can see of the logits
+                            (= log a_bij - mean_{j' kept} log a_bij': the same for logits and log-weights)
 
-Both regressions are fitted on the even-numbered sequences of the batch and scored on the odd
-ones, so ΔR² is what the absolute indices predict about unseen inputs, not what extra
-parameters memorize. A head whose logits depend on positions only through i - j (RoPE's
-promise) has ΔR² ≈ 0; one whose logits carry g(i) or h(j) has ΔR² > 0. Where y has no variance
-on the held-out pairs (a constant head) there is nothing to explain: R² = 1 for both fits,
-ΔR² = 0.
+    (b) residual stream   the share of c's variance that position explains beyond f(i - j) + g(i):
+                          key position h(j) and query-key interactions, split into
+          (b) key         what f(i-j) + g(i) + h(j) explains beyond f(i-j) + g(i)
+          (b) inter.      what any function of (i, j) explains beyond f(i-j) + g(i) + h(j)
+    (a) causal mask       Var_pairs Λ(i) / Var(log a_bij),   Λ(i) = log sum_{j kept} exp f^(i - j)
+                          with f^ the offset profile of the fit c ~ f(i - j) + g(i): the
+                          log-normaliser a purely relative head would have, which depends on the
+                          absolute query position because query i sees i + 1 keys (a window of w
+                          keys stops that at i = w - 1)
 
-The two components of the abstract:
+A query-only term g(i) (or a content-dependent g_b(i)) changes neither component: c removes it,
+and the baseline of (b) contains g(i) anyway. A head whose logits are f(i - j) has (b) = 0 and,
+under a causal mask, (a) > 0; one with a key-position term h(j) (a sink column) has (b) > 0.
+"Any function of (i, j)" is the per-pair mean of c over sequences.
 
-    (a) causal mask      ΔR²(log-weights) - ΔR²(logits): what the per-query softmax denominator
-                         adds, with log Z_i = logsumexp_{j <= i} l_ij against log(i + 1)
-                         (slope 1 for uniform causal attention, where Z_i = i + 1)
-    (b) residual stream  ΔR²(logits): absolute position that reaches the logits themselves
-                         (through the position-0 trajectory and the heads that read it), and how
-                         it moves under interventions (models/intervention.py)
+Every fit is on the even-numbered sequences of the batch and scored on the odd ones, so the
+numbers are what positions predict about unseen inputs, not what extra parameters memorize.
+(b) is the mean over pairs of the product of the two halves' per-pair residuals from the
+baseline, over the held-out variance of c: the halves' content noise is independent, so it is
+unbiased (0 on average when there is nothing beyond the baseline), where a held-out R² gain of
+the per-pair means would pay for their C parameters and sit below 0. Where c has no variance
+(a head that depends on the query only) there is nothing to explain: (b) = 0.
+
+The earlier definitions are kept as ``old_component_a`` / ``old_component_b`` so a report can put
+them beside the new ones: ``old (b)`` = ΔR² of the raw logits, f(i-j) + g(i) + h(j) against f(i-j),
+``old (a)`` = ΔR²(log-weights) - ΔR²(logits). Both move with any query-only term: adding
+2 log(1 + i) to every logit of a relative head leaves the weights unchanged (< 1e-6) yet gives old
+(b) ≈ +0.4 and old (a) ≈ -0.4 (tests/probes/test_probes_leakage.py).
+
+Any model's intermediates: :class:`LeakageSums` reads what ``collect(batch) -> Intermediates``
+returns (``attn_scores`` and ``pattern`` per layer), chunk by chunk, for the chosen layers, and
+:meth:`LeakageSums.result` gives every number per layer and head, over all queries and over
+early queries i < ``early``. :func:`leakage` drives it for a model (poslab's Transformer, a
+pretrained adapter, anything with ``collect``), checking on the first chunk that the weights are
+the causal (windowed) softmax of the logits.
 
 Sink-reading heads: ``received_j`` = the mean weight key j receives from the other queries that
 can see it (i > j, inside the window), averaged over sequences; a head reads the sink when
@@ -40,7 +60,8 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -48,12 +69,19 @@ from torch import Tensor
 
 from poslab.attention import build_mask
 from poslab.errors import ConfigError
+from poslab.models.intermediates import Intermediates
 from poslab.models.intervention import Intervention, rows_of
 from poslab.probes.common import CHUNK, model_device, split_batch
 from poslab.tasks.base import Batch
 
 SINK_THRESHOLD = 0.3  # a head reads the sink when key 0 receives at least this mean weight
-QUANTITIES = ("logits", "log_weights", "weights")
+SOFTMAX_TOL = 1e-3  # largest |pattern - softmax(attn_scores)| accepted as softmax attention
+FITS = {  # the position features of each regression (the saturated fit is the per-pair mean)
+    "relative": ("offset",),  # f(i - j)
+    "query": ("offset", "query"),  # f(i - j) + g(i): the baseline of (b)
+    "key": ("offset", "query", "key"),  # f(i - j) + g(i) + h(j)
+}
+QUANTITIES = ("centred", "logits", "log_weights")  # what is summed per pair
 
 
 # ----------------------------------------------------------------------------- pairs and features
@@ -73,13 +101,20 @@ def pairs(keep: Tensor, queries: int | None = None) -> tuple[Tensor, Tensor]:
     return i, j
 
 
-def design(i: Tensor, j: Tensor, n: int, absolute: bool) -> Tensor:
-    """One-hot features of each pair, [C, F]: the offset i - j (F = n), plus the query index and
-    the key index (F = 3n) when ``absolute``."""
-    blocks = [torch.nn.functional.one_hot(i - j, n)]
-    if absolute:
-        blocks += [torch.nn.functional.one_hot(i, n), torch.nn.functional.one_hot(j, n)]
-    return torch.cat(blocks, dim=1).double()
+def design(i: Tensor, j: Tensor, n: int, fit: str) -> Tensor:
+    """One-hot features of each pair for one of :data:`FITS`, [C, F]: offset i - j, query i, key j."""
+    if fit not in FITS:
+        raise ConfigError("fit", fit, ", ".join(FITS))
+    column = dict(offset=i - j, query=i, key=j)
+    return torch.cat([torch.nn.functional.one_hot(column[t], n) for t in FITS[fit]], dim=1).double()
+
+
+def centred(scores: Tensor, keep: Tensor) -> Tensor:
+    """c_ij = l_ij - mean over kept keys of l_ij on kept pairs (0 elsewhere), [..., n, n]: the
+    logits without any per-query shift, which softmax cannot see."""
+    x = scores.double().masked_fill(~keep, 0.0)
+    row_mean = x.sum(-1, keepdim=True) / keep.sum(-1, keepdim=True).clamp_min(1)
+    return (x - row_mean).masked_fill(~keep, 0.0)
 
 
 # ----------------------------------------------------------------------------- sums over sequences
@@ -88,9 +123,10 @@ def design(i: Tensor, j: Tensor, n: int, absolute: bool) -> Tensor:
 class PairSums:
     """Per-pair sums of y over the fitting and the held-out sequences, [..., n, n] each (float64).
 
-    Every regression here uses one-hot features, so a least-squares fit depends on the fitting
-    sequences only through the per-pair means, and a held-out R² only through per-pair sums of
-    y and y²: sums accumulate chunk by chunk in bounded memory.
+    Every regression here uses one-hot features and every sequence has every pair, so a
+    least-squares fit depends on the fitting sequences only through the per-pair means, and a
+    held-out R² only through per-pair sums of y and y²: sums accumulate chunk by chunk in
+    bounded memory.
     """
 
     fit_sum: Tensor  # sum over fitting sequences of y_bij
@@ -102,6 +138,10 @@ class PairSums:
     def __add__(self, other: PairSums) -> PairSums:
         return PairSums(self.fit_sum + other.fit_sum, self.test_sum + other.test_sum, self.test_sq + other.test_sq,
                         self.n_fit + other.n_fit, self.n_test + other.n_test)
+
+    def check(self) -> None:
+        if self.n_fit < 1 or self.n_test < 1:
+            raise ConfigError("sequences", self.n_fit + self.n_test, "at least 2 (one to fit, one held out)")
 
 
 def pair_sums(y: Tensor, held_out: Tensor) -> PairSums:
@@ -117,17 +157,28 @@ def held_out_sequences(b: int, first: int = 0) -> Tensor:
     return (torch.arange(first, first + b) % 2) == 1
 
 
-# ----------------------------------------------------------------------------- ΔR²
+# ----------------------------------------------------------------------------- fits and R²
 
-def r_squared(sums: PairSums, i: Tensor, j: Tensor, absolute: bool) -> Tensor:
-    """Held-out R² of the one-hot regression on pairs (i, j), for every leading index of the sums, [...]."""
-    if sums.n_fit < 1 or sums.n_test < 1:
-        raise ConfigError("sequences", sums.n_fit + sums.n_test, "at least 2 (one to fit, one held out)")
-    n = sums.fit_sum.shape[-1]
+def fit_means(sums: PairSums, i: Tensor, j: Tensor) -> Tensor:
+    """Per-pair means of y over the fitting sequences, [lead, C] (lead = the flattened leading dims)."""
+    sums.check()
+    return (sums.fit_sum[..., i, j] / sums.n_fit).reshape(-1, len(i))
+
+
+def predictions(sums: PairSums, i: Tensor, j: Tensor, fit: str) -> Tensor:
+    """The least-squares prediction of y on each pair, [..., C]: a fit of :data:`FITS`, or the
+    per-pair mean of the fitting sequences for ``fit="pair"`` (any function of (i, j))."""
     lead = sums.fit_sum.shape[:-2]
-    X, X_pinv = _least_squares(n, absolute, i.numpy().tobytes(), j.numpy().tobytes())  # [C, F], [F, C]
-    mean_fit = (sums.fit_sum[..., i, j] / sums.n_fit).reshape(-1, len(i)).T  # [C, lead]
-    pred = (X @ (X_pinv @ mean_fit)).T.reshape(*lead, len(i))  # least-squares fit on the pairs, [..., C]
+    mean = fit_means(sums, i, j)  # [lead, C]
+    if fit == "pair":
+        return mean.reshape(*lead, len(i))
+    X, X_pinv = _least_squares(sums.fit_sum.shape[-1], fit, i.numpy().tobytes(), j.numpy().tobytes())
+    return (X @ (X_pinv @ mean.T)).T.reshape(*lead, len(i))
+
+
+def r_squared(sums: PairSums, i: Tensor, j: Tensor, fit: str) -> Tensor:
+    """Held-out R² of a fit (:data:`FITS` or ``"pair"``) on pairs (i, j), for every leading index, [...]."""
+    pred = predictions(sums, i, j, fit)
     s1, s2, N = sums.test_sum[..., i, j], sums.test_sq[..., i, j], sums.n_test
     sse = (s2 - 2 * pred * s1 + N * pred.square()).sum(-1)
     sst = s2.sum(-1) - s1.sum(-1).square() / (N * len(i))
@@ -136,19 +187,81 @@ def r_squared(sums: PairSums, i: Tensor, j: Tensor, absolute: bool) -> Tensor:
     return torch.where(constant, torch.ones_like(sst), 1 - sse / torch.where(constant, torch.ones_like(sst), sst))
 
 
-@functools.lru_cache(maxsize=16)
-def _least_squares(n: int, absolute: bool, i_bytes: bytes, j_bytes: bytes) -> tuple[Tensor, Tensor]:
+@functools.lru_cache(maxsize=32)
+def _least_squares(n: int, fit: str, i_bytes: bytes, j_bytes: bytes) -> tuple[Tensor, Tensor]:
     """The design of a pair set and its pseudo-inverse (minimum-norm least squares; the one-hot
     blocks are collinear), computed once per pair set and reused for every head, layer and run."""
     i, j = (torch.from_numpy(np.frombuffer(b, dtype=np.int64).copy()) for b in (i_bytes, j_bytes))
-    X = design(i, j, n, absolute)
+    X = design(i, j, n, fit)
     return X, torch.linalg.pinv(X)
 
 
 def delta_r2(sums: PairSums, i: Tensor, j: Tensor) -> dict[str, Tensor]:
-    """R² relative, R² absolute and ΔR² = their difference, each [...]."""
-    rel, ab = r_squared(sums, i, j, absolute=False), r_squared(sums, i, j, absolute=True)
+    """The earlier ΔR²: R² of f(i-j) + g(i) + h(j) minus R² of f(i-j), with both R², each [...]."""
+    rel, ab = r_squared(sums, i, j, "relative"), r_squared(sums, i, j, "key")
     return dict(r2_relative=rel, r2_absolute=ab, delta=ab - rel)
+
+
+def component_b(sums: PairSums, i: Tensor, j: Tensor) -> dict[str, Tensor]:
+    """(b) on the sums of the centred logits, and its split into key position and interactions,
+    each [...]: the share of c's held-out variance V that the per-pair means keep beyond the
+    baseline f(i - j) + g(i), mean_pairs (Q m_fit)(Q m_test) / V with Q the residual maker of the
+    baseline (of f + g + h for the interactions). The fitting and held-out halves' noise is
+    independent, so the product is unbiased for mean_pairs (Q mu)^2 / V: it is 0 on average for a
+    head with nothing beyond the baseline, where a held-out R² of the saturated fit would pay
+    for its parameters and come out below 0."""
+    sums.check()
+    lead = sums.fit_sum.shape[:-2]
+    m_fit = fit_means(sums, i, j)  # [lead, C]
+    m_test = (sums.test_sum[..., i, j] / sums.n_test).reshape(-1, len(i))
+    s1, s2, N = sums.test_sum[..., i, j].sum(-1), sums.test_sq[..., i, j].sum(-1), sums.n_test * len(i)
+    var = (s2 / N - (s1 / N).square()).reshape(-1)  # V, [lead]
+    out = {}
+    for name, fit in (("component_b", "query"), ("component_b_interaction", "key")):
+        X, X_pinv = _least_squares(sums.fit_sum.shape[-1], fit, i.numpy().tobytes(), j.numpy().tobytes())
+        r_fit, r_test = (m - (X @ (X_pinv @ m.T)).T for m in (m_fit, m_test))
+        out[name] = (r_fit * r_test).mean(-1)
+    small = var <= 1e-12 * s2.reshape(-1).div(N).clamp_min(1e-300)  # no variance: nothing to explain
+    for name in out:
+        out[name] = torch.where(small, torch.zeros_like(var), out[name] / torch.where(small, 1.0, var)).reshape(lead)
+    out["component_b_key"] = out["component_b"] - out["component_b_interaction"]
+    out["r2_baseline"] = r_squared(sums, i, j, "query")
+    return out
+
+
+def offset_profile(sums: PairSums, i: Tensor, j: Tensor) -> Tensor:
+    """f^(d) of the fit c ~ f(i - j) + g(i) on the centred logits, [..., n] (NaN for offsets not
+    among the pairs; defined up to a constant, which no log-normaliser variance sees)."""
+    n = sums.fit_sum.shape[-1]
+    lead = sums.fit_sum.shape[:-2]
+    _, X_pinv = _least_squares(n, "query", i.numpy().tobytes(), j.numpy().tobytes())
+    coef = (X_pinv @ fit_means(sums, i, j).T).T  # [lead, 2n]: offsets, then queries
+    f = coef[:, :n].clone()
+    seen = torch.zeros(n, dtype=torch.bool)
+    seen[i - j] = True
+    f[:, ~seen] = math.nan
+    return f.reshape(*lead, n)
+
+
+def log_normaliser(f: Tensor, keep: Tensor) -> Tensor:
+    """Λ(i) = log sum over kept keys j of exp f(i - j): f [..., n] -> [..., n] (NaN where a kept
+    offset has no f)."""
+    n = keep.shape[-1]
+    offset = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).clamp(0, n - 1)  # [n, n]
+    grid = f[..., offset].masked_fill(~keep, -math.inf)  # f(i - j) on kept pairs, [..., n, n]
+    return grid.logsumexp(-1)
+
+
+def component_a(log_w: PairSums, lam: Tensor, i: Tensor, j: Tensor) -> Tensor:
+    """(a) = Var over the pairs of Λ(i) / Var of the held-out log-weights on them, [...]; 0 where
+    the log-weights do not vary (one key per query)."""
+    log_w.check()
+    li = lam[..., i]  # [..., C]
+    var_lam = li.square().mean(-1) - li.mean(-1).square()
+    s1, s2, N = log_w.test_sum[..., i, j].sum(-1), log_w.test_sq[..., i, j].sum(-1), log_w.n_test * len(i)
+    var_w = s2 / N - (s1 / N).square()
+    small = var_w <= 1e-12
+    return torch.where(small, torch.zeros_like(var_w), var_lam.clamp_min(0) / torch.where(small, 1.0, var_w))
 
 
 # ----------------------------------------------------------------------------- softmax pieces
@@ -195,14 +308,107 @@ def mean_cosine(x: Tensor) -> float:
     return float((gram.sum() - gram.diagonal().sum()) / (b * (b - 1)))
 
 
+# ----------------------------------------------------------------------------- any model's intermediates
+
+@dataclass
+class LeakageSums:
+    """Leakage sums of any model's intermediates, added chunk by chunk.
+
+    ``window``: the heads' sliding window (None: full causal); ``layers``: which layers to read
+    (None: all), so a large model's layers can be taken a few at a time; ``check_softmax``: the
+    first chunk's weights must be the kept-key softmax of its logits (ConfigError otherwise;
+    switch it off for an intervention that changes the mask).
+    """
+
+    window: int | None = None
+    layers: Sequence[int] | None = None
+    check_softmax: bool = True
+    sums: dict[str, PairSums] = field(default_factory=dict)
+    log_z: Tensor | None = None  # sum over sequences of log Z_i, [l, h, n]
+    received: Tensor | None = None  # sum over sequences of the weight received, [l, h, n]
+    seen: int = 0  # sequences added
+    keep: Tensor | None = None  # [n, n]
+
+    def add(self, inter: Intermediates) -> None:
+        """Add one chunk's intermediates (sequences ``seen`` .. ``seen + b``, full windows)."""
+        chosen = range(len(inter.layers)) if self.layers is None else self.layers
+        if not chosen or any(not 0 <= l < len(inter.layers) for l in chosen):
+            raise ConfigError("layers", list(chosen), f"layer indices in [0, {len(inter.layers) - 1}]")
+        scores = torch.stack([inter.layers[l].attn_scores for l in chosen], 1).double().cpu()  # [b, l, h, n, n]
+        pattern = torch.stack([inter.layers[l].pattern for l in chosen], 1).double().cpu()
+        n = scores.shape[-1]
+        if self.keep is None:
+            self.keep = keep_mask(n, self.window)
+        if self.check_softmax and self.seen == 0:
+            got = (pattern - torch.softmax(scores.masked_fill(~self.keep, -math.inf), -1)).abs().max()
+            if not bool(got <= SOFTMAX_TOL):
+                raise ConfigError("model", f"weights off the causal softmax of the logits by {float(got):.2g}",
+                                  f"causal softmax attention (window {self.window}) whose pattern is the "
+                                  "softmax of attn_scores over the kept keys")
+        b = scores.shape[0]
+        held = held_out_sequences(b, self.seen)
+        ys = dict(centred=centred(scores, self.keep), logits=scores, log_weights=log_weights(scores, self.keep))
+        for q, y in ys.items():
+            s = pair_sums(y, held)
+            self.sums[q] = s if q not in self.sums else self.sums[q] + s
+        lz = log_partition(scores, self.keep).sum(0)  # [l, h, n]
+        rc = received_attention(pattern, self.keep) * b
+        self.log_z = lz if self.log_z is None else self.log_z + lz
+        self.received = rc if self.received is None else self.received + rc
+        self.seen += b
+
+    def result(self, early: int | None = None) -> dict[str, np.ndarray]:
+        """Every number per layer and head ([l, h] arrays; ``early_`` keys over queries i < ``early``).
+
+        ``component_a``, ``component_b``, ``component_b_key``, ``component_b_interaction``,
+        ``r2_baseline``; the earlier definitions ``old_component_a``, ``old_component_b``;
+        ``log_z`` [l, h, n] mean log Z_i; ``received`` [l, h, n]; ``received_0``; ``sink`` bool.
+        """
+        if self.keep is None:
+            raise ConfigError("sequences", 0, "at least 2 (one to fit, one held out)")
+        n = self.keep.shape[0]
+        if early is not None and (not isinstance(early, int) or not 1 <= early <= n):
+            raise ConfigError("early", early, f"an integer in [1, {n}] (queries i < early), or None")
+        sets = {"": pairs(self.keep)}
+        if early is not None:
+            sets["early_"] = pairs(self.keep, early)
+        out: dict[str, np.ndarray] = {}
+        for prefix, (i, j) in sets.items():
+            for key, value in component_b(self.sums["centred"], i, j).items():
+                out[prefix + key] = value.numpy()
+            lam = log_normaliser(offset_profile(self.sums["centred"], i, j), self.keep)
+            out[prefix + "component_a"] = component_a(self.sums["log_weights"], lam, i, j).numpy()
+            old_b = delta_r2(self.sums["logits"], i, j)["delta"]
+            out[prefix + "old_component_b"] = old_b.numpy()
+            out[prefix + "old_component_a"] = (delta_r2(self.sums["log_weights"], i, j)["delta"] - old_b).numpy()
+        out["log_z"] = (self.log_z / self.seen).numpy()
+        out["received"] = (self.received / self.seen).numpy()
+        out["received_0"] = out["received"][..., 0]
+        out["sink"] = sink_heads(out["received_0"])
+        return out
+
+
+def leakage_of(intermediates: Iterable[Intermediates], *, window: int | None = None, early: int | None = None,
+               layers: Sequence[int] | None = None, check_softmax: bool = True) -> dict[str, np.ndarray]:
+    """:meth:`LeakageSums.result` of a stream of intermediates (consecutive chunks of one batch)."""
+    acc = LeakageSums(window=window, layers=layers, check_softmax=check_softmax)
+    for inter in intermediates:
+        acc.add(inter)
+    return acc.result(early)
+
+
 # ----------------------------------------------------------------------------- model-level drivers
 
 def _check_model(model) -> None:
+    if not callable(getattr(model, "collect", None)):
+        raise ConfigError("model", type(model).__name__, "a model with collect(batch) -> Intermediates")
     cfg = getattr(model, "cfg", None)
-    if cfg is None or not hasattr(cfg, "bos"):
-        raise ConfigError("model", type(model).__name__, "a Transformer")
-    if cfg.attention != "softmax" or cfg.energy_gate or not cfg.causal:
-        raise ConfigError("model", dict(attention=cfg.attention, energy_gate=cfg.energy_gate, causal=cfg.causal),
+    if cfg is None:
+        return  # checked on the first chunk: the weights must be the causal softmax of the logits
+    attention, gate, causal = (getattr(cfg, k, d) for k, d in (("attention", "softmax"), ("energy_gate", False),
+                                                                  ("causal", True)))
+    if attention != "softmax" or gate or not causal:
+        raise ConfigError("model", dict(attention=attention, energy_gate=gate, causal=causal),
                           "causal softmax attention without an energy gate (the leakage probes read softmax logits)")
 
 
@@ -214,59 +420,31 @@ def _check_batch(batch: Batch) -> None:
 
 
 def leakage(model, batch: Batch, *, intervention: Intervention | None = None, early: int | None = None,
-            chunk: int = CHUNK) -> dict[str, np.ndarray]:
-    """Every leakage number of one ``Transformer`` on ``batch``, per layer and head ([l, h] arrays).
+            layers: Sequence[int] | None = None, window: int | None = None, chunk: int = CHUNK) -> dict[str, np.ndarray]:
+    """Every leakage number of a model on ``batch``, per layer and head ([l, h] arrays; see
+    :meth:`LeakageSums.result`). The window is ``model.cfg.window`` when the model has one,
+    else ``window``; early queries are internal positions i < ``early`` (BOS included).
 
-    Keys: ``{q}_delta``, ``{q}_r2_relative``, ``{q}_r2_absolute`` for q in logits, log_weights,
-    weights over all kept pairs, and ``early_{q}_...`` over queries i < ``early`` when it is
-    given; ``component_a`` = log_weights_delta - logits_delta; ``component_b`` = logits_delta
-    (``early_component_*`` likewise); ``log_z`` [l, h, n] mean log Z_i; ``received`` [l, h, n];
-    ``received_0`` [l, h]; ``sink`` [l, h] bool.
-
-    Log-weights are log_softmax of the logits over the model's own causal/window mask; under an
-    intervention that removes key 0 they are those of the unmodified mask (read the logits then).
+    Log-weights are log_softmax of the logits over the unmodified causal/window mask; under an
+    intervention that removes key 0 the weights differ from them, so the softmax check is off
+    under any intervention (read the centred logits then).
     """
     _check_model(model)
     _check_batch(batch)
-    cfg = model.cfg
-    n = batch.tokens.shape[1] + int(cfg.bos)
+    n = batch.tokens.shape[1] + int(getattr(getattr(model, "cfg", None), "bos", False))
     if early is not None and (not isinstance(early, int) or not 1 <= early <= n):
         raise ConfigError("early", early, f"an integer in [1, {n}] (queries i < early), or None")
-    keep = keep_mask(n, cfg.window)  # [n, n]
-    sums: dict[str, PairSums] = {}
-    log_z = received = None
-    first = 0
-    for part in split_batch(batch, chunk, model_device(model)):
-        inter = model.collect(part, intervention=rows_of(intervention, first, first + part.tokens.shape[0],
-                                                         batch.tokens.shape[0]))
-        held = held_out_sequences(part.tokens.shape[0], first)
-        first += part.tokens.shape[0]
-        scores = torch.stack([layer.attn_scores for layer in inter.layers], 1).cpu()  # [b, l, h, n, n]
-        pattern = torch.stack([layer.pattern for layer in inter.layers], 1).cpu()
-        ys = dict(logits=scores, log_weights=log_weights(scores, keep), weights=pattern)
-        for q, y in ys.items():
-            s = pair_sums(y, held)
-            sums[q] = s if q not in sums else sums[q] + s
-        lz = log_partition(scores.double(), keep).sum(0)  # [l, h, n]
-        rc = received_attention(pattern.double(), keep) * part.tokens.shape[0]
-        log_z = lz if log_z is None else log_z + lz
-        received = rc if received is None else received + rc
+    cfg = getattr(model, "cfg", None)
+    acc = LeakageSums(window=cfg.window if hasattr(cfg, "window") else window, layers=layers,
+                      check_softmax=intervention is None)
     b = batch.tokens.shape[0]
-    out: dict[str, np.ndarray] = {}
-    sets = {"": pairs(keep)}
-    if early is not None:
-        sets["early_"] = pairs(keep, early)
-    for prefix, (i, j) in sets.items():
-        for q in QUANTITIES:
-            for key, value in delta_r2(sums[q], i, j).items():
-                out[f"{prefix}{q}_{key}"] = value.numpy()
-        out[f"{prefix}component_a"] = out[f"{prefix}log_weights_delta"] - out[f"{prefix}logits_delta"]
-        out[f"{prefix}component_b"] = out[f"{prefix}logits_delta"]
-    out["log_z"] = (log_z / b).numpy()
-    out["received"] = (received / b).numpy()
-    out["received_0"] = out["received"][..., 0]
-    out["sink"] = sink_heads(out["received_0"])
-    return out
+    for part in split_batch(batch, chunk, model_device(model)):
+        if intervention is None:
+            inter = model.collect(part)
+        else:
+            inter = model.collect(part, intervention=rows_of(intervention, acc.seen, acc.seen + part.tokens.shape[0], b))
+        acc.add(inter)
+    return acc.result(early)
 
 
 def closed_system(model, batch: Batch, *, chunk: int = CHUNK) -> dict[str, np.ndarray]:

@@ -8,54 +8,50 @@ the fourth cell (NTK + window) comes with the grid and is reported beside them.
 
 Per model, layer and head, on held-out windows of the validation split (probes/leakage.py)::
 
-    (a) = ΔR²(log-weights) - ΔR²(logits)      the causal mask's per-query softmax denominator
-    (b) = ΔR²(logits)                          absolute position inside the logits (residual stream)
-    early (b)                                  the same regression on queries i < EARLY only
-    received_0 >= 0.3                          sink-reading heads
+    (a) = Var Λ(i) / Var log a_ij      Λ(i) = log sum_{j <= i} exp f^(i - j), the log-normaliser
+                                       of the head's relative fit: the causal mask's denominator
+    (b) = R²[any (i, j)] - R²[f(i - j) + g(i)]   on per-query-centred logits: absolute position
+                                       the weights see beyond the offset (key position h(j) and
+                                       query-key interactions; a query-only g(i) cancels in softmax)
+    early (a), (b)                     the same on queries i < EARLY only
+    received_0 >= 0.3                  sink-reading heads
 
-and (b) again under interventions before the forward pass (models/intervention.py): the BOS
-embedding replaced by the most frequent token's embedding (``bos_token``), by a random vector of
-the same norm (``bos_random``) or by the mean embedding (``bos_mean``); the position-0 residual
+and early (b) again under interventions before the forward pass (models/intervention.py): the
+BOS embedding replaced by the most frequent token's embedding (``bos_token``), by a random vector
+of the same norm (``bos_random``) or by the mean embedding (``bos_mean``); the position-0 residual
 entering the middle layer patched in from another input whose position 0 holds a content token
 (``resid0_patch``); key 0 removed in the sink-reading heads (``drop_key0``). The closed-system
 check compares the position-0 residual across inputs with the fixed BOS and with each input's
-first token at position 0.
+first token at position 0. The earlier ΔR² definitions of (a) and (b) are reported beside the new.
 
 The abstract reports: both components in all three architectures; NTK scaling suppresses (b),
 sliding windows let it grow with depth, standard RoPE sits between; a BOS swap removes 40% of
 (b) at early queries; with a fixed BOS the position-0 fingerprint is constant across inputs.
-Neither the model sizes nor the definition of "early" are public: ours are in :func:`study`.
+Neither the model sizes, the definition of "early" nor a size for "present" are public: ours
+are in :func:`study`, :func:`early_queries` and :data:`PRESENT`.
 """
 
 from __future__ import annotations
 
-from poslab.experiments.runner import Experiment
-
 import dataclasses
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+from poslab.errors import ConfigError
+from poslab.experiments.config import EvalConfig, StudyConfig
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, save, write_outputs
+from poslab.experiments.runner import Experiment
+from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, mean, minimum, probe, share
+from poslab.models.intervention import Intervention
+from poslab.positional import ENCODINGS, rotary_encodings
+from poslab.probes import leakage as lk
+from poslab.tasks import eval_batch
+from poslab.train import TrainConfig, evaluate_loss
 
-from poslab.errors import ConfigError  # noqa: E402
-from poslab.experiments.claims import Claim, claims_markdown, write_claims  # noqa: E402
-from poslab.experiments.config import EvalConfig, StudyConfig  # noqa: E402
-from poslab.experiments.retrieval import fmt, markdown_table, save, select, write_csv  # noqa: E402
-from poslab.models.intervention import Intervention  # noqa: E402
-from poslab.positional import ENCODINGS, rotary_encodings  # noqa: E402
-from poslab.probes import leakage as lk  # noqa: E402
-from poslab.tasks import eval_batch  # noqa: E402
-from poslab.train import TrainConfig, evaluate_loss  # noqa: E402
-
-name = "leakage"
-title = "Positional leakage in RoPE models: causal mask (a) and residual stream (b)"
-
-PAPER = dict(bos_swap_early=-0.40)
 INTERVENTIONS = ("bos_token", "bos_random", "bos_mean", "resid0_patch", "drop_key0")
+PRESENT = 0.01  # a component is "present" from 1% of the variance it is a share of (the abstract gives no size)
 FIXED = {"model.bos": "the study is about the BOS at position 0",
          "model.causal": "position 0 is a closed system only under a causal mask",
          "eval.lengths": "one evaluation length, the training length (train.max_length)"}
@@ -80,6 +76,84 @@ def study(preset: str) -> StudyConfig:
                        seeds=seeds, train=train, eval=evaluation)
 
 
+MODEL = probe("model")  # derived: one row per model and seed, means over layers and heads
+STANDARD = is_("model", "RoPE")
+CLAIMS = [
+    ClaimSpec(name="{model}: component (a) present", paper="present in all three", where=MODEL, per=("model",),
+              measure=mean("component_a", "mean (a) over layers, heads and seeds"), op=">=", threshold=PRESENT),
+    ClaimSpec(name="{model}: component (b) present", paper="present in all three", where=MODEL, per=("model",),
+              measure=mean("component_b", "mean (b) over layers, heads and seeds"), op=">=", threshold=PRESENT),
+    ClaimSpec(name="NTK scaling suppresses (b)", paper="(b) smaller under NTK than standard RoPE",
+              where=probe("gap") & is_("contrast", "standard - NTK"),
+              measure=mean("gap", "mean (b) RoPE - NTK RoPE"), op=">", threshold=0.0),
+    ClaimSpec(name="{model}: (b) grows with depth", paper="accumulates with depth",
+              where=MODEL & is_("encoding", "rope") & above("window", 0), per=("model",),
+              measure=mean("depth_slope", "slope of the layer-mean (b) on the layer"), op=">", threshold=0.0),
+    ClaimSpec(name="standard RoPE sits between NTK and {model}", paper="NTK < standard < sliding window",
+              where=probe("between"), per=("model",), op=">", threshold=0.0,
+              measure=mean("margin", "min(standard - NTK, window - standard) of the seed-mean (b)"),
+              note="on the means over seeds"),
+    ClaimSpec(name="standard RoPE: BOS swap (most frequent token) changes early (b)", paper="-40%",
+              where=probe("swap") & STANDARD & is_("intervention", "bos_token"), measure=mean("change"),
+              op="~", threshold=-0.40, tol=0.20, percent=True,
+              note="{seeds} seeds with early (b) above 0 as trained (a relative change needs one)"),
+    ClaimSpec(name="standard RoPE: {intervention} changes early (b)", paper="-40% (BOS swap)",
+              where=probe("swap") & STANDARD & is_("intervention", "bos_random", "bos_mean"),
+              per=("intervention",), measure=mean("change"), percent=True,
+              na="the abstract names no replacement; the most frequent token's embedding is judged, these are shown"),
+    ClaimSpec(name="fixed BOS: position-0 residual identical across inputs", paper="constant fingerprint with BOS",
+              where=probe("closed"), measure=minimum("fixed_bos", "min cosine over layers and models"),
+              op=">", threshold=0.9999),
+    ClaimSpec(name="content token at 0: position-0 residual varies with it", paper="varies with the token otherwise",
+              where=probe("closed") & above("layer", 0), measure=mean("content", "mean cosine after layer 1 on"),
+              op="<", threshold=0.99),
+    ClaimSpec(name="sink-reading heads (received_0 >= 0.3) exist", paper="read downstream by sink-reading heads",
+              where=MODEL, measure=share("sink_heads", ">=", 1, "share of models x seeds with one"),
+              op=">=", threshold=1.0, percent=True),
+]
+
+
+def _ab(prefix: str = "") -> tuple[Column, ...]:
+    return (Column(f"{prefix}(a)", f"{prefix.replace(' ', '_')}component_a"),
+            Column(f"{prefix}(b)", f"{prefix.replace(' ', '_')}component_b"))
+
+
+TABLES = [
+    Table("Components per model", by=("model",), where=MODEL,
+          intro="Mean ± std over seeds of each seed's mean over layers and heads. (a): share of the log-weights' "
+                "variance in the relative fit's log-normaliser; (b): R² gain of key position and query-key "
+                "interactions over f(i - j) + g(i) on per-query-centred logits, split in the next two columns.",
+          columns=(*_ab(), Column("(b) key h(j)", "component_b_key"),
+                   Column("(b) interactions", "component_b_interaction"), *_ab("early "),
+                   Column("slope of (b) on layer", "depth_slope"), Column("sink heads", "sink_heads", 1),
+                   Column("val loss", "val_loss"))),
+    Table("Old definitions beside the new", by=("model",), where=MODEL,
+          intro="Old (b): ΔR² of the raw logits, f(i-j) + g(i) + h(j) against f(i-j); old (a): ΔR²(log-weights) − "
+                "ΔR²(logits). Both move with query-only terms that softmax cancels.",
+          columns=(Column("old (a)", "old_component_a"), Column("new (a)", "component_a"),
+                   Column("old (b)", "old_component_b"), Column("new (b)", "component_b"))),
+    Table("Components by layer", by=("model", "layer"), where=probe("head"),
+          intro="Mean ± std over heads and seeds.",
+          columns=(*_ab(), Column("early (b)", "early_component_b"), Column("slope of log Z_i on log(i+1)",
+                                                                           "log_z_slope"),
+                   Column("share of sink-reading heads", "sink"))),
+    Table("Interventions: change of early (b), %", by=("model",), where=probe("swap"),
+          pivot=Pivot("intervention", "change_pct", "{}", 1),
+          intro="Per seed, (mean early (b) under the intervention − as trained) / as trained, means over layers "
+                "and heads; published for the BOS swap: −40%. Empty: no seed with early (b) above 0, or no "
+                "sink-reading head to remove."),
+    Table("Closed-system check: position-0 residual across inputs", by=("model", "layer"), where=probe("closed"),
+          intro="Mean pairwise cosine similarity of the position-0 residual over the evaluation windows "
+                "(layer 0: the embedding, l: leaving layer l - 1).",
+          columns=(Column("fixed BOS", "fixed_bos"), Column("content token at 0", "content"))),
+]
+FIGURES = [Lines(f"fig_{y}_by_layer.png", x="layer", y=y, series=("model",), where=probe("head"), hline=0.0,
+                 ylabel=label, title=label)
+           for y, label in (("component_a", "(a) causal-mask normaliser share"),
+                            ("component_b", "(b) key position and interactions"),
+                            ("early_component_b", "(b) at early queries"))]
+
+
 def check(study: StudyConfig) -> None:
     rotary = rotary_encodings()
     for enc in study.axis("encoding"):
@@ -95,12 +169,15 @@ def early_queries(study: StudyConfig) -> int:
 
 
 def model_label(encoding: str, window) -> str:
-    names = {"rope": "RoPE", "rope_ntk": "NTK RoPE"}
-    base = names.get(encoding, encoding)
+    base = {"rope": "RoPE", "rope_ntk": "NTK RoPE"}.get(encoding, encoding)
     return base if window is None else f"{base} + window {window}"
 
 
 # ----------------------------------------------------------------------------- per member
+
+HEAD_KEYS = ("component_a", "component_b", "component_b_key", "component_b_interaction", "early_component_a",
+             "early_component_b", "old_component_a", "old_component_b", "received_0")
+
 
 def evaluate(ctx) -> list[dict]:
     study, model = ctx.study, ctx.model
@@ -112,7 +189,7 @@ def evaluate(ctx) -> list[dict]:
     base = lk.leakage(model, batch, early=early, chunk=study.eval.chunk)
     rows = [dict(probe="member", val_loss=loss["loss"], val_accuracy=loss["accuracy"],
                  sink_heads=int(base["sink"].sum()), early=early)]
-    n_layers, n_heads = base["logits_delta"].shape
+    n_layers, n_heads = base["component_b"].shape
     for l in range(n_layers):
         for h in range(n_heads):
             fit = lk.log_z_fit(base["log_z"][l, h])
@@ -128,10 +205,6 @@ def evaluate(ctx) -> list[dict]:
     rows += [dict(probe="closed", layer=l, fixed_bos=float(closed["fixed_bos"][l]), content=float(closed["content"][l]))
              for l in range(n_layers + 1)]
     return rows
-
-
-HEAD_KEYS = ("logits_delta", "log_weights_delta", "weights_delta", "component_a", "component_b",
-             "early_component_a", "early_component_b", "logits_r2_relative", "logits_r2_absolute", "received_0")
 
 
 def interventions(model, batch, sink: np.ndarray) -> dict[str, Intervention]:
@@ -152,217 +225,111 @@ def interventions(model, batch, sink: np.ndarray) -> dict[str, Intervention]:
     return out
 
 
+# ----------------------------------------------------------------------------- derived rows
+
+def labelled(rows: list[dict]) -> list[dict]:
+    """Every row with its model's label (``model``)."""
+    return [{**r, "model": model_label(r["encoding"], r.get("window"))} for r in rows]
+
+
+def _mean(rows: list[dict], column: str) -> float:
+    return float(np.mean([r[column] for r in rows]))
+
+
+def model_rows(rows: list[dict]) -> list[dict]:
+    """One row per model and seed (probe "model"): head-row means, the slope of the layer-mean
+    (b) on the layer, the member's validation loss and sink-reading head count."""
+    out = []
+    for (m, seed), heads in _by(rows, "head", ("model", "seed")).items():
+        layers = sorted({r["layer"] for r in heads})
+        per_layer = [_mean([r for r in heads if r["layer"] == l], "component_b") for l in layers]
+        member = [r for r in rows if r["probe"] == "member" and r["model"] == m and r["seed"] == seed]
+        out.append(dict(probe="model", model=m, encoding=heads[0]["encoding"], window=heads[0].get("window"),
+                        seed=seed, **{k: _mean(heads, k) for k in HEAD_KEYS},
+                        depth_slope=float(np.polyfit(layers, per_layer, 1)[0]) if len(layers) > 1 else None,
+                        val_loss=member[0]["val_loss"] if member else None,
+                        sink_heads=member[0]["sink_heads"] if member else None))
+    return out
+
+
+def swap_rows(rows: list[dict]) -> list[dict]:
+    """Per model, seed and intervention (probe "swap"): the relative change of the mean early (b);
+    ``change`` is None where the trained early (b) is not above 0 (nothing to be relative to)."""
+    base = {k: _mean(v, "early_component_b") for k, v in _by(rows, "head", ("model", "seed")).items()}
+    out = []
+    for (m, seed, iv), got in _by(rows, "intervention", ("model", "seed", "intervention")).items():
+        b = base.get((m, seed))
+        change = (_mean(got, "early_component_b") - b) / b if b is not None and b > 0 else None
+        out.append(dict(probe="swap", model=m, encoding=got[0]["encoding"], window=got[0].get("window"), seed=seed,
+                        intervention=iv, change=change, change_pct=None if change is None else 100 * change))
+    return out
+
+
+def contrast_rows(models: list[dict]) -> list[dict]:
+    """The abstract's ordering as rows: per seed, mean (b) of standard RoPE minus NTK RoPE
+    (probe "gap"); per windowed RoPE, min(standard - NTK, window - standard) of the seed means
+    (probe "between")."""
+    b = {(r["model"], r["seed"]): r["component_b"] for r in models}
+    seeds = sorted({s for _, s in b})
+    out = [dict(probe="gap", contrast="standard - NTK", seed=s, gap=b[("RoPE", s)] - b[("NTK RoPE", s)])
+           for s in seeds if ("RoPE", s) in b and ("NTK RoPE", s) in b]
+    avg = {m: float(np.mean([v for (mm, _), v in b.items() if mm == m])) for m, _ in b}
+    for m in sorted({r["model"] for r in models if r["encoding"] == "rope" and r.get("window") is not None}):
+        if "RoPE" in avg and "NTK RoPE" in avg:
+            out.append(dict(probe="between", model=m, margin=min(avg["RoPE"] - avg["NTK RoPE"], avg[m] - avg["RoPE"])))
+    return out
+
+
+def derived_rows(rows: list[dict]) -> list[dict]:
+    models = model_rows(rows)
+    return models + swap_rows(rows) + contrast_rows(models)
+
+
+def _by(rows: list[dict], probe_name: str, by: tuple[str, ...]) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["probe"] == probe_name:
+            out.setdefault(tuple(r[k] for k in by), []).append(r)
+    return out
+
+
 # ----------------------------------------------------------------------------- report
 
-def _models(rows: list[dict]) -> list[tuple]:
-    return sorted({(r["encoding"], r["window"]) for r in rows}, key=lambda m: (m[1] is not None, m[0] != "rope", m))
-
-
-def _per_seed(rows, probe, value, by=("layer",), **where) -> dict[tuple, dict[int, float]]:
-    """{key of ``by``: {seed: mean of ``value`` over the rest (heads)}}."""
-    groups: dict[tuple, dict[int, list]] = {}
-    for r in select(rows, probe, **where):
-        groups.setdefault(tuple(r[k] for k in by), {}).setdefault(r["seed"], []).append(r[value])
-    return {k: {s: float(np.mean(v)) for s, v in seeds.items()} for k, seeds in sorted(groups.items())}
-
-
-def _ms(values) -> tuple[float, float]:
-    v = np.asarray(list(values), dtype=float)
-    return float(np.mean(v)), float(np.std(v))
-
-
-def relative_change(rows, enc, window, iv_name, value="early_component_b") -> dict[int, float]:
-    """Per seed: (mean (b) under the intervention - mean (b) as trained) / mean (b) as trained,
-    means over every layer and head. Seeds whose trained (b) is not positive are left out: with no
-    leakage measured there is nothing for a relative change to be relative to."""
-    base = _per_seed(rows, "head", value, by=(), encoding=enc, window=window).get((), {})
-    got = _per_seed(rows, "intervention", value, by=(), encoding=enc, window=window, intervention=iv_name).get((), {})
-    return {s: (got[s] - base[s]) / base[s] for s in got if s in base and base[s] > 0}
-
-
-def depth_slope(rows, enc, window) -> dict[int, float]:
-    """Per seed: least-squares slope of the layer-mean (b) against the layer index."""
-    by_layer = _per_seed(rows, "head", "component_b", encoding=enc, window=window)
-    seeds = sorted({s for v in by_layer.values() for s in v})
-    layers = sorted(k[0] for k in by_layer)
-    return {s: float(np.polyfit(layers, [by_layer[(l,)][s] for l in layers], 1)[0]) for s in seeds}
-
-
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
-    files = [write_csv(rows, out / "rows.csv")]
-    models = _models(select(rows, "head"))
+    rows = labelled(rows)
+    every = rows + derived_rows(rows)
     seeds = sorted({r["seed"] for r in rows})
-    n_seeds = f"{len(seeds)} seeds ({', '.join(map(str, seeds))})"
-    early = early_queries(study)
-    text = [f"# {title}", "", f"Mean ± std over {n_seeds}; per seed, means over heads. Held-out windows of the "
-            f"validation split, L = {study.train.max_length} (+ BOS), {study.eval.n_sequences} windows "
-            f"(half fit, half held out). Early queries: internal positions i < {early}.", ""]
-
-    body = []
-    for enc, window in models:
-        where = dict(encoding=enc, window=window)
-        member = select(rows, "member", **where)
-        a = _per_seed(rows, "head", "component_a", **where)
-        b = _per_seed(rows, "head", "component_b", **where)
-        eb = _per_seed(rows, "head", "early_component_b", **where)
-        slope = _per_seed(rows, "head", "log_z_slope", **where)
-        sinks = _per_seed(rows, "head", "sink", **where)
-        for (layer,) in a:
-            body.append([model_label(enc, window), layer, fmt(*_ms(a[(layer,)].values())), fmt(*_ms(b[(layer,)].values())),
-                         fmt(*_ms(eb[(layer,)].values())), fmt(*_ms(slope[(layer,)].values())),
-                         f"{np.mean(list(sinks[(layer,)].values())) * study.model.get('n_heads', 4):.1f}",
-                         fmt(*_ms(r["val_loss"] for r in member)) if layer == 0 else ""])
-    text += ["## Components by layer", "",
-             markdown_table(["model", "layer", "(a) ΔR² log-w − ΔR² logits", "(b) ΔR² logits", f"(b), queries < {early}",
-                             "slope of log Z_i on log(i+1)", "sink-reading heads (mean)", "val loss"], body), ""]
-
-    body = []
-    for enc, window in models:
-        cells = [model_label(enc, window)]
-        for iv_name in INTERVENTIONS:
-            ch = relative_change(rows, enc, window, iv_name)
-            cells.append(f"{100 * _ms(ch.values())[0]:+.0f}% ± {100 * _ms(ch.values())[1]:.0f}" if ch else "—")
-        body.append(cells)
-    text += ["## Interventions: change of early (b)", "",
-             "Relative change of (b) at early queries (mean over layers and heads) under each intervention; "
-             "published for the BOS swap: −40%. — : no sink-reading head to remove.", "",
-             markdown_table(["model", *INTERVENTIONS], body), ""]
-
-    body = []
-    for enc, window in models:
-        closed = _per_seed(rows, "closed", "fixed_bos", encoding=enc, window=window)
-        content = _per_seed(rows, "closed", "content", encoding=enc, window=window)
-        for (layer,) in closed:
-            body.append([model_label(enc, window), "embedding" if layer == 0 else f"after layer {layer - 1}",
-                         fmt(*_ms(closed[(layer,)].values())), fmt(*_ms(content[(layer,)].values()))])
-    text += ["## Closed-system check: position-0 residual across inputs", "",
-             "Mean pairwise cosine similarity of the position-0 residual over the evaluation windows.", "",
-             markdown_table(["model", "layer", "fixed BOS", "content token at 0"], body), ""]
-
-    claims = analyse(rows, models, n_seeds)
-    text += ["## The abstract's claims beside this run", "", claims_markdown(claims), ""]
-    (out / "table.md").write_text("\n".join(text))
-    files += [out / "table.md", write_claims(claims, out / "claims.json")]
-    return files + figures(rows, study, models, out)
+    intro = (f"{len(seeds)} seeds ({', '.join(map(str, seeds))}). Held-out windows of the validation split, "
+             f"L = {study.train.max_length} (+ BOS), {study.eval.n_sequences} windows (half fit, half held out). "
+             f"Early queries: internal positions i < {early_queries(study)}. A component is judged present from "
+             f"{PRESENT:g} of the variance it is a share of.")
+    return write_outputs(out, title=EXPERIMENT.title, rows=every, csv_rows=rows, claims=judge_all(CLAIMS, every),
+                         intro=intro, tables=TABLES, figures=FIGURES, more_figures=sink_figure)
 
 
-def analyse(rows: list[dict], models: list[tuple], n_seeds: str) -> list[Claim]:
-    claims = []
-    label = {m: model_label(*m) for m in models}
-    mean_b = {m: _ms(_per_seed(rows, "head", "component_b", by=(), encoding=m[0], window=m[1])[()].values())
-              for m in models}
-    mean_a = {m: _ms(_per_seed(rows, "head", "component_a", by=(), encoding=m[0], window=m[1])[()].values())
-              for m in models}
-    for m in models:
-        claims.append(Claim(name=f"{label[m]}: component (a) present", paper="present in all three",
-                            measured=mean_a[m][0], holds=bool(mean_a[m][0] > 0), criterion="mean (a) > 0",
-                            note=f"mean over layers and heads, ± {mean_a[m][1]:.3f}; {n_seeds}"))
-        claims.append(Claim(name=f"{label[m]}: component (b) present", paper="present in all three",
-                            measured=mean_b[m][0], holds=bool(mean_b[m][0] > 0), criterion="mean (b) > 0",
-                            note=f"mean over layers and heads, ± {mean_b[m][1]:.3f}; {n_seeds}"))
-    std, ntk = ("rope", None), ("rope_ntk", None)
-    windowed = [m for m in models if m[0] == "rope" and m[1] is not None]
-    if std in mean_b and ntk in mean_b:
-        claims.append(Claim(name="NTK scaling suppresses (b)", paper="(b) smaller under NTK than standard RoPE",
-                            measured=f"{mean_b[ntk][0]:.3f} vs {mean_b[std][0]:.3f}",
-                            holds=bool(mean_b[ntk][0] < mean_b[std][0]), criterion="mean (b) NTK < standard",
-                            note=n_seeds))
-    for w in windowed:
-        slope = depth_slope(rows, *w)
-        s = _ms(slope.values())
-        claims.append(Claim(name=f"{label[w]}: (b) grows with depth", paper="accumulates with depth",
-                            measured=s[0], holds=bool(s[0] > 0), criterion="slope of layer-mean (b) on layer > 0",
-                            note=f"± {s[1]:.3f}; {n_seeds}"))
-        if std in mean_b and ntk in mean_b:
-            claims.append(Claim(name=f"standard RoPE sits between NTK and {label[w]}",
-                                paper="NTK < standard < sliding window",
-                                measured=f"{mean_b[ntk][0]:.3f} < {mean_b[std][0]:.3f} < {mean_b[w][0]:.3f}",
-                                holds=bool(mean_b[ntk][0] < mean_b[std][0] < mean_b[w][0]),
-                                criterion="ordering of mean (b)", note=n_seeds))
-    if std in mean_b:
-        ch = relative_change(rows, *std, "bos_token")
-        name = "standard RoPE: BOS swap (most frequent token) changes early (b)"
-        paper = f"{100 * PAPER['bos_swap_early']:.0f}%"
-        if ch:
-            c = _ms(ch.values())
-            claims.append(Claim(name=name, paper=paper, measured=f"{100 * c[0]:+.1f}%",
-                                holds=bool(-0.6 <= c[0] <= -0.2), criterion="between −60% and −20%",
-                                note=f"± {100 * c[1]:.1f} points; {n_seeds}; off the published value by "
-                                     f"{100 * (c[0] - PAPER['bos_swap_early']):+.1f} points"))
-        else:  # shown, not dropped: no seed had a positive early (b) to take a relative change of
-            claims.append(Claim(name=name, paper=paper, measured=None, holds=None,
-                                criterion="between −60% and −20%",
-                                note=f"not measurable: no seed's early (b) is above 0; {n_seeds}"))
-        for iv_name in ("bos_random", "bos_mean"):
-            ch = relative_change(rows, *std, iv_name)
-            if ch:
-                c = _ms(ch.values())
-                claims.append(Claim(name=f"standard RoPE: {iv_name} changes early (b)", paper="−40% (BOS swap)",
-                                    measured=f"{100 * c[0]:+.1f}%", holds=None,
-                                    note=f"± {100 * c[1]:.1f} points; {n_seeds}"))
-    fixed = [r["fixed_bos"] for r in select(rows, "closed")]
-    content = [r["content"] for r in select(rows, "closed") if r["layer"] > 0]
-    if fixed:
-        claims.append(Claim(name="fixed BOS: position-0 residual identical across inputs",
-                            paper="constant fingerprint with BOS", measured=float(min(fixed)),
-                            holds=bool(min(fixed) > 0.9999), criterion="min cosine over layers and models > 0.9999",
-                            note=n_seeds))
-        claims.append(Claim(name="content token at 0: position-0 residual varies with it",
-                            paper="varies with the token otherwise", measured=float(np.mean(content)),
-                            holds=bool(np.mean(content) < 0.99), criterion="mean cosine < 0.99", note=n_seeds))
-    sinks = select(rows, "member")
-    claims.append(Claim(name="sink-reading heads (received_0 >= 0.3) exist", paper="read downstream by sink-reading heads",
-                        measured=f"{np.mean([r['sink_heads'] for r in sinks]):.1f} per model",
-                        holds=bool(all(r["sink_heads"] > 0 for r in sinks)), criterion="every model has one",
-                        note=n_seeds))
-    return claims
+def sink_figure(rows: list[dict], out: Path) -> list[Path]:
+    """Mean weight key 0 receives, per layer and head, one panel per model."""
+    import matplotlib
 
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
-def figures(rows: list[dict], study: StudyConfig, models: list[tuple], out: Path) -> list[Path]:
-    paths = []
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
-    for m in models:
-        where = dict(encoding=m[0], window=m[1])
-        for ax, key in zip(axes, ("component_a", "component_b", "early_component_b")):
-            per = _per_seed(rows, "head", key, **where)
-            layers = [k[0] for k in per]
-            ms = [_ms(per[(l,)].values()) for l in layers]
-            ax.errorbar(layers, [x[0] for x in ms], yerr=[x[1] for x in ms], marker="o", capsize=3,
-                        label=model_label(*m))
-    for ax, t in zip(axes, ("(a) ΔR² log-weights − ΔR² logits", "(b) ΔR² logits", "(b) at early queries")):
-        ax.set(title=t, xlabel="layer", ylabel="ΔR²")
-        ax.axhline(0, color="grey", lw=0.5)
-    axes[0].legend(fontsize=7)
-    paths.append(save(fig, out / "fig_components_by_layer.png"))
-
-    fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 3), squeeze=False)
-    for ax, m in zip(axes[0], models):
-        per = _per_seed(rows, "head", "received_0", by=("layer", "head"), encoding=m[0], window=m[1])
-        L = 1 + max(k[0] for k in per)
-        H = 1 + max(k[1] for k in per)
-        grid = np.array([[np.mean(list(per[(l, h)].values())) for h in range(H)] for l in range(L)])
+    per = _by(rows, "head", ("model",))
+    if not per:
+        return []
+    fig, axes = plt.subplots(1, len(per), figsize=(3.2 * len(per), 3), squeeze=False)
+    for ax, ((m,), heads) in zip(axes[0], per.items()):
+        L, H = 1 + max(r["layer"] for r in heads), 1 + max(r["head"] for r in heads)
+        grid = np.array([[_mean([r for r in heads if (r["layer"], r["head"]) == (l, h)], "received_0")
+                          for h in range(H)] for l in range(L)])
         im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis")
-        for l in range(L):
-            for h in range(H):
-                ax.text(h, l, f"{grid[l, h]:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if grid[l, h] < lk.SINK_THRESHOLD else "black")
-        ax.set(title=model_label(*m), xlabel="head", ylabel="layer")
+        for (l, h), v in np.ndenumerate(grid):
+            ax.text(h, l, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if v < lk.SINK_THRESHOLD else "black")
+        ax.set(title=m, xlabel="head", ylabel="layer")
     fig.colorbar(im, ax=axes[0, -1], shrink=0.8, label="attention received by key 0")
-    paths.append(save(fig, out / "fig_sink_heads.png"))
-
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    width = 0.8 / max(1, len(models))
-    for k, m in enumerate(models):
-        vals = [relative_change(rows, *m, iv) for iv in INTERVENTIONS]
-        ms = [_ms(v.values()) if v else (np.nan, 0.0) for v in vals]
-        ax.bar(np.arange(len(INTERVENTIONS)) + k * width, [100 * x[0] for x in ms], width,
-               yerr=[100 * x[1] for x in ms], capsize=2, label=model_label(*m))
-    ax.axhline(100 * PAPER["bos_swap_early"], color="red", ls="--", lw=1, label="published BOS swap (−40%)")
-    ax.set_xticks(np.arange(len(INTERVENTIONS)) + width * (len(models) - 1) / 2, INTERVENTIONS, fontsize=7)
-    ax.set(ylabel="change of early (b), %", title="interventions before the forward pass")
-    ax.legend(fontsize=6)
-    paths.append(save(fig, out / "fig_interventions.png"))
-    return paths
+    return [save(fig, out / "fig_sink_heads.png")]
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, fixed=FIXED, check=check)
+EXPERIMENT = Experiment(name="leakage", title="Positional leakage in RoPE models: causal mask (a) and residual stream (b)",
+                        study=study, evaluate=evaluate, report=report, fixed=FIXED, check=check)
