@@ -147,6 +147,7 @@ class Measure:
     agg: str  # mean | min | max | median | share | range
     test: tuple = ()  # share: (op, value or Ref) the column is compared with
     text: str = ""
+    by: tuple[str, ...] = ()  # non-share: aggregate the means of the groups of rows with equal ``by`` columns
 
     def __call__(self, rows: list[Row]) -> float | None:
         if self.agg == "share":
@@ -156,6 +157,12 @@ class Measure:
             op, want = self.test
             return float(np.mean([bool(_CMP[op](r[self.column], _value(want, r))) for r in vals]))
         vals = [float(r[self.column]) for r in rows if r.get(self.column) is not None]
+        if self.by:  # e.g. the lowest over lengths of the mean over seeds
+            means: dict[tuple, list[float]] = {}
+            for r in rows:
+                if r.get(self.column) is not None:
+                    means.setdefault(tuple(r.get(c) for c in self.by), []).append(float(r[self.column]))
+            vals = [float(np.mean(v)) for v in means.values()]
         if not vals:
             return None
         return float({"mean": np.mean, "min": np.min, "max": np.max, "median": np.median,
@@ -183,19 +190,20 @@ class Measure:
             want = f"{'-' if isinstance(want, Ref) and want.scale < 0 else ''}{want.column}" \
                 if isinstance(want, Ref) else want
             return f"share of rows with {self.column} {op} {want}"
-        return f"{self.agg} {self.column}"
+        return f"{self.agg} {self.column}" + (f" of the means by {', '.join(self.by)}" if self.by else "")
 
 
 def mean(column: str, text: str = "") -> Measure:
     return Measure(column, "mean", text=text)
 
 
-def minimum(column: str, text: str = "") -> Measure:
-    return Measure(column, "min", text=text)
+def minimum(column: str, text: str = "", by: tuple[str, ...] = ()) -> Measure:
+    """The lowest value; with ``by``, the lowest of the group means (``by=("length",)``: the worst length)."""
+    return Measure(column, "min", text=text, by=tuple(by))
 
 
-def maximum(column: str, text: str = "") -> Measure:
-    return Measure(column, "max", text=text)
+def maximum(column: str, text: str = "", by: tuple[str, ...] = ()) -> Measure:
+    return Measure(column, "max", text=text, by=tuple(by))
 
 
 def median(column: str, text: str = "") -> Measure:
@@ -313,6 +321,8 @@ def synthetic_rows(spec: ClaimSpec, value: float, base: Row | None = None) -> li
     row.setdefault("seed", 0)
     if spec.scale_by is not None:
         row.setdefault(spec.scale_by, 0.05)
+    if spec.measure.agg == "share" and isinstance(spec.measure.test[1], Ref):  # compared with another column
+        row.setdefault(spec.measure.test[1].column, 0)
     return spec.measure.rows_for(value, row)
 
 
