@@ -8,11 +8,11 @@ import json
 import pytest
 
 from poslab.errors import ConfigError
-from poslab.studies import get_experiment
-from poslab.studies import leakage as exp
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.runner import run_study
 from poslab.store import Store
+from poslab.studies import get_experiment
+from poslab.studies import leakage as exp
 
 
 def test_quick_preset_end_to_end(tmp_path):

@@ -35,16 +35,22 @@ def _run(name, extra, tmp_path):
 
 def test_two_layer_end_to_end(tmp_path):
     summary, rows, claims, table = _run("two-layer", ["eval.lengths=[12,20]"], tmp_path)
-    assert {p.name for p in summary["files"]} == {"rows.csv", "heads.csv", "head_verdicts.csv", "carrier.csv",
-                                                   "table.md", "claims.json", "accuracy.png"}
+    assert {p.name for p in summary["files"]} == {"rows.csv", "heads.csv", "members.csv", "table.md", "claims.json",
+                                                   "accuracy.png", "offset_profile.png", "kernel.png"}
     heads = [r for r in rows if r["probe"] == "head"]
-    assert len(heads) == 2 * 2 * 2 * 4  # encodings x lengths x layers x heads
+    assert len(heads) == 2 * 2 * 2 * 2 * 4  # encodings x widths x lengths x layers x heads
+    assert {(r["setting"], r["d_head"]) for r in heads} == {("d_head=64", 64), ("d_head=16", 16)}
     assert all(r["target_frac_out"] is None for r in heads if r["length"] == 12)
-    assert all(0 <= r["target_frac_out"] <= 1 for r in heads if r["length"] == 20)
-    carrier = [r for r in rows if r["probe"] == "carrier"]
-    assert {(r["encoding"], r["model"]) for r in carrier} == {(e, m) for e in ("rope", "learned")
-                                                              for m in ("trained", "untrained")}
-    assert all(0 < r["carrier_k"] <= 1 for r in carrier)
+    assert all(0 <= r["target_frac_out"] <= 1 and 0 <= r["window_tv"] <= 1 for r in heads if r["length"] == 20)
+    assert all(r["window_tv"] == 0 for r in heads if r["length"] == 12)  # the reference length itself
+    members = [r for r in rows if r["probe"] == "member"]
+    assert {(r["encoding"], r["setting"]) for r in members} == {(e, w) for e in ("rope", "learned")
+                                                                 for w in ("d_head=64", "d_head=16")}
+    assert all(0 < r["carrier_k"] <= 1 and 0 < r["carrier_k_untrained"] <= 1 for r in members)
+    assert all(r["random_direction_head"] == 1 / r["d_head"] for r in members)
+    assert all(r["kernel_argmax"] is not None for r in members if r["encoding"] == "rope")
+    kernel = [r for r in rows if r["probe"] == "kernel"]
+    assert len(kernel) == 2 * 20 and max(r["phi_norm"] for r in kernel) == 1.0  # rope x widths x [-19, 0]
     lengths = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
     assert {r["length"] for r in lengths} == {"12", "20"}
     assert all(r["accuracy_out"] in ("", "nan") for r in lengths if r["length"] == "12")

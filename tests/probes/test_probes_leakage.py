@@ -44,8 +44,8 @@ def as_intermediates(scores: torch.Tensor, window: int | None = None) -> Interme
     """Logits [b, l, h, N, N] as the intermediates a model's collect returns (softmax weights)."""
     keep = lk.keep_mask(scores.shape[-1], window)
     pattern = torch.softmax(scores.masked_fill(~keep, -math.inf), -1)
-    layers = [LayerIntermediates(attn_scores=scores[:, l], pattern=pattern[:, l], q=None, k=None, rot_q=None,
-                                 rot_k=None, v=None, resid_pre=None, resid_post=None) for l in range(scores.shape[1])]
+    layers = [LayerIntermediates(attn_scores=scores[:, k], pattern=pattern[:, k], q=None, k=None, rot_q=None,
+                                 rot_k=None, v=None, resid_pre=None, resid_post=None) for k in range(scores.shape[1])]
     return Intermediates(embed=None, positions=None, layers=layers)
 
 
@@ -277,7 +277,8 @@ def test_per_sequence_interventions_are_sliced_with_the_chunks():
     from poslab.probes.leakage import leakage
 
     torch.manual_seed(0)
-    model = Transformer(TransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_len=12, bos=True)).eval()
+    cfg = TransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_len=12, bos=True)
+    model = Transformer(cfg).eval()
     tokens = torch.randint(0, 11, (10, 9))
     batch = Batch(tokens=tokens, targets=tokens, loss_mask=torch.ones_like(tokens, dtype=torch.bool),
                   lengths=torch.full((10,), 9))

@@ -332,10 +332,10 @@ class LeakageSums:
     def add(self, inter: Intermediates) -> None:
         """Add one chunk's intermediates (sequences ``seen`` .. ``seen + b``, full windows)."""
         chosen = range(len(inter.layers)) if self.layers is None else self.layers
-        if not chosen or any(not 0 <= l < len(inter.layers) for l in chosen):
+        if not chosen or any(not 0 <= k < len(inter.layers) for k in chosen):
             raise ConfigError("layers", list(chosen), f"layer indices in [0, {len(inter.layers) - 1}]")
-        scores = torch.stack([inter.layers[l].attn_scores for l in chosen], 1).double().cpu()  # [b, l, h, n, n]
-        pattern = torch.stack([inter.layers[l].pattern for l in chosen], 1).double().cpu()
+        scores = torch.stack([inter.layers[k].attn_scores for k in chosen], 1).double().cpu()  # [b, l, h, n, n]
+        pattern = torch.stack([inter.layers[k].pattern for k in chosen], 1).double().cpu()
         n = scores.shape[-1]
         if self.keep is None:
             self.keep = keep_mask(n, self.window)
@@ -420,7 +420,8 @@ def _check_batch(batch: Batch) -> None:
 
 
 def leakage(model, batch: Batch, *, intervention: Intervention | None = None, early: int | None = None,
-            layers: Sequence[int] | None = None, window: int | None = None, chunk: int = CHUNK) -> dict[str, np.ndarray]:
+            layers: Sequence[int] | None = None, window: int | None = None,
+            chunk: int = CHUNK) -> dict[str, np.ndarray]:
     """Every leakage number of a model on ``batch``, per layer and head ([l, h] arrays; see
     :meth:`LeakageSums.result`). The window is ``model.cfg.window`` when the model has one,
     else ``window``; early queries are internal positions i < ``early`` (BOS included).
@@ -442,7 +443,8 @@ def leakage(model, batch: Batch, *, intervention: Intervention | None = None, ea
         if intervention is None:
             inter = model.collect(part)
         else:
-            inter = model.collect(part, intervention=rows_of(intervention, acc.seen, acc.seen + part.tokens.shape[0], b))
+            rows = rows_of(intervention, acc.seen, acc.seen + part.tokens.shape[0], b)
+            inter = model.collect(part, intervention=rows)
         acc.add(inter)
     return acc.result(early)
 
@@ -464,7 +466,7 @@ def closed_system(model, batch: Batch, *, chunk: int = CHUNK) -> dict[str, np.nd
             iv = None if name == "fixed_bos" else Intervention(bos_embedding=model.W_E[part.tokens[:, 0]].detach())
             inter = model.collect(part, intervention=iv)
             rows.append([inter.embed[:, 0]] + [layer.resid_post[:, 0] for layer in inter.layers])
-        per_layer = [torch.cat([r[l] for r in rows]).cpu() for l in range(len(rows[0]))]  # each [b, D]
+        per_layer = [torch.cat([r[k] for r in rows]).cpu() for k in range(len(rows[0]))]  # each [b, D]
         out[name] = np.array([mean_cosine(x) for x in per_layer])
     return out
 

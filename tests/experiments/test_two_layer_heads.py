@@ -1,0 +1,93 @@
+"""Section 5.2 (two-layer) and the head-count study: the equivariance / uniqueness probes they
+judge with, and the heads study's derived rows and per-class peak, on inputs with known answers."""
+
+import numpy as np
+import pytest
+import torch
+
+from poslab.models import model_classes
+from poslab.probes import accuracy_and_attention, rotary_kernel
+from poslab.probes.equivariance import secondary_peak, total_variation, window_profile
+from poslab.studies import heads as heads_study
+from poslab.studies import two_layer
+from poslab.tasks import build_task, eval_batch
+
+
+def _softmax(x):
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def test_a_pure_offset_logit_gives_the_same_window_profile_at_every_length():
+    f = lambda delta: -0.3 * (delta + 2) ** 2 + 0.1 * np.cos(delta)  # any function of the offset alone
+    rows = {L: _softmax(f(np.arange(L) - (L - 1))) for L in (8, 16, 48)}
+    prof = {L: window_profile(r, L, 8) for L, r in rows.items()}
+    assert all(abs(p.sum() - 1) < 1e-12 for p in prof.values())
+    assert max(total_variation(prof[L], prof[16]) for L in prof) < 1e-12
+    assert {int(p.argmax()) - 7 for p in prof.values()} == {-2}
+    # a logit pinned to absolute position 5 moves within the window as L grows
+    pinned = {L: _softmax(-0.3 * (np.arange(L) - 5.0) ** 2) for L in (8, 16)}
+    assert total_variation(window_profile(pinned[8], 8, 8), window_profile(pinned[16], 16, 8)) > 0.5
+
+
+def test_window_profile_is_the_renormalized_tail_and_refuses_bad_widths():
+    row = np.array([0.1, 0.2, 0.3, 0.4])
+    assert np.allclose(window_profile(row, 4, 2), [3 / 7, 4 / 7])
+    with pytest.raises(ValueError, match="width"):
+        window_profile(row, 4, 5)
+    with pytest.raises(ValueError, match="shapes"):
+        total_variation(np.ones(2) / 2, np.ones(3) / 3)
+
+
+def test_secondary_peak_of_a_16_dim_rotary_kernel_sits_where_high_frequencies_realign():
+    deltas = np.arange(-47, 1)
+    for d, base in ((16, 1e4), (64, 1e4)):
+        theta = base ** (-np.arange(0, d, 2) / d)
+        g = rotary_kernel(theta, deltas + 2)  # a carrier pre-rotated to -K = -2
+        top = secondary_peak(g, deltas)
+        assert top["argmax"] == -2 and top["unique"] and 0 < top["ratio"] < 1
+        assert top["second"] != -2 and g[top["second"] + 47] == pytest.approx(top["ratio"] * g.max())
+    # two equal maxima are not a single peak
+    assert not secondary_peak([0, 1, 0, 1, 0], np.arange(5))["unique"]
+    assert secondary_peak([0, 1, 2], np.arange(3)) == dict(argmax=2, second=None, ratio=pytest.approx(np.nan,
+                                                                                                        nan_ok=True),
+                                                           unique=True)
+
+
+def _peak_rows(task, seed, peaks):
+    """L=48 rows of the heads study: peaks {(H, d_head): peak_height}."""
+    return [dict(probe="length", length=48, task=task, seed=seed, n_heads=H, d_head=d, d_model=H * d,
+                 peak_height=p) for (H, d), p in peaks.items()]
+
+
+def test_heads_resource_row_is_the_share_of_the_drop_that_per_head_width_undoes():
+    rows = _peak_rows("cc", 0, {(1, 64): 0.7, (4, 16): 0.3, (4, 64): 0.6})
+    rows += _peak_rows("cc", 1, {(1, 64): 0.7, (4, 16): 0.68, (4, 64): 0.6})  # drop < MIN_DROP: no share
+    derived = heads_study.derived_rows(rows)
+    (res,) = [r for r in derived if r["probe"] == "resource"]
+    assert res["seed"] == 0 and res["recovered"] == pytest.approx((0.6 - 0.3) / (0.7 - 0.3))
+    sweeps = [(r["sweep"], r["n_heads"]) for r in derived if r["probe"] == "sweep" and r["seed"] == 0]
+    assert sorted(sweeps) == [("d_head = 64", 1), ("d_head = 64", 4), ("d_model = 64", 1), ("d_model = 64", 4)]
+    claims = heads_study.judge_all([c for c in heads_study.CLAIMS if c.where(derived[-1])], rows + derived)
+    assert [c.holds for c in claims] == [True]
+
+
+def test_class_peaks_average_each_query_class_on_its_own():
+    task = build_task("content_conditioned", m=20, K1=2, K2=3)
+    cls, cfg_cls = model_classes("retrieval_head")
+    torch.manual_seed(0)
+    model = cls(cfg_cls(vocab_size=20, d_model=16, n_heads=2, max_len=32)).eval()
+    batch = eval_batch(task, 12, 64, 0)
+    got = heads_study.class_peaks(model, batch, 20, chunk=16)
+    query = batch.tokens[:, 11]
+    for c, keep in enumerate((query < 10, query >= 10)):
+        _, attn = accuracy_and_attention(model, batch[keep.nonzero()[:, 0]])
+        assert np.allclose(got[c], attn.max(-1))
+    _, pooled = accuracy_and_attention(model, batch)
+    assert (pooled.max(-1) <= got.max(0) + 1e-12).all()  # a mixture never peaks above its parts
+
+
+def test_two_layer_grid_makes_per_head_width_an_axis_with_the_paper_width_first():
+    study = two_layer.study("paper")
+    assert study.grid["setting"][0] == "d_head=64" and study.model["n_heads"] == 4
+    assert {name: b["model.d_model"] // 4 for name, b in study.settings.items()} == {"d_head=64": 64, "d_head=16": 16}
