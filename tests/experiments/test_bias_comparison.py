@@ -20,7 +20,7 @@ def test_every_setting_resolves_to_its_encoding_options_and_label():
 
 def cells(setup, encoding, kind, K, offsets, **extra):
     return [dict(probe="length", setup=setup, encoding=encoding, kind=kind, K=K, seed=0, length=L, accuracy=0.5,
-                 peak_offset=o, **extra) for L, o in zip((12, 16, 20, 24), offsets)]
+                 peak_offset=o, **extra) for L, o in zip((12, 16, 20, 24), offsets, strict=True)]
 
 
 def verdicts(rows):
