@@ -19,7 +19,9 @@ def _softmax(x):
 
 
 def test_a_pure_offset_logit_gives_the_same_window_profile_at_every_length():
-    f = lambda delta: -0.3 * (delta + 2) ** 2 + 0.1 * np.cos(delta)  # any function of the offset alone
+    def f(delta):  # any function of the offset alone
+        return -0.3 * (delta + 2) ** 2 + 0.1 * np.cos(delta)
+
     rows = {L: _softmax(f(np.arange(L) - (L - 1))) for L in (8, 16, 48)}
     prof = {L: window_profile(r, L, 8) for L, r in rows.items()}
     assert all(abs(p.sum() - 1) < 1e-12 for p in prof.values())

@@ -30,7 +30,7 @@ from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.retrieval import write_csv
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import (ClaimSpec, at_least, at_most, is_, judge_all, maximum, mean, minimum, probe)
+from poslab.experiments.spec import ClaimSpec, at_least, at_most, is_, judge_all, maximum, mean, minimum, probe
 from poslab.tasks import eval_batch
 
 WIDTH, LONGEST = 64, 48
@@ -81,7 +81,8 @@ def _range(column: str):
 
 
 TABLES = [
-    Table("Accuracy by length", by=("task", "setting"), where=probe("length"), pivot=Pivot("length", "accuracy", "L={}")),
+    Table("Accuracy by length", by=("task", "setting"), where=probe("length"),
+          pivot=Pivot("length", "accuracy", "L={}")),
     Table("Peak attention at L = 48", by=("task", "setting"), where=probe("length") & is_("length", LONGEST),
           intro="per class: each query class's own mean attention, its maximum, the highest head, mean over the "
                 "two classes (the measure judged); pooled: attention averaged over both classes first (the "
@@ -93,7 +94,8 @@ TABLES = [
           columns=(Column("carrier q", "carrier_q"), Column("carrier k", "carrier_k"),
                    Column("sigma_1^2 share (min-max)", _range("rank_concentration")),
                    Column("sigma_1^2 share", "rank_concentration"))),
-    Table("Per-head width as the resource (peak at the longest length, per seed)", by=("task",), where=probe("resource"),
+    Table("Per-head width as the resource (peak at the longest length, per seed)", by=("task",),
+          where=probe("resource"),
           columns=(Column("H=1", "peak_h1"), Column("H=4, d_model=64", "peak_h4"),
                    Column("H=4, d_head=64", "peak_h4_wide"), Column("share of the drop undone", "recovered"))),
 ]

@@ -40,7 +40,7 @@ from poslab.experiments.config import EvalConfig, StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.retrieval import write_csv
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import (ClaimSpec, at_most, is_, judge_all, maximum, mean, probe, share)
+from poslab.experiments.spec import ClaimSpec, at_most, is_, judge_all, maximum, mean, probe, share
 from poslab.probes.equivariance import secondary_peak, total_variation, window_profile
 from poslab.tasks import eval_batch
 from poslab.train import TrainConfig
@@ -149,7 +149,7 @@ def _accuracy_split(model, batch, Lmax: int) -> tuple[float, float, float]:
             for i, where in enumerate((t < Lmax, t >= Lmax)):
                 hits[i] += float(ok[:, where].sum())
                 total[i] += float(part.loss_mask[:, where].sum())
-    ratio = [h / n if n else float("nan") for h, n in zip(hits, total)]
+    ratio = [h / n if n else float("nan") for h, n in zip(hits, total, strict=True)]
     return float(hits.sum() / total.sum()), ratio[0], ratio[1]
 
 
@@ -230,7 +230,8 @@ def _retrieving_head(ctx, heads, last, lengths, K: int, Lmax: int, ref: int) -> 
         out.update(kernel_argmax=top["argmax"], kernel_single_peak=int(top["argmax"] == -K and top["unique"]),
                    kernel_second=f"{top['second']} ({top['ratio']:.2f})", kernel_ratio=top["ratio"],
                    g_ratio=float(g.max() / probes.rotary_kernel(theta, 0.0)), g_second=int(s[g.argmax()]))
-        out["_kernel"] = [dict(probe="kernel", delta=int(d), phi_norm=float(v / phi.max())) for d, v in zip(deltas, phi)]
+        out["_kernel"] = [dict(probe="kernel", delta=int(d), phi_norm=float(v / phi.max()))
+                          for d, v in zip(deltas, phi, strict=True)]
     return out
 
 
