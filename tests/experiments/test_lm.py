@@ -26,7 +26,7 @@ def tiny(corpus, **changes):
 def test_quick_preset_end_to_end(corpus, tmp_path):
     study = tiny(corpus)
     with Store(tmp_path / "s.sqlite") as store:
-        summary = run_study(lm, study, store=store, out=tmp_path / "out", progress=False, executor="inline")
+        summary = run_study(lm.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False, executor="inline")
         assert summary["trained"] == 2
     assert {p.name for p in summary["files"]} == {"rows.csv", "table.md", "claims.json", "lm_loss.png",
                                                   "lm_positionwise.png"}
@@ -75,7 +75,7 @@ def test_presets_carry_the_nanogpt_recipe():
 def test_sample_from_a_stored_model_and_cli_errors(corpus, tmp_path):
     store_path = tmp_path / "s.sqlite"
     with Store(store_path) as store:
-        run_study(lm, tiny(corpus, encoding_options={}), store=store, out=tmp_path / "out", progress=False,
+        run_study(lm.EXPERIMENT, tiny(corpus, encoding_options={}), store=store, out=tmp_path / "out", progress=False,
                   executor="inline")
         model, task, run = lm.load_member(store, encoding="rope", seed=0)
     text = lm.generate(model, task, "to", 50, generator=torch.Generator().manual_seed(1))

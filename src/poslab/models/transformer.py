@@ -156,10 +156,10 @@ class Block(nn.Module):
         ``is_causal``: the mask is the plain causal one (``mask`` is None), see ``attention``."""
         p = self.cfg.dropout if self.training else 0.0
         a = self.ln_attn(x)
-        q, k, v = self._heads(a, self.W_Q), self._heads(a, self.W_K), self._heads(a, self.W_V)  # [b, h, n, d]
+        q, k, v = self.project(a)  # [b, h, n, d]
         gate = None
         if self.cfg.energy_gate:
-            _, g = self.energy_gate(a)  # [b, h, n]
+            _, g, _ = self.gate(a)  # [b, h, n]
             if self.cfg.gate_renormalize:
                 gate = g[:, :, None, :]  # key_gate, [b, h, 1, n]
             else:
@@ -167,25 +167,53 @@ class Block(nn.Module):
         att = attention(q, k, v, encoding, pos, pos, mask=mask, kind=self.cfg.attention,
                         temperature=self.cfg.temperature, key_gate=gate, need_weights=need_weights,
                         is_causal=is_causal, dropout=p)
-        b, h, n, d = att.out.shape
-        o = att.out.transpose(1, 2).reshape(b, n, h * d)  # heads concatenated, [b, n, h d]
-        resid_mid = x + _dropout(o @ self.W_O.T, p)
-        out = resid_mid + _dropout(self.MLP(self.ln_mlp(resid_mid)), p)
+        out = self.mix(x, att.out, p)
         if not need_weights:
             return out, None
         return out, LayerIntermediates(attn_scores=att.attn_scores, pattern=att.pattern, q=q, k=k,
                                        rot_q=att.rot_q, rot_k=att.rot_k, v=v, resid_pre=x, resid_post=out)
 
-    def energy_gate(self, a: Tensor) -> tuple[Tensor, Tensor]:
-        """Normalized input a [b, n, D] -> relative energy E and gate g, each [b, h, n] (causal)."""
+    # The layer's parts, in order; the streamed evaluator (probes/lm_streaming.py) calls them chunk
+    # by chunk instead of writing the layer again.
+
+    def project(self, a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Normalized input a [b, n, D] -> q, k, v, each [b, h, n, d] (before any rotation)."""
+        return (self.queries(a), *self.keys_values(a))
+
+    def queries(self, a: Tensor) -> Tensor:
+        return self._heads(a, self.W_Q)  # [b, h, n, d]
+
+    def keys_values(self, a: Tensor) -> tuple[Tensor, Tensor]:
+        return self._heads(a, self.W_K), self._heads(a, self.W_V)  # [b, h, n, d] each
+
+    def gate(self, a: Tensor, start: int = 0, carry: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Energy gate of the keys a [b, n, D] at internal indices start .. start + n - 1 ->
+        relative energy E and gate g, each [b, h, n], and the running sum of e^2 [b, h | 1] that
+        continues it: ``carry`` is that sum over every earlier index (None: there are none)."""
         cfg = self.cfg
         e = (a @ self.W_gate.T).transpose(1, 2)  # e_hj, [b, h | 1, n]
-        count = torch.arange(1, e.shape[-1] + 1, device=e.device, dtype=e.dtype)  # j + 1, [n]
-        mean_square = e.square().cumsum(-1) / count + _GATE_EPS  # causal running mean of e^2, [b, h | 1, n]
+        count = torch.arange(start + 1, start + e.shape[-1] + 1, device=e.device, dtype=e.dtype)  # j + 1, [n]
+        cum = e.square().cumsum(-1)
+        if carry is not None:
+            cum = cum + carry[..., None]
+        mean_square = cum / count + _GATE_EPS  # causal running mean of e^2, [b, h | 1, n]
         E = e.square() / mean_square if cfg.gate_energy == "power" else e / mean_square.sqrt()
         E = E.expand(-1, cfg.n_heads, -1)  # [b, h, n]
         g = torch.sigmoid((E - self.gate_tau[:, None]) / cfg.gate_temperature)  # [b, h, n]
+        return E, g, cum[..., -1]
+
+    def energy_gate(self, a: Tensor) -> tuple[Tensor, Tensor]:
+        """Normalized input a [b, n, D] -> relative energy E and gate g, each [b, h, n] (causal)."""
+        E, g, _ = self.gate(a)
         return E, g
+
+    def mix(self, x: Tensor, o: Tensor, p: float = 0.0) -> Tensor:
+        """The residual stream x [b, n, D] after this layer, given the heads' attention output
+        o [b, h, n, d]: x + W_O o, then + MLP(LN_mlp(.)) (dropout p on both branches)."""
+        b, h, n, d = o.shape
+        o = o.transpose(1, 2).reshape(b, n, h * d)  # heads concatenated, [b, n, h d]
+        resid_mid = x + _dropout(o @ self.W_O.T, p)
+        return resid_mid + _dropout(self.MLP(self.ln_mlp(resid_mid)), p)
 
     def _heads(self, x: Tensor, W: Tensor) -> Tensor:
         """[b, n, D] -> [b, h, n, d]."""

@@ -52,7 +52,6 @@ from poslab.errors import ConfigError, require_positive_int
 
 CHUNK = 512  # query and key rows per block: memory ~ h chunk^2 floats for the scores (512: fastest on CPU)
 MEMORY_LIMIT = 256 << 20  # bytes: the stream, K and V stay in tensors when 3 n D floats fit this
-_GATE_EPS = 1e-6  # models/transformer.py's: keeps E finite where every e so far is 0
 
 
 def check_streamable(cfg, encoding=None) -> None:
@@ -212,29 +211,24 @@ def _layer(block, enc, x: _Rows, K: _Rows, V: _Rows, G: _Rows | None, n: int, ch
     h, d = cfg.n_heads, cfg.d_head
     renorm = G is not None
     # pass A: this layer's keys and values (and, with energy gating, each key's gate) for every row
-    carry = None  # running sum of e^2 over the rows so far, [h | 1]
+    carry = None  # running sum of e^2 over the rows so far, [1, h | 1]
     for a in range(0, n, key_chunk):
         b = min(n, a + key_chunk)
-        ln = block.ln_attn(x.read(a, b))  # [c, D]
-        v = ln @ block.W_V.T  # [c, h d]
+        ln = block.ln_attn(x.read(a, b))[None]  # [1, c, D]
+        k, v = block.keys_values(ln)  # [1, h, c, d]
         if cfg.energy_gate:
-            e = ln @ block.W_gate.T  # e_hj, [c, h | 1]
-            cum = e.square().cumsum(0) + (0 if carry is None else carry)
-            carry = cum[-1]
-            mean_square = cum / torch.arange(a + 1, b + 1, device=device, dtype=e.dtype)[:, None] + _GATE_EPS
-            E = e.square() / mean_square if cfg.gate_energy == "power" else e / mean_square.sqrt()
-            g = torch.sigmoid((E.expand(-1, h) - block.gate_tau) / cfg.gate_temperature)  # [c, h]
+            _, g, carry = block.gate(ln, start=a, carry=carry)  # [1, h, c]
             if renorm:
-                G.write(a, g.log())
+                G.write(a, g[0].T.log())  # [c, h]
             else:
-                v = (v.view(-1, h, d) * g[..., None]).view(-1, h * d)
-        K.write(a, ln @ block.W_K.T)
-        V.write(a, v)
+                v = v * g[..., None]
+        K.write(a, k[0].transpose(0, 1).reshape(b - a, h * d))
+        V.write(a, v[0].transpose(0, 1).reshape(b - a, h * d))
     # pass B: each query chunk against its causal (and windowed) key chunks, online softmax
     for i0 in range(0, n, chunk):
         i1 = min(n, i0 + chunk)
         resid = x.read(i0, i1)  # [c, D]
-        q = (block.ln_attn(resid) @ block.W_Q.T).view(-1, h, d).transpose(0, 1)[None]  # [1, h, c, d]
+        q = block.queries(block.ln_attn(resid)[None])  # [1, h, c, d]
         qpos = torch.arange(i0, i1, device=device)
         M = torch.full((h, i1 - i0), -math.inf, device=device)  # running max, [h, c]
         Z = torch.zeros(h, i1 - i0, device=device)  # normaliser
@@ -267,9 +261,7 @@ def _layer(block, enc, x: _Rows, K: _Rows, V: _Rows, G: _Rows | None, n: int, ch
             Z = Z * rescale + p.sum(-1)
             O = O * rescale[..., None] + p @ v
             M = M_new
-        o = (O / Z[..., None]).transpose(0, 1).reshape(i1 - i0, h * d)  # heads concatenated, [c, h d]
-        mid = resid + o @ block.W_O.T
-        x.write(i0, mid + block.MLP(block.ln_mlp(mid)))
+        x.write(i0, block.mix(resid[None], (O / Z[..., None])[None])[0])  # O / Z: [h, c, d]
 
 
 def _readout(model, x: _Rows, tokens: Tensor, L: int, bos: int, chunk: int, buckets, per_position: bool,

@@ -1,0 +1,34 @@
+"""The plain-SDPA baseline of ``poslab bench lm`` computes what poslab's Transformer computes: the
+same logits with copied weights, for both encodings the benchmark compares."""
+
+import pytest
+import torch
+
+from poslab.bench import PlainGPT
+from poslab.models.transformer import Transformer, TransformerConfig
+
+
+@pytest.mark.parametrize("encoding", ["rope", "learned"])
+def test_plain_gpt_equals_transformer_with_copied_weights(encoding):
+    torch.manual_seed(0)
+    V, D, layers, heads, context = 13, 32, 2, 4, 24
+    ours = Transformer(TransformerConfig(vocab_size=V, d_model=D, n_layers=layers, n_heads=heads, encoding=encoding,
+                                         max_len=context, bias=False)).eval()
+    plain = PlainGPT(V, D, layers, heads, context, encoding).eval()
+    with torch.no_grad():
+        plain.W_E.copy_(ours.W_E)
+        if encoding == "learned":
+            plain.W_pos.copy_(ours.encoding.W_pos[:context])
+        for mine, block in zip(plain.layers, ours.layers, strict=True):
+            mine["ln_1"].weight.copy_(block.ln_attn.weight)
+            mine["qkv"].weight.copy_(torch.cat((block.W_Q, block.W_K, block.W_V)))
+            mine["out"].weight.copy_(block.W_O)
+            mine["ln_2"].weight.copy_(block.ln_mlp.weight)
+            mine["mlp"].load_state_dict(block.MLP.state_dict())
+        plain.ln_f.weight.copy_(ours.ln_final.weight)
+        plain.U.weight.copy_(ours.U)
+        tokens = torch.randint(0, V, (3, context))
+        torch.testing.assert_close(plain(tokens), ours(tokens), atol=1e-5, rtol=1e-5)
+        # and it is not vacuous: another readout gives other logits
+        plain.U.weight.mul_(1.5)
+        assert not torch.allclose(plain(tokens), ours(tokens), atol=1e-3)
