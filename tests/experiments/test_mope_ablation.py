@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from poslab.errors import ConfigError
 from poslab.studies import get_experiment
@@ -18,14 +19,14 @@ from poslab.store import Store
 
 def test_quick_preset_end_to_end(tmp_path):
     study = exp.study("quick")
-    assert get_experiment("mope") is exp
+    assert get_experiment("mope") is exp.EXPERIMENT
     groups = {m.group_key() for m in members("mope", study)}
     assert len(groups) == 4  # one ensemble per cell: its seeds train together
     with Store(tmp_path / "s.sqlite") as store:
-        summary = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
+        summary = run_study(exp.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
     assert summary["trained"] == 4 * study.seeds
     assert {p.name for p in summary["files"]} == {"rows.csv", "table.md", "claims.json", "pairs.png",
-                                                  "positionwise.png", "gate_tau.png"}
+                                                  "positionwise.png", "pair_trajectory.png"}
     rows = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
     member = [r for r in rows if r["probe"] == "member"]
     assert {(r["encoding"], r["energy_gate"]) for r in member} == {("rope", "False"), ("rope", "True"),
@@ -35,16 +36,27 @@ def test_quick_preset_end_to_end(tmp_path):
     D, H, L = study.model["d_model"], study.model["n_heads"], study.model["n_layers"]
     assert gated == {"False": 0, "True": L * (H * D + H)}
     pairs = [r for r in rows if r["probe"] == "pair"]
-    assert {r["encoding"] for r in pairs} == {"mope"} and len(pairs) == 2 * study.seeds * H * (D // H // 2)
-    assert all(float(r["ratio"]) >= 1 for r in pairs)  # the boundary holds after training
+    steps = [0, *study.train.snapshot_steps, study.train.steps]  # initialization, snapshots, the end
+    assert sorted({int(r["step"]) for r in pairs}) == steps
+    assert {r["encoding"] for r in pairs} == {"mope"}
+    assert len(pairs) == 2 * study.seeds * H * (D // H // 2) * len(steps)
+    assert all(float(r["ratio"]) >= 1 for r in pairs)  # the boundary holds throughout training
+    start = [r for r in pairs if r["step"] == "0"]
+    assert all(float(r["sigma"]) == pytest.approx(5 / float(r["omega"]) + study.train.max_length) for r in start)
+    end = {(r["energy_gate"], r["seed"], r["head"], r["pair"]): float(r["sigma"]) for r in pairs
+           if int(r["step"]) == study.train.steps}
+    assert any(abs(end[(r["energy_gate"], r["seed"], r["head"], r["pair"])] / float(r["sigma"]) - 1) > 1e-3
+               for r in start)  # sigma moved: its own lr, no weight decay
     gates = [r for r in rows if r["probe"] == "gate"]
     assert {r["energy_gate"] for r in gates} == {"True"} and len(gates) == 2 * study.seeds * L * H
     positions = [r for r in rows if r["probe"] == "positionwise"]
     assert {int(r["length"]) for r in positions} == set(study.eval.lengths)
+    moves = [r for r in rows if r["probe"] == "move"]
+    assert len(moves) == 2 * study.seeds * H * (D // H // 2) and {r["sigma_init"] for r in moves} == {"context"}
     claims = json.loads((tmp_path / "out" / "claims.json").read_text())
     assert [c["paper"] for c in claims[:3]] == ["+0.119", "+0.092", "-0.032"]
     table = (tmp_path / "out" / "table.md").read_text()
-    assert "improvement (paper)" in table and "+0.119" in table and "seeds (0, 1)" in table
+    assert "paper (nats, assumed)" in table and "+0.119" in table and "2 seeds (0, 1)" in table
 
 
 @pytest.mark.parametrize("override", [['grid.encoding=["rope","alibi"]'], ['grid.model.energy_gate=[true]'],
@@ -53,7 +65,7 @@ def test_refuses_before_any_work(override, tmp_path):
     study = apply_overrides(exp.study("quick"), override)
     with Store(tmp_path / "s.sqlite") as store:
         with pytest.raises(ConfigError):
-            run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
+            run_study(exp.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
         assert store.runs(experiment="mope") == []
 
 
@@ -77,9 +89,58 @@ def test_gpu_preset_is_near_the_published_scale():
 def test_improvements_are_paired_by_seed():
     rows = []
     for (enc, gate), losses in {("rope", False): [2.0, 3.0], ("rope", True): [1.9, 2.7],
-                                ("mope", False): [2.1, 3.0], ("mope", True): [1.8, 2.8]}.items():
-        rows += [dict(probe="member", encoding=enc, energy_gate=gate, seed=s, val_loss=v) for s, v in enumerate(losses)]
-    gains = exp.improvements(rows)
+                                ("mope", False): [2.1, 3.0], ("mope", True): [1.85, 2.8]}.items():
+        rows += [dict(probe="member", encoding=enc, energy_gate=gate, seed=s, val_loss=v, parameters=100,
+                      gate_parameters=2 if gate else 0) for s, v in enumerate(losses)]
+    derived = exp.derived_rows(rows)
+    gains = {}
+    for g in derived:
+        if g["probe"] == "gain":
+            gains.setdefault((g["encoding"], g["energy_gate"]), []).append(g["gain"])
     assert gains[("rope", True)] == pytest.approx([0.1, 0.3])
     assert gains[("mope", False)] == pytest.approx([-0.1, 0.0])
-    assert gains[("mope", True)] == pytest.approx([0.2, 0.2])
+    assert gains[("mope", True)] == pytest.approx([0.15, 0.2])
+    (order,) = [g for g in derived if g["probe"] == "ordering"]
+    assert order["margin"] == pytest.approx(0.175 - 0.2)  # MoPE+EGA (0.175) below EGA alone (0.2)
+    claims = {c.name: c for c in exp.judge_all(exp.CLAIMS, rows + derived)}
+    assert claims["MoPE + EGA: improvement over standard attention (nats)"].holds is True
+    assert claims["MoPE alone: improvement over standard attention (nats)"].holds is False  # seed 1 ties
+    assert claims["ordering MoPE+EGA > EGA alone > MoPE alone"].holds is False
+    assert {g["share"] for g in derived if g["probe"] == "gate_share"} == {0.02}
+
+
+def _pairs(step, ratios, init_sigma=64.0):
+    return [dict(probe="pair", encoding="mope", energy_gate=False, seed=0, head=0, pair=f, step=step, omega=1.0,
+                 sigma=5.0 * r, ratio=r, gap=abs(r - 1), init_sigma=init_sigma) for f, r in enumerate(ratios)]
+
+
+def test_boundary_claims_read_initial_and_final_pairs():
+    """Two pairs start off the boundary, one on it; one of the two reaches it."""
+    rows = _pairs(0, [3.0, 1.5, 1.01]) + _pairs(50, [2.0, 1.2, 1.01]) + _pairs(100, [1.02, 1.3, 1.0])
+    moves = [r for r in exp.derived_rows(rows) if r["probe"] == "move"]
+    assert [m["initial_gap"] for m in moves] == pytest.approx([2.0, 0.5, 0.01])
+    assert [m["final_gap"] for m in moves] == pytest.approx([0.02, 0.3, 0.0])
+    assert {m["sigma_init"] for m in moves} == {"context"}
+    claims = {c.name: c for c in exp.judge_all(exp.CLAIMS, rows + exp.derived_rows(rows))}
+    final = claims["MoPE pairs within 5% of omega sigma = c after training (context start)"]
+    reach = claims["MoPE pairs off the boundary at initialization that reach it"]
+    assert final.holds is False and final.measured == "66.7%"
+    assert reach.holds is False and reach.measured == "50.0%"
+    boundary = _pairs(0, [1.001, 1.002], init_sigma=0.01) + _pairs(100, [1.0, 1.0], init_sigma=0.01)
+    (na,) = [c for c in exp.judge_all(exp.CLAIMS, exp.derived_rows(boundary)) if "boundary start" in c.name]
+    assert na.holds is None and na.note.startswith("n.a.: every pair starts on the boundary")
+
+
+def test_pair_rows_read_a_snapshot_not_the_live_weights():
+    from poslab.models.transformer import Transformer, TransformerConfig
+
+    model = Transformer(TransformerConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=1, max_len=32,
+                                          encoding="mope", encoding_options=dict(admissibility="hard", admissibility_c=5.0, per_head=True, init_sigma=16.0)))
+    state = {k: v.clone() for k, v in model.named_parameters()}
+    state["encoding.log_sigma_scale"] = torch.full_like(state["encoding.log_sigma_scale"], math.log(2.0))
+    rows = exp.pair_rows(model.encoding, state, 7, 16)
+    theta = model.encoding.theta.double()
+    sigma = torch.tensor([r["sigma"] for r in rows], dtype=torch.float64).reshape(2, -1)
+    torch.testing.assert_close(sigma, (5 / theta + 2 * 16.0).expand_as(sigma))  # c / omega + 2 sigma0
+    assert all(r["step"] == 7 for r in rows)
+    assert model.encoding.log_sigma_scale.abs().max() == 0  # the live weights are untouched

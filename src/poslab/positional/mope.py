@@ -28,8 +28,12 @@ and initialized at 0 and theta_f the fixed RoPE / sinusoid frequency base^(-2f/d
 positive by construction, learned on a log scale (frequencies span four decades), and at
 initialization equal theta_f and init_sigma bit for bit. ``init_sigma`` defaults to 1e4: the
 encoding starts as RoPE / sinusoidal (damping exp(-(L/1e4)^2/2) > 0.995 for offsets L <= 1000)
-and must learn its locality from data; Adam's per-parameter normalization moves s_f even though
-its raw gradient is small at that width.
+and must learn its locality from data. That default makes locality dead for a short run: Adam
+moves s_f by at most about lr per step, so over a 2000-step cosine schedule at lr 1e-3 (sum of lr
+~1.1) sigma stays >= ~3300 and the damping at offset 64 >= 0.9998. Studies that ask what MoPE's
+locality learns start init_sigma near the context (studies/mope.py: sigma0 = T, control: on the
+boundary) and give w and s their own optimizer group (train.param_groups: a larger lr, no weight
+decay; the per-head [h, F] log-scales are 2-D and AdamW would otherwise decay them).
 
 Admissibility boundary (relative form, option ``admissibility``). A Morlet wavelet is admissible
 (near-zero mean) when its frequency-bandwidth product is large enough; the MoPE abstract reports
