@@ -6,9 +6,11 @@ pre-rotation appears only for K >= 2." RoPE retrieval heads (Table 1 protocol) w
 {1, 2, 3}. Per member:
 
 - carrier alignment: cos(m_Q, R_delta m_K) at delta = 0 (near-parallel carriers) and at
-  delta = -K (pre-rotated to the target), and the carrier profile's argmax over delta <= 0;
-- the self-logit: mean attention on the query's own position (delta = 0) at L = L_max, beside
-  1/L_max (a uniform head) and the weight on the target;
+  delta = -K (pre-rotated to the target), and the carrier profile's argmax over delta <= 0
+  (the kernel's centre: 0 at K = 1, -K at K >= 2);
+- the self-logit: mean attention on the query's own position (delta = 0) at L = L_max beside
+  the attention on the target (delta = -K): suppressed means the target's exceeds it. The
+  paper gives no threshold against a uniform head, so 1/L is shown, not judged;
 - the content covariance (our reading of Remark 1): on the token x token logit table at delta = 0,
   G_ab = (W_Q x_a) . (W_K x_b) / sqrt(d), the mean of the diagonal (a key equal to the query
   token) minus the mean off the diagonal, in units of G's standard deviation: negative means the
@@ -17,25 +19,56 @@ pre-rotation appears only for K >= 2." RoPE retrieval heads (Table 1 protocol) w
 
 from __future__ import annotations
 
-from poslab.experiments.runner import Experiment
-
 import math
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from poslab import probes
+from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments.outputs import Column, Lines, Table, write_outputs
+from poslab.experiments.retrieval import length_rows, select, write_csv
+from poslab.experiments.runner import Experiment
+from poslab.experiments.spec import ClaimSpec, Ref, at_least, is_, judge_all, mean, neg, probe, share
+from poslab.tasks import eval_batch
 
-from poslab import probes  # noqa: E402
-from poslab.experiments.claims import Claim, claims_markdown, write_claims  # noqa: E402
-from poslab.experiments.config import StudyConfig, quick  # noqa: E402
-from poslab.experiments.retrieval import fmt, length_rows, markdown_table, save, select, write_csv  # noqa: E402
-from poslab.tasks import eval_batch  # noqa: E402
+K1 = probe("member") & is_("K", 1)
+PRE = probe("member") & at_least("K", 2)
+CLAIMS = [
+    ClaimSpec(name="K=1: carrier profile argmax over delta <= 0 at 0 (kernel centred at 0)",
+              paper="near-parallel carriers, kernel centred at 0", where=K1, per=("K",),
+              measure=share("profile_peak", "==", 0), op=">=", threshold=1.0, percent=True,
+              note="share of {seeds} seeds"),
+    ClaimSpec(name="K=1: attention at delta = -1 exceeds attention at delta = 0 (L = L_max)",
+              paper="self-logit suppressed", where=K1, per=("K",),
+              measure=share("target_weight", ">", Ref("self_weight")), op=">=", threshold=1.0, percent=True,
+              note="share of {seeds} seeds"),
+    ClaimSpec(name="K=1: content covariance (diag - off-diag of G at delta = 0, in std of G)",
+              paper="suppresses the self-logit (Remark 1)", where=K1, per=("K",), measure=mean("content_covariance"),
+              op="<", threshold=0.0, note="mean over {seeds} seeds"),
+    ClaimSpec(name="K=1: cos(m_Q, R_0 m_K)", paper="near-parallel", where=K1, per=("K",), measure=mean("cos_0"),
+              na="the paper gives no number; near-parallel is judged by the profile argmax at 0"),
+    ClaimSpec(name="K=1: attention at delta = 0 minus a uniform head's 1/L (L = L_max)", paper="suppressed",
+              where=K1, per=("K",), measure=mean("self_minus_uniform"),
+              na="the paper sets no threshold against 1/L; suppression is judged against the target's attention"),
+    ClaimSpec(name="K={K}: carrier pre-rotated to the target: profile argmax over delta <= 0 is -K",
+              paper="yes (K >= 2)", where=PRE, per=("K",), measure=share("profile_peak", "==", neg("K")), op=">=",
+              threshold=1.0, percent=True, note="share of {seeds} seeds"),
+    ClaimSpec(name="K={K}: cos(m_Q, R_-K m_K) - cos(m_Q, R_0 m_K)", paper="pre-rotation: first > second",
+              where=PRE, per=("K",), measure=mean("cos_target_minus_0"), op=">", threshold=0.0,
+              note="mean over {seeds} seeds"),
+]
 
-name = "k1"
-title = "K = 1: near-parallel carriers and a suppressed self-logit, against K = 2 and K = 3"
+TABLES = [Table("Carriers, self-logit and content covariance by K (probes at L = L_max)", by=("K",),
+                where=probe("member"),
+                columns=(Column("cos(m_Q, R_0 m_K)", "cos_0"), Column("cos(m_Q, R_-K m_K)", "cos_target"),
+                         Column("profile argmax per seed", lambda g: " ".join(str(r["profile_peak"]) for r in g)),
+                         Column("attention at delta=0", "self_weight"),
+                         Column("1/L", lambda g: f"{g[0]['uniform']:.4f}"), Column("attention at -K", "target_weight"),
+                         Column("content covariance", "content_covariance"), Column("key carrier", "carrier_k"),
+                         Column("accuracy at the longest length", "accuracy_longest")))]
+PLOTTED = {"cos_0": "cos(m_Q, R_0 m_K)", "cos_target": "cos(m_Q, R_-K m_K)", "content_covariance": "content covariance"}
+FIGURES = [Lines("k1.png", x="K", y="value", series=("quantity",), where=probe("plot"), hline=0.0, ylabel="")]
 
 
 def study(preset: str) -> StudyConfig:
@@ -70,63 +103,26 @@ def evaluate(ctx) -> list[dict]:
     return rows
 
 
+def derived(rows: list[dict], longest: int) -> list[dict]:
+    """Member rows with the differences the claims read and the member's accuracy at ``longest``."""
+    acc = {(r["K"], r["seed"]): r["accuracy"] for r in select(rows, "length") if r["length"] == longest}
+    return [{**r, "self_minus_uniform": r["self_weight"] - r["uniform"],
+             "cos_target_minus_0": r["cos_target"] - r["cos_0"], "accuracy_longest": acc.get((r["K"], r["seed"]))}
+            for r in select(rows, "member")]
+
+
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
-    cells, members = select(rows, "length"), select(rows, "member")
-    files = [write_csv(cells, out / "rows.csv"), write_csv(members, out / "members.csv")]
-    body, found = [], []
-    Lmax, longest = study.train.max_length, max(study.eval.lengths)
-    for K in study.axis("task.K"):
-        mk = [r for r in members if r["K"] == K]
-        if not mk:
-            continue
-        s = lambda key: (np.mean([r[key] for r in mk]), np.std([r[key] for r in mk]))  # noqa: E731
-        a48 = [r["accuracy"] for r in cells if r["K"] == K and r["length"] == longest]
-        peaks = [r["profile_peak"] for r in mk]
-        body.append([K, fmt(*s("cos_0")), fmt(*s("cos_target")), " ".join(map(str, peaks)), fmt(*s("self_weight")),
-                     f"{1 / Lmax:.4f}", fmt(*s("target_weight")), fmt(*s("content_covariance")), fmt(*s("carrier_k")),
-                     fmt(np.mean(a48), np.std(a48))])
-        n = f"seeds {', '.join(str(r['seed']) for r in mk)}"
-        if K == 1:
-            found += [
-                Claim(name="K=1: carriers near-parallel, cos(m_Q, R_0 m_K)", paper="near-parallel (kernel centred at 0)",
-                      measured=fmt(*s("cos_0")), holds=bool(s("cos_0")[0] > 0.5), criterion="> 0.5", note=n),
-                Claim(name=f"K=1: self-logit suppressed, mean attention at delta = 0 (L = {Lmax})",
-                      paper="suppressed", measured=fmt(*s("self_weight")), holds=bool(s("self_weight")[0] < 1 / Lmax),
-                      criterion=f"< 1/L = {1 / Lmax:.4f}", note=n),
-                Claim(name="K=1: content covariance (diag - off-diag of G at delta = 0, in std of G)",
-                      paper="suppresses the self-logit (Remark 1)", measured=fmt(*s("content_covariance")),
-                      holds=bool(s("content_covariance")[0] < 0), criterion="< 0", note=n),
-            ]
-        else:
-            found += [
-                Claim(name=f"K={K}: carrier pre-rotated to the target: profile argmax over delta <= 0 is -K",
-                      paper="yes (K >= 2)", measured=f"{100 * np.mean([p == -K for p in peaks]):.0f}% of seeds",
-                      holds=all(p == -K for p in peaks), criterion="every seed", note=n),
-                Claim(name=f"K={K}: cos(m_Q, R_-K m_K) vs cos(m_Q, R_0 m_K)", paper="pre-rotation: first > second",
-                      measured=f"{s('cos_target')[0]:.3f} vs {s('cos_0')[0]:.3f}",
-                      holds=bool(s("cos_target")[0] > s("cos_0")[0]), criterion="first > second", note=n),
-            ]
-    text = [f"# {title}", "",
-            f"RoPE, mean ± std over seeds 0..{study.seeds - 1}; {study.train.steps} steps, lengths in "
-            f"[{study.train.min_length}, {Lmax}] drawn per {study.train.length_sampling}. Probes at L = {Lmax}.", "",
-            markdown_table(["K", "cos(m_Q, R_0 m_K)", "cos(m_Q, R_-K m_K)", "profile argmax per seed",
-                            "attention at delta=0", "1/L", "attention at -K", "content covariance", "key carrier",
-                            f"accuracy L={longest}"], body), "",
-            "## The paper's claims beside this run", "", claims_markdown(found), ""]
-    (out / "table.md").write_text("\n".join(text))
-    files += [out / "table.md", write_claims(found, out / "claims.json")]
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    for key, label in (("cos_0", "cos(m_Q, R_0 m_K)"), ("cos_target", "cos(m_Q, R_-K m_K)"),
-                       ("content_covariance", "content covariance")):
-        Ks = study.axis("task.K")
-        ax.errorbar(Ks, [np.mean([r[key] for r in members if r["K"] == K]) for K in Ks],
-                    yerr=[np.std([r[key] for r in members if r["K"] == K]) for K in Ks], marker="o", capsize=3,
-                    label=label)
-    ax.axhline(0, color="grey", lw=1)
-    ax.set(xlabel="K", xticks=study.axis("task.K"))
-    ax.legend(fontsize=7)
-    files.append(save(fig, out / "k1.png"))
-    return files
+    longest = max(study.eval.lengths)
+    members = derived(rows, longest)
+    plot = [dict(probe="plot", K=r["K"], seed=r["seed"], quantity=label, value=r[key])
+            for r in members for key, label in PLOTTED.items()]
+    intro = (f"RoPE, mean ± std over seeds 0..{study.seeds - 1}; {study.train.steps} steps, lengths in "
+             f"[{study.train.min_length}, {study.train.max_length}] drawn per {study.train.length_sampling}. Probes "
+             f"at L = {study.train.max_length}; accuracy at L = {longest}.")
+    return write_outputs(out, title=EXPERIMENT.title, rows=members + plot, claims=judge_all(CLAIMS, members),
+                         intro=intro, tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length")) + \
+        [write_csv(members, out / "members.csv")]
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True)
+EXPERIMENT = Experiment(name="k1", title="K = 1: near-parallel carriers and a suppressed self-logit, against K = 2 "
+                                         "and K = 3", study=study, evaluate=evaluate, report=report, in_run_all=True)

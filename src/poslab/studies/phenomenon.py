@@ -5,7 +5,8 @@ encoding (APE) are trained on fixed-offset retrieval, K in {1, 2, 3}, lengths un
 [8, 16], 8 seeds, and evaluated at L in {12, ..., 48}. The paper reports that RoPE keeps
 near-perfect accuracy at every length and selects offset -K in 100% of seed x length cells,
 while APE is near chance (1/m = 0.05) at every unseen length, its attention peak pinned to one
-absolute position inside the training range.
+absolute position inside the training range. The paper states its mechanism claim for K >= 2
+and treats K = 1 separately (study ``k1``): RoPE's accuracy at K = 1 is shown, not judged.
 
 APE conditions (the rows past L_max never get a gradient, so their initialisation decides the
 unseen lengths):
@@ -16,39 +17,95 @@ unseen lengths):
 - ``... clamp`` — control, evaluate-only: the same trained weights with every row >= L_max
   replaced by row L_max - 1 (clamp-to-last), no retraining.
 
-Pinning is judged per (seed, K) head over the unseen lengths L > L_max: one peak position at
-every unseen length and below L_max; the least-squares slope of the peak position against L
-(~0 absolute, ~1 relative); the attention mass inside [0, L_max) beside L_max / L (what a
-uniform head would put there).
+A control is judged by what it is meant to show: that APE still fails at unseen lengths (under
+an N(0, 1) table, or with clamp-to-last). Pinning (Proposition 2) is the headline's claim,
+judged per (seed, K) head over the unseen lengths L > L_max: one peak position at every unseen
+length and below L_max; the least-squares slope of the peak position against L (~0 absolute,
+~1 relative); the attention mass inside [0, L_max) beside L_max / L (a uniform head's).
 """
 
 from __future__ import annotations
 
-from poslab.experiments.runner import Experiment
-
 import dataclasses
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, save, write_outputs
+from poslab.experiments.retrieval import group_stats, length_rows, select, write_csv
+from poslab.experiments.runner import Experiment
+from poslab.experiments.spec import (
+    ClaimSpec,
+    abs_mean,
+    at_least,
+    is_,
+    judge_all,
+    kind,
+    mean,
+    minimum,
+    neg,
+    probe,
+    share,
+)
+from poslab.positional import encoding_class
 
-from poslab.experiments.claims import Claim, claims_markdown, write_claims  # noqa: E402
-from poslab.experiments.config import StudyConfig, quick  # noqa: E402
-from poslab.positional import encoding_class  # noqa: E402
-from poslab.experiments.retrieval import (fmt, group_stats, length_rows, markdown_table,  # noqa: E402
-                                          save, select, write_csv)
-
-name = "phenomenon"
-title = "Table 1 / Fig. 1: RoPE generalizes, APE memorizes"
-
-# The paper's claims, with the threshold the issue sets where the paper says "near-perfect".
-PAPER = dict(rope_min_accuracy=0.97, rope_offset_fraction=1.0, ape_in_range_accuracy=1.0, ape_unseen_accuracy=0.05)
 HEADLINE_INIT = 0.02  # the APE condition the headline claims use
+RELATIVE = ("rotary", "relative", "none")  # judged by the RoPE claims (no table to memorize)
 COLUMNS = ["condition", "encoding", "init_std", "variant", "length_sampling", "K", "seed", "length", "in_range",
            "accuracy", "peak_offset", "peak_position", "peak_height", "in_range_mass", "a_star", "chance"]
+CONTROL_NA = ("pinning is the headline's claim (Proposition 2: a trained table from a small init); this control "
+              "is judged by its unseen-length accuracy (N(0, 1) rows / clamp-to-last still fail)")
+
+CLAIMS = [
+    ClaimSpec(name="{condition}, K={K}: lowest mean accuracy over evaluation lengths", paper="near-perfect",
+              where=probe("length") & kind(*RELATIVE) & at_least("K", 2), per=("condition", "K"),
+              measure=minimum("accuracy", by=("length",)), op=">=", threshold=0.97),
+    ClaimSpec(name="{condition}, K={K}: lowest mean accuracy over evaluation lengths",
+              paper="claim stated for K >= 2", where=probe("length") & kind(*RELATIVE) & is_("K", 1),
+              per=("condition", "K"), measure=minimum("accuracy", by=("length",)),
+              na="the paper states its claim for K >= 2 and treats K = 1 apart (study k1); shown: K = 1's decay"),
+    ClaimSpec(name="{condition}, K={K}: seed x length cells selecting offset -K", paper="100%",
+              where=probe("length") & kind(*RELATIVE), per=("condition", "K"),
+              measure=share("peak_offset", "==", neg("K")), op=">=", threshold=1.0, percent=True,
+              note="{seeds} seeds, {n} cells"),
+    ClaimSpec(name="{condition} ({role}): accuracy at trained lengths (<= L_max)", paper="~1",
+              where=probe("length") & kind("absolute") & is_("in_range", True), per=("condition", "role"),
+              measure=mean("accuracy"), op=">=", threshold=0.95, note="{seeds} seeds"),
+    ClaimSpec(name="{condition} ({role}): accuracy at unseen lengths (> L_max)", paper="~chance (1/m = 0.05)",
+              where=probe("length") & kind("absolute") & is_("in_range", False), per=("condition", "role"),
+              measure=mean("accuracy"), op="<=", threshold=2, scale_by="chance", note="{seeds} seeds"),
+    *[ClaimSpec(name=f"{{condition}} ({role}): {what}", paper=paper, where=probe("head") & is_("role", role),
+                per=("condition",), measure=measure, note="{n} (seed, K) heads",
+                **(dict(op=op, threshold=t, percent=pct) if role == "headline" else dict(na=CONTROL_NA)))
+      for role in ("headline", "control")
+      for what, paper, measure, op, t, pct in (
+          ("(seed, K) heads whose peak is one position < L_max at every unseen length", "pinned (Proposition 2)",
+           share("pinned", "==", True), ">=", 0.9, True),
+          ("slope of peak position against L (unseen lengths)", "~0 (absolute; ~1 would be relative)",
+           abs_mean("slope"), "<", 0.1, False),
+          ("attention mass inside [0, L_max) at unseen lengths minus a uniform head's L_max/L",
+           "pinned inside the range", mean("mass_excess"), ">", 0.0, False))],
+]
+
+TABLES = [
+    Table("Accuracy by evaluation length", by=("condition", "K"), where=probe("length"),
+          pivot=Pivot("length", "accuracy", "L={}"),
+          columns=(Column("peak at -K", lambda g: f"{100 * np.mean([r['peak_offset'] == -r['K'] for r in g]):.0f}%"),)),
+    Table("APE pinning per (seed, K) head over the unseen lengths L > L_max", by=("condition", "K", "seed"),
+          where=probe("head"),
+          intro="Peak position (absolute key index) at each unseen length; pinned = one position at every unseen "
+                "length and < L_max; slope of peak position against L (0 absolute, 1 relative); mean attention "
+                "mass inside [0, L_max) beside L_max/L, a uniform head's.",
+          columns=(Column("peak positions", lambda g: g[0]["positions"]),
+                   Column("pinned", lambda g: "yes" if g[0]["pinned"] else "no"),
+                   Column("slope", lambda g: g[0]["slope"]), Column("mass in range", lambda g: g[0]["mass"]),
+                   Column("L_max/L", lambda g: g[0]["uniform_mass"]))),
+]
+
+FIGURES = [Lines("fig1_accuracy.png", x="length", y="accuracy", series=("condition",), panel="K",
+                 where=probe("length"), xlabel="evaluation length L", ylim=(-0.02, 1.02),
+                 vline=lambda rows: rows[0]["max_length"], hline=lambda rows: rows[0]["chance"])]
 
 
 def study(preset: str) -> StudyConfig:
@@ -80,23 +137,24 @@ def evaluate(ctx) -> list[dict]:
     return rows
 
 
-def condition(r: dict) -> str:
-    """One label per trained condition: rope, or learned <init_std> [clamp] (and the sampling
-    granularity when it is an axis of the run)."""
-    label = r["encoding"]
-    if encoding_class(r["encoding"]).kind == "absolute":
-        label += f" {r.get('init_std', HEADLINE_INIT)}" + (" clamp" if r.get("variant") == "clamp" else "")
-    return label
-
-
-def _rows(rows: list[dict], study: StudyConfig, probe: str) -> list[dict]:
-    """Rows of one probe with their condition; relative encodings keep only the headline
-    init_std copy (the APE table's initialisation does not touch them: identical runs)."""
+def labelled(rows: list[dict], Lmax: int) -> list[dict]:
+    """Length and attention rows with their condition (rope, or learned <init_std> [clamp]),
+    encoding kind, role (headline / control, APE only) and L_max; relative encodings keep only
+    the headline init_std copy (the APE table's initialisation does not touch them)."""
     out = []
-    for r in select(rows, probe):
-        if encoding_class(r["encoding"]).kind != "absolute" and r.get("init_std", HEADLINE_INIT) != HEADLINE_INIT:
+    for r in rows:
+        if r.get("probe") not in ("length", "attention"):
             continue
-        out.append({**r, "condition": condition(r)})
+        k = encoding_class(r["encoding"]).kind
+        init = r.get("init_std", HEADLINE_INIT)
+        if k != "absolute" and init != HEADLINE_INIT:
+            continue
+        cond, role = r["encoding"], None
+        if k == "absolute":
+            clamp = r.get("variant") == "clamp"
+            cond += f" {init}" + (" clamp" if clamp else "")
+            role = "headline" if init == HEADLINE_INIT and not clamp else "control"
+        out.append({**r, "condition": cond, "kind": k, "role": role, "max_length": Lmax})
     return out
 
 
@@ -113,10 +171,12 @@ def head_pinning(cells: list[dict], Lmax: int) -> list[dict]:
         pos = np.array([r["peak_position"] for r in rs], dtype=float)
         slope = float(np.polyfit(L, pos, 1)[0]) if len(L) >= 2 else float("nan")
         one = len(set(pos)) == 1
-        out.append(dict(condition=cond, K=K, seed=seed, pinned=bool(one and pos[0] < Lmax),
-                        position=int(pos[0]) if one else None, below_Lmax_minus_1_minus_K=bool(one and pos[0] == Lmax - 1 - K),
-                        slope=slope, mass=float(np.mean([r["in_range_mass"] for r in rs])),
-                        uniform_mass=float(np.mean(Lmax / L)), positions=" ".join(str(int(p)) for p in pos)))
+        mass, uniform = float(np.mean([r["in_range_mass"] for r in rs])), float(np.mean(Lmax / L))
+        out.append(dict(probe="head", condition=cond, kind=rs[0].get("kind"), role=rs[0].get("role"), K=K, seed=seed,
+                        pinned=bool(one and pos[0] < Lmax), position=int(pos[0]) if one else None,
+                        below_Lmax_minus_1_minus_K=bool(one and pos[0] == Lmax - 1 - K), slope=slope, mass=mass,
+                        uniform_mass=uniform, mass_excess=mass - uniform,
+                        positions=" ".join(str(int(p)) for p in pos)))
     return out
 
 
@@ -130,141 +190,41 @@ def pinning(cells: list[dict]) -> tuple[float, float]:
     return hits / len(cells), float(np.median([max(p) - min(p) for p in by.values()]))
 
 
-def claims(rows: list[dict], study: StudyConfig) -> list[Claim]:
-    """Each claim of the paper beside what this run measured."""
-    out = []
-    lengths = _rows(rows, study, "length")
-    Lmax = study.train.max_length
-    heads = head_pinning(lengths, Lmax)
-    for cond in sorted({r["condition"] for r in lengths}, key=_order):
-        cells = [r for r in lengths if r["condition"] == cond]
-        n_seeds = len({r["seed"] for r in cells})
-        absolute = encoding_class(cells[0]["encoding"]).kind == "absolute"  # judged by the APE claims
-        headline = "" if not absolute else (" (headline)" if cond == f"{cells[0]['encoding']} {HEADLINE_INIT}"
-                                            else " (control)")
-        if not absolute:
-            for K in sorted({r["K"] for r in cells}):
-                ck = [r for r in cells if r["K"] == K]
-                acc = group_stats(ck, ("length",), "accuracy")
-                worst = min(m for m, _, _ in acc.values())
-                frac = float(np.mean([r["peak_offset"] == -K for r in ck]))
-                out.append(Claim(name=f"{cond}, K={K}: lowest mean accuracy over lengths <= {max(acc)[0]}",
-                                 paper="near-perfect" + ("" if K > 1 else " (claim stated for K >= 2)"),
-                                 measured=worst, holds=worst >= PAPER["rope_min_accuracy"],
-                                 criterion=f">= {PAPER['rope_min_accuracy']}", note=f"{n_seeds} seeds"))
-                out.append(Claim(name=f"{cond}, K={K}: seed x length cells selecting offset -K", paper="100%",
-                                 measured=f"{100 * frac:.1f}%", holds=frac == 1.0, criterion="== 100%",
-                                 note=f"{len(ck)} cells"))
-            continue
-        inr = [r["accuracy"] for r in cells if r["length"] <= Lmax]
-        unseen = [r["accuracy"] for r in cells if r["length"] > Lmax]
-        chance = cells[0]["chance"]
-        if inr:
-            out.append(Claim(name=f"{cond}{headline}: accuracy at trained lengths (<= {Lmax})", paper="~1",
-                             measured=float(np.mean(inr)), holds=bool(np.mean(inr) >= 0.95), criterion=">= 0.95",
-                             note=f"{n_seeds} seeds"))
-        if unseen:
-            out.append(Claim(name=f"{cond}{headline}: accuracy at unseen lengths (> {Lmax})",
-                             paper=f"~chance {chance:.2f}", measured=float(np.mean(unseen)),
-                             holds=bool(np.mean(unseen) <= 2 * chance), criterion="<= 2 x chance",
-                             note=f"{n_seeds} seeds"))
-            hc = [h for h in heads if h["condition"] == cond]
-            pinned = float(np.mean([h["pinned"] for h in hc]))
-            at = sum(h["below_Lmax_minus_1_minus_K"] for h in hc)
-            out.append(Claim(name=f"{cond}{headline}: (seed, K) heads whose peak is one position < {Lmax} at every "
-                                  f"unseen length", paper="pinned (Proposition 2)",
-                             measured=f"{sum(h['pinned'] for h in hc)} of {len(hc)} ({at} at L_max - 1 - K)",
-                             holds=pinned >= 0.9, criterion=">= 90% of heads", note="per (seed, K) head"))
-            slopes = [h["slope"] for h in hc]
-            out.append(Claim(name=f"{cond}{headline}: slope of peak position against L (unseen lengths)",
-                             paper="~0 (absolute; ~1 would be relative)", measured=fmt(np.mean(slopes), np.std(slopes)),
-                             holds=bool(abs(np.mean(slopes)) < 0.1), criterion="|mean| < 0.1",
-                             note=f"{len(hc)} heads"))
-            mass, uni = np.mean([h["mass"] for h in hc]), np.mean([h["uniform_mass"] for h in hc])
-            out.append(Claim(name=f"{cond}{headline}: attention mass inside [0, {Lmax}) at unseen lengths "
-                                  f"(uniform head: mean L_max/L = {uni:.3f})", paper="pinned inside the range",
-                             measured=fmt(mass, np.std([h["mass"] for h in hc])), holds=bool(mass > uni),
-                             criterion="> L_max/L", note=f"{len(hc)} heads"))
-    return out
-
-
-def _order(cond: str) -> tuple:
-    return (cond.split()[0] != "rope", cond)
-
-
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
-    cells = _rows(rows, study, "length")
     Lmax = study.train.max_length
-    files = [write_csv(cells, out / "rows.csv", COLUMNS)]
-    heads = head_pinning(cells, Lmax)
-    files.append(write_csv(heads, out / "pinning.csv"))
-    acc = group_stats(cells, ("condition", "K", "length"), "accuracy")
-    lengths = sorted({r["length"] for r in cells})
-    conds = sorted({r["condition"] for r in cells}, key=_order)
-    body = []
-    for cond in conds:
-        for K in study.axis("task.K"):
-            offs = [r["peak_offset"] for r in cells if r["condition"] == cond and r["K"] == K]
-            if offs:
-                body.append([cond, K, *[fmt(*acc[(cond, K, L)][:2]) if (cond, K, L) in acc else "" for L in lengths],
-                             f"{100 * np.mean([o == -K for o in offs]):.0f}%"])
-    pin_body = [[h["condition"], h["K"], h["seed"], h["positions"], "yes" if h["pinned"] else "no",
-                 f"{h['slope']:.3f}", f"{h['mass']:.3f}", f"{h['uniform_mass']:.3f}"]
-                for h in heads if encoding_class(h["condition"].split()[0]).kind == "absolute"]
-    n = max((v[2] for v in acc.values()), default=0)
+    rows = labelled(rows, Lmax)
+    cells = select(rows, "length")
+    heads = head_pinning([r for r in cells if r["kind"] == "absolute"], Lmax)
     chance = cells[0]["chance"] if cells else float("nan")
     sampling = sorted({r["length_sampling"] for r in cells})
-    found = claims(rows, study)
-    text = [f"# {title}", "",
-            f"Accuracy (mean ± std over {n} seeds: {', '.join(map(str, range(study.seeds)))}) by evaluation length; "
-            f"training lengths uniform in [{study.train.min_length}, {Lmax}], drawn per "
-            f"{' and per '.join(sampling)} (`train.length_sampling`: `batch` = one length per step for the whole "
-            f"batch, `sequence` = one length per sequence); chance {chance:.2f}. Last column: seed x length cells "
-            "whose attention peak is at offset -K.", "",
-            f"APE conditions: `learned {HEADLINE_INIT}` is the headline (table rows N(0, {HEADLINE_INIT}²), the "
-            "encoding's default); `learned 1.0` trains with rows N(0, 1); `clamp` re-evaluates the same trained "
-            f"weights with every row >= {Lmax} replaced by row {Lmax - 1} (evaluate-only, no retraining). RoPE "
-            "has no table: its runs are shown once.", "",
-            markdown_table(["condition", "K", *[f"L={L}" for L in lengths], "peak at -K"], body), "",
-            f"## APE pinning per (seed, K) head over the unseen lengths L > {Lmax}", "",
-            "Peak position (absolute key index) at each unseen length; pinned = one position at every unseen length "
-            f"and < {Lmax}; slope of peak position against L (0 absolute, 1 relative); mean attention mass inside "
-            f"[0, {Lmax}) beside L_max/L, a uniform head's.", "",
-            markdown_table(["condition", "K", "seed", "peak positions", "pinned", "slope", "mass in range",
-                            "L_max/L"], pin_body), "",
-            "## The paper's claims beside this run", "", claims_markdown(found), ""]
-    (out / "table.md").write_text("\n".join(text))
-    files += [out / "table.md", write_claims(found, out / "claims.json")]
-    files += figures(rows, study, out)
-    return files
+    intro = (f"Accuracy (mean ± std over {study.seeds} seeds: {', '.join(map(str, range(study.seeds)))}) by evaluation "
+             f"length; training lengths uniform in [{study.train.min_length}, {Lmax}], drawn per "
+             f"{' and per '.join(sampling)} (`train.length_sampling`: `batch` = one length per step for the whole "
+             f"batch, `sequence` = one length per sequence); chance {chance:.2f}. Last column: seed x length cells "
+             f"whose attention peak is at offset -K.\n\nAPE conditions: `learned {HEADLINE_INIT}` is the headline "
+             f"(table rows N(0, {HEADLINE_INIT}²), the encoding's default); `learned 1.0` trains with rows N(0, 1); "
+             f"`clamp` re-evaluates the same trained weights with every row >= {Lmax} replaced by row {Lmax - 1} "
+             "(evaluate-only, no retraining). Controls are judged by their unseen-length accuracy, pinning by the "
+             "headline. RoPE has no table: its runs are shown once.")
+    files = write_outputs(out, title=EXPERIMENT.title, rows=cells + heads, claims=judge_all(CLAIMS, cells + heads),
+                          intro=intro, tables=TABLES, figures=FIGURES, csv_rows=cells, columns=COLUMNS,
+                          more_figures=lambda _, o: [attention_figure(rows, study, o)])
+    return files + [write_csv(heads, out / "pinning.csv")]
 
 
-def figures(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
-    paths = []
-    cells = _rows(rows, study, "length")
-    acc = group_stats(cells, ("condition", "K", "length"), "accuracy")
-    Ks = sorted({r["K"] for r in cells})
-    conds = sorted({r["condition"] for r in cells}, key=_order)
-    fig, axes = plt.subplots(1, len(Ks), figsize=(4 * len(Ks), 3.2), sharey=True, squeeze=False)
-    for ax, K in zip(axes[0], Ks):
-        for cond in conds:
-            pts = sorted((L, m, s) for (c, k, L), (m, s, _) in acc.items() if c == cond and k == K)
-            if not pts:
-                continue
-            L, m, s = map(np.array, zip(*pts))
-            ax.plot(L, m, marker="o", label=cond)
-            ax.fill_between(L, m - s, m + s, alpha=0.2)
-        ax.axvline(study.train.max_length, color="grey", ls="--", lw=1)
-        ax.axhline(cells[0]["chance"], color="grey", ls=":", lw=1)
-        ax.set(title=f"K = {K}", xlabel="evaluation length L", ylim=(-0.02, 1.02))
-    axes[0][0].set_ylabel("accuracy")
-    axes[0][0].legend(fontsize=7)
-    paths.append(save(fig, out / "fig1_accuracy.png"))
+def attention_figure(rows: list[dict], study: StudyConfig, out: Path) -> Path:
+    """Mean attention against offset at L_max and the longest length, one panel per condition x K."""
+    import matplotlib
 
-    attn = _rows(rows, study, "attention")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    attn = select(rows, "attention")
+    conds = sorted({r["condition"] for r in attn})
+    Ks = sorted({r["K"] for r in attn})
     show = sorted({study.train.max_length, max(study.eval.lengths)} & {r["length"] for r in attn})
-    fig, axes = plt.subplots(len(conds), len(Ks), figsize=(4 * len(Ks), 2.8 * len(conds)),
-                             squeeze=False, sharex=True)
+    fig, axes = plt.subplots(len(conds), len(Ks), figsize=(4 * len(Ks), 2.8 * len(conds)), squeeze=False,
+                             sharex=True)
     for i, cond in enumerate(conds):
         for j, K in enumerate(Ks):
             ax = axes[i][j]
@@ -272,13 +232,12 @@ def figures(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                 stats = group_stats([r for r in attn if r["condition"] == cond and r["K"] == K and r["length"] == L],
                                     ("offset",), "weight")
                 if stats:
-                    d = np.array(list(stats))[:, 0]
-                    ax.plot(d, [v[0] for v in stats.values()], marker=".", label=f"L={L}")
+                    ax.plot([d for d, in stats], [v[0] for v in stats.values()], marker=".", label=f"L={L}")
             ax.axvline(-K, color="grey", ls="--", lw=1)
             ax.set(title=f"{cond}, K = {K}", xlabel="offset t - n", ylabel="mean attention")
             ax.legend(fontsize=7)
-    paths.append(save(fig, out / "fig1_attention.png"))
-    return paths
+    return save(fig, out / "fig1_attention.png")
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True)
+EXPERIMENT = Experiment(name="phenomenon", title="Table 1 / Fig. 1: RoPE generalizes, APE memorizes", study=study,
+                        evaluate=evaluate, report=report, in_run_all=True)
