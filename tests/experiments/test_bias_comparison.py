@@ -37,6 +37,10 @@ def test_alibi_is_judged_by_what_a_monotone_bias_can_do():
     assert "alibi m=2^-8, K=1: cells selecting -1 (usable slope)" not in got  # too flat: n.a. only
     rows[4]["peak_offset"] = -2  # a monotone bias selecting -2 would contradict the account
     assert verdicts(rows)["alibi m=0.5, K=2: cells selecting -K (monotone bias: predicted none)"] is False
+    # at a flat slope -1 and -2 tie within sampling noise: a -2 argmax there decides nothing
+    flat = cells("alibi m=2^-8", "alibi", "relative", 2, [-1, -1, -2, -1], slope=2 ** -8)
+    (claim,) = [c for c in judge_all(bc.CLAIMS, flat) if "accuracy" not in c.name]
+    assert claim.holds is None and claim.measured == "25.0%" and "noise" in claim.note
 
 
 def test_t5_cells_with_untrained_buckets_are_na_and_covered_ones_judged():
