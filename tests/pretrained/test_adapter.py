@@ -80,8 +80,7 @@ def test_gpt2_keeps_its_projection_and_refuses_a_schedule(tiny):
 def test_existing_leakage_probe_runs_unchanged(tiny):
     model = load(tiny("llama"))
     out = leakage(model, lm_batch(b=4, s=24), early=8)
-    assert out["logits_delta"].shape == (model.n_layers, model.n_heads)
-    assert out["received_0"].shape == (model.n_layers, model.n_heads)
+    assert out["received_0"].shape == out["sink"].shape == (model.n_layers, model.n_heads)
     # causal mask: query 0 attends only to key 0, so key 0 receives everything there
     assert bool((out["received"][..., 0] > 0).all())
 
