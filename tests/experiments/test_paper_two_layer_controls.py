@@ -61,7 +61,8 @@ def test_controls_end_to_end_with_snapshots_and_evaluate_only_fixes(tmp_path):
     summary, rows, claims, table = _run("controls", extra, tmp_path)
     assert summary["members"] == 3 and summary["variants"] == 2  # interpolate and rescale of "ape 16 rows"
     assert {p.name for p in summary["files"]} == {"rows.csv", "members.csv", "snapshots.csv", "dilution.csv",
-                                                   "kernel.csv", "table.md", "claims.json", "controls.png"}
+                                                   "kernel.csv", "table.md", "claims.json", "controls.png",
+                                                   "coemergence.png"}
     snaps = [r for r in rows if r["probe"] == "snapshot" and r["setting"] == "base" and "variant" not in r]
     assert sorted(r["step"] for r in snaps) == [0, 2, 5]
     fixes = {r["variant"] for r in rows if "variant" in r}
@@ -71,6 +72,8 @@ def test_controls_end_to_end_with_snapshots_and_evaluate_only_fixes(tmp_path):
     assert mem["ape 16 rows"]["kernel_ratio"] is None and 0 < mem["base"]["kernel_ratio"] < 1
     names = [c["name"] for c in claims]
     assert any("margin" in n or "1/(1+(L-1)" in n for n in names) and any("dilution" in n for n in names)
+    assert any("selecting offset -K (every length)" in n for n in names)  # "throughout", not only the longest
+    assert "APE inference-time fixes" in table and any("at >= 90% of its final value" in n for n in names)
 
 
 def test_interpolation_changes_what_an_unseen_position_reads():
