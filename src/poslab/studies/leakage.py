@@ -121,8 +121,8 @@ def _ab(prefix: str = "") -> tuple[Column, ...]:
 TABLES = [
     Table("Components per model", by=("model",), where=MODEL,
           intro="Mean ± std over seeds of each seed's mean over layers and heads. (a): share of the log-weights' "
-                "variance in the relative fit's log-normaliser; (b): R² gain of key position and query-key "
-                "interactions over f(i - j) + g(i) on per-query-centred logits, split in the next two columns.",
+                "variance in the relative fit's log-normaliser; (b): share of the per-query-centred logits' "
+                "variance beyond f(i - j) + g(i) (fitting x held-out halves), split in the next two columns.",
           columns=(*_ab(), Column("(b) key h(j)", "component_b_key"),
                    Column("(b) interactions", "component_b_interaction"), *_ab("early "),
                    Column("slope of (b) on layer", "depth_slope"), Column("sink heads", "sink_heads", 1),
