@@ -7,17 +7,18 @@
     out_i     = sum_j weights_ij v_j + value_bias_i
 
 Every hook of the encoding is called unconditionally; ``None`` from ``score_bias`` or
-``value_bias`` means "nothing to add". When no value bias is returned, the attention is softmax
-no learned score bias or key gate is returned (their gradients cannot flow through the fused
-kernel's mask; a fixed bias such as ALiBi's travels as a float ``attn_mask``), the weights are not asked for and no ``vmap`` is active, the fused
-``scaled_dot_product_attention`` computes it, with the mask.
+``value_bias`` means "nothing to add". The fused ``scaled_dot_product_attention`` computes the
+attention (with the mask) when all of these hold: it is softmax attention, no value bias is
+returned, no learned score bias or key gate is returned (their gradients cannot flow through the
+fused kernel's mask; a fixed bias such as ALiBi's travels as a float ``attn_mask``), and the
+weights are not asked for. Otherwise the explicit path below computes it.
 
 ``is_causal=True`` says the mask is exactly the square causal one (query i keeps keys j <= i) and
 ``mask`` is then left None: the fused kernel gets ``is_causal=True`` instead of a dense boolean
 mask (it skips the masked half), and the explicit path builds the mask itself. Under ``vmap``
-(the ensemble trainer) the fused kernel is used too when ``FUSED_UNDER_VMAP``: measured on the
-character LM, looping the kernel over members is no slower than the explicit path, sometimes
-faster (``poslab bench lm``: 57.4 vs 57.7 ms per member-step for two members on one core).
+(the ensemble trainer) the fused kernel is used too when ``FUSED_UNDER_VMAP``: on the character
+LM, looping the kernel over members is no slower than the explicit path (``poslab bench lm``
+measures both).
 
 Notation: b batch, h head, i query index, j key index, d head dim.
 """
@@ -131,7 +132,9 @@ def attention_weights(scores: Tensor, mask: Tensor | None, kind: str, key_gate: 
 
 
 def _is_vmapped(x: Tensor) -> bool:
-    # The fused kernel has no vmap batching rule on CPU (torch loops it over members).
+    # The fused kernel has no vmap batching rule on CPU (torch loops it over members). torch has
+    # no public "is this tensor batched by vmap" query (torch.func exposes none), hence the
+    # private one; tests/models check both paths give the same numbers.
     return torch._C._functorch.is_batchedtensor(x)
 
 

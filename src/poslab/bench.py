@@ -22,7 +22,6 @@ from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import worker_pool
 from poslab.experiments.runner import members, train_members
 
-members_of = members
 from poslab.train import train_plain
 
 
@@ -135,7 +134,7 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
         if not (isinstance(value, int) and value >= 1):
             raise ConfigError(field, value, "a positive integer")
     study = lm_study(preset, encodings=(encoding,), seeds=members)
-    group = members_of("bench", study)
+    group = members("bench", study)
     make, task, cfg = group[0].make_model(), group[0].task, study.train
     m, L = group[0].model_config, cfg.max_length
     warm = 3

@@ -1,7 +1,7 @@
 """Results store: one SQLite file for runs and metric rows, safetensors weights beside it.
 
 A run is keyed by ``config_hash(config)`` (or any file-name-safe key the caller chooses). A sweep
-asks ``finished_keys`` which of its keys are done, trains the rest, and ``record``s each one; a
+reads which of its keys are recorded (``runs``), trains the rest, and ``record``s each one; a
 sweep interrupted at any point resumes without losing or duplicating a row.
 
 Layout and schema::
@@ -166,19 +166,6 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def finished(self, key: str) -> bool:
-        """Whether a run with this key has status "finished" (a diverged one does not count)."""
-        return bool(self.finished_keys([key]))
-
-    def finished_keys(self, keys: Iterable[str]) -> set[str]:
-        """The subset of ``keys`` whose runs have status "finished"."""
-        cur = self._conn.execute(
-            "SELECT key FROM runs WHERE status = 'finished'"
-            " AND key IN (SELECT value FROM json_each(?))",
-            (_json_keys(keys),),
-        )
-        return {key for (key,) in cur}
 
     def record(
         self,

@@ -53,7 +53,6 @@ from poslab.models.loss import aligned_logits, masked_cross_entropy
 from poslab.tasks.base import PER, Batch, Task, sample_steps
 
 OPTIMIZERS = ("adam", "adamw")
-LENGTH_SAMPLING = PER
 LR_SCHEDULES = ("constant", "cosine")
 
 
@@ -81,7 +80,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        check_choice("length_sampling", self.length_sampling, LENGTH_SAMPLING)
+        check_choice("length_sampling", self.length_sampling, PER)
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         if not 1 <= self.min_length <= self.max_length:
             raise ConfigError("min_length", self.min_length, f"an integer in [1, max_length={self.max_length}]")

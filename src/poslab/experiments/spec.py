@@ -44,8 +44,9 @@ class Ref:
     column: str
     scale: float = 1.0
 
-    def of(self, row: Row) -> float:
-        return self.scale * row[self.column]
+    def of(self, row: Row):
+        value = row[self.column]
+        return value if self.scale == 1.0 else self.scale * value  # a string column is compared as is
 
 
 def neg(column: str) -> Ref:

@@ -10,8 +10,6 @@ same entry points, so the trainer and the probes never ask which model they hold
 
 from __future__ import annotations
 
-import dataclasses
-
 from poslab.errors import ConfigError
 from poslab.models.loss import masked_cross_entropy
 from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
@@ -29,10 +27,5 @@ def model_classes(name: str) -> tuple[type, type]:
     return MODELS[name]
 
 
-def model_fields(name: str) -> dict[str, dataclasses.Field]:
-    """The config fields of model ``name``, by name."""
-    return {f.name: f for f in dataclasses.fields(model_classes(name)[1])}
-
-
 __all__ = ["MODELS", "RetrievalHead", "RetrievalHeadConfig", "Transformer", "TransformerConfig",
-           "masked_cross_entropy", "model_classes", "model_fields"]
+           "masked_cross_entropy", "model_classes"]
