@@ -34,6 +34,7 @@ def test_quick_runs_stores_and_resumes(tmp_path):
     text = (tmp_path / "out" / "table.md").read_text()
     assert "Loss by position bucket" in text and "Passkey exact match" in text
     assert "yarn: loss past L0 below no scaling's (x2)" in text
+    assert "**no**" not in text and "| yes |" not in text  # a random checkpoint decides no claim (n.a.)
 
 
 def test_rows_of_one_member(tiny):
