@@ -95,7 +95,7 @@ TABLES = [
         Column("rank conc. of W", "rank_concentration"), Column("margin mu", "margin"))),
     Table("Dilution: least squares of 1/a* on L - 1, per seed", by=(*BY, "span", "lengths"), where=FIT,
           columns=(Column("slope c", "slope", 4), Column("intercept", "intercept"), Column("R^2", "r2"),
-                   Column("max |residual| / mean 1/a*", "max_rel_residual"))),
+                   Column("max abs residual / mean 1/a*", "max_rel_residual"))),
     Table("Peak attention height by length", by=BY, where=probe("length"), pivot=Pivot("length", "peak_height", "L={}")),
 ]
 FIGURES = [
