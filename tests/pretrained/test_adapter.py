@@ -38,7 +38,7 @@ def test_collect_matches_the_checkpoints_own_forward(tiny, kind):
         future = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)
         assert float(layer.pattern[..., future].abs().max()) == 0.0  # causal
     # the residual stream: each layer's output is the next layer's input
-    for a, c in zip(inter.layers, inter.layers[1:]):
+    for a, c in zip(inter.layers, inter.layers[1:], strict=False):
         assert torch.equal(a.resid_post, c.resid_pre)
 
 

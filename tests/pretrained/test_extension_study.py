@@ -63,7 +63,7 @@ def test_rows_of_one_member(tiny):
 def test_buckets_cover_every_position():
     got = buckets(1000)
     assert got[0] == (0, 16) and got[-1][1] == 1000
-    assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
+    assert all(a[1] == b[0] for a, b in zip(got, got[1:], strict=False))
 
 
 def test_derived_rows():

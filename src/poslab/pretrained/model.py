@@ -68,7 +68,8 @@ class PoslabRotary(nn.Module):
         self.head_dim, self.base, self.max_position_embeddings = head_dim, base, max_position_embeddings
         self.scaling = dict(scaling or {})
         self.rope_type = self.scaling.get("rope_type", self.scaling.get("type", "default"))
-        inv_freq, factor = rope_frequencies(head_dim, base, self.scaling, max_position_embeddings=max_position_embeddings)
+        inv_freq, factor = rope_frequencies(head_dim, base, self.scaling,
+                                            max_position_embeddings=max_position_embeddings)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # [r/2], at L <= L0 for dynamic/longrope
         self.attention_scaling = float(factor)
         self.n_hat = unscaled_positions(self.scaling)
@@ -205,7 +206,7 @@ class PretrainedLM(nn.Module):
         self.schedule = cfg
 
     def restore(self) -> None:
-        for (parent, name), module in zip(self._rotary_slots, self.own_rotary):
+        for (parent, name), module in zip(self._rotary_slots, self.own_rotary, strict=True):
             setattr(parent, name, module)
         self.schedule = None
 
@@ -265,13 +266,13 @@ class PretrainedLM(nn.Module):
         _register_attention()
         records = [dict() for _ in self.layers]
         handles, attn_modules = [], []
-        for l, layer in enumerate(self.layers):
-            handles.append(layer.register_forward_pre_hook(_keep_input(records[l]), with_kwargs=True))
-            handles.append(layer.register_forward_hook(_keep_output(records[l])))
+        for i, layer in enumerate(self.layers):
+            handles.append(layer.register_forward_pre_hook(_keep_input(records[i]), with_kwargs=True))
+            handles.append(layer.register_forward_hook(_keep_output(records[i])))
             attention = next(m for m in layer.modules() if m.__class__.__name__.endswith("Attention"))
-            attention._poslab_record = records[l]
+            attention._poslab_record = records[i]
             attn_modules.append(attention)
-            handles.append(attention.register_forward_pre_hook(_keep_rotation(records[l]), with_kwargs=True))
+            handles.append(attention.register_forward_pre_hook(_keep_rotation(records[i]), with_kwargs=True))
         previous = self.config._attn_implementation
         try:
             self.hf.set_attn_implementation(ATTN)

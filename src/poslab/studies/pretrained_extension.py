@@ -60,7 +60,8 @@ CLAIMS = [
               note="loss at positions >= L0 minus loss below L0"),
     ClaimSpec(name="{method}: loss past L0 below no scaling's (x{scale})", paper="survey: PI, NTK, YaRN, ... "
               "extend the usable context", where=probe("vs_none") & above("scale", 1), per=("method", "scale"),
-              measure=mean("gain"), op=">", threshold=0.0, note="no scaling's loss minus the method's, positions >= L0"),
+              measure=mean("gain"), op=">", threshold=0.0,
+              note="no scaling's loss minus the method's, positions >= L0"),
     ClaimSpec(name="{method}: short-context retention at L0", paper="survey: extension must keep short-context "
               "quality (no number; 0.1 nats is poslab's bar)", where=probe("vs_none") & is_("scale", 1),
               per=("method",), measure=mean("retention_cost"), op="<=", threshold=0.1,
@@ -161,7 +162,7 @@ def checkpoint_source(name: str):
 def check(study: StudyConfig) -> None:
     """Every refusal before any weights are read: settings, the checkpoint, the schedule, memory."""
     from poslab.pretrained.loading import read_config, require_transformers
-    from poslab.pretrained.model import attention_bytes, memory_bytes, BYTES_LIMIT_FRACTION
+    from poslab.pretrained.model import BYTES_LIMIT_FRACTION, attention_bytes, memory_bytes
     from poslab.pretrained.table import entry_from_config
 
     m = settings(study)
@@ -276,7 +277,7 @@ def buckets(n: int) -> list[tuple[int, int]]:
     """Log-spaced position buckets covering 0 .. n - 1: [0, 16), [16, 32), [32, 64), ..."""
     edges = [0] + [2 ** k for k in range(int(math.log2(FIRST_BUCKET)), int(math.ceil(math.log2(max(n, 2)))) + 1)]
     edges = sorted({min(e, n) for e in edges})
-    return [(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo]
+    return [(lo, hi) for lo, hi in zip(edges, edges[1:], strict=False) if hi > lo]
 
 
 # The standard passkey prompt (Mohtashami & Jaggi 2023), as used by PI, YaRN and LongRoPE.
