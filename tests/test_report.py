@@ -93,3 +93,12 @@ def test_renders_in_headless_chromium(page, tmp_path):
     assert counts["loaded"] == counts["images"]
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert console == [], console
+
+
+def test_html_opens_with_contents_and_puts_the_headline_figure_beside_the_claims(page):
+    text = (page / "page" / "report.html").read_text()
+    nav = text.index("<nav>")
+    assert nav < text.index("Which published claims reproduced")
+    assert '<a href="#phenomenon">phenomenon</a>' in text[nav:text.index("</nav>")] and 'id="phenomenon"' in text
+    study = text[text.index('<div class="study">'):]
+    assert study.index("The paper beside this run") < study.index("</div><figure>") < study.index("</figure></div>")

@@ -127,7 +127,8 @@ def render_markdown(secs: list[Section], store: Path, out: Path) -> str:
 _CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #bbb;padding:3px 7px;text-align:left;
 font-size:0.9em}th{background:#eee}td.no{color:#b00;font-weight:bold}td.yes{color:#070}
-img{max-width:100%;display:block;margin:0.5em 0 1.5em}"""
+img{max-width:100%;display:block;margin:0.5em 0 1.5em}nav li{margin:0.2em 0}
+.study{display:flex;gap:1.5em;align-items:flex-start}.study>div{flex:3;min-width:0}.study>figure{flex:2;margin:0}"""
 
 
 def _html_table(header: list[str], body: list[list], verdict_col: int | None = None) -> str:
@@ -148,21 +149,46 @@ def render_html(secs: list[Section], store: Path) -> str:
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>poslab report</title>",
              f"<style>{_CSS}</style></head><body>", "<h1>poslab report</h1>", f"<p>Store: <code>{e(str(store))}</code></p>",
              "<h2>Which published claims reproduced</h2>", _html_table(SUMMARY_HEADER, _totals(secs))]
+    contents = []
+    for s in secs:
+        c = summary(s.claims) if s.claims is not None else None
+        tally = (f" ({c['held']} met, {c['failed']} not met, {c['not_judged']} n.a.)" if c else " (no claims yet)")
+        contents.append(f'<li><a href="#{e(s.name)}">{e(s.name)}</a>: {e(s.title)}{e(tally)}</li>')
+    parts.insert(parts.index("<h2>Which published claims reproduced</h2>"),
+                 "<nav><h2>Contents</h2><ul>" + "".join(contents) + "</ul></nav>")
     for s in secs:
         parts += [f'<h2 id="{e(s.name)}">{e(s.name)}: {e(s.title)}</h2>',
                   "<p>Runs: " + e(", ".join(f"{n} {status}" for status, n in s.statuses.items())) + "</p>",
                   _html_table(["budget", "value"], [list(b) for b in s.budgets])]
+        figures = list(s.figures)
+        headline = _headline(s.name, figures)
+        claims_html = "<p>No claims.json yet: run the study to write it.</p>"
         if s.claims is not None:
             body = [[c.name, c.paper, c.measured_text(), c.criterion,
                      {True: "yes", False: "no", None: "n.a."}[c.holds], c.note] for c in s.claims]
-            parts += ["<h3>The paper beside this run</h3>",
-                      _html_table(["claim", "paper", "measured", "criterion", "met", "note"], body, verdict_col=4)]
-        for f in s.figures:
-            data = base64.b64encode(f.read_bytes()).decode()
-            parts.append(f'<figure><img alt="{e(f.name)}" src="data:image/png;base64,{data}">'
-                         f"<figcaption>{e(f.name)}</figcaption></figure>")
+            claims_html = "<h3>The paper beside this run</h3>" + _html_table(
+                ["claim", "paper", "measured", "criterion", "met", "note"], body, verdict_col=4)
+        parts.append(f'<div class="study"><div>{claims_html}</div>'
+                     + (_figure(headline) if headline is not None else "") + "</div>")
+        parts += [_figure(f) for f in figures if f != headline]
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _headline(name: str, figures: list[Path]) -> Path | None:
+    """The study's declared headline figure (``Experiment.headline``), else its first figure."""
+    from poslab.studies import EXPERIMENTS
+
+    exp = EXPERIMENTS.get(name)
+    want = exp.headline if exp is not None else None
+    return next((f for f in figures if f.name == want), figures[0] if figures else None)
+
+
+def _figure(f: Path) -> str:
+    e = html.escape
+    data = base64.b64encode(f.read_bytes()).decode()
+    return (f'<figure><img alt="{e(f.name)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{e(f.name)}</figcaption></figure>")
 
 
 def write_report(store: Path, results: Path | None, out: Path) -> tuple[Path, Path]:

@@ -142,6 +142,7 @@ class Experiment:
     table_length: Callable[[StudyConfig], int] | None = None  # learned tables' length (default: longest length)
     checks_eval_lengths: bool = False  # check() validates eval lengths itself (the runner does not)
     in_run_all: bool = False  # part of ``poslab run all`` (the seed paper's studies)
+    headline: str | None = None  # the figure the report shows beside the claims (default: the first)
     # an evaluate-only study with no trained members (a pretrained checkpoint): it lists, keys, stores and
     # resumes its own members; (study, store=, out=, device=, force=, progress=) -> run_study's summary.
     # validate() then runs only its check(study); run_study() hands the whole run to it.
