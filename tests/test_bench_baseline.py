@@ -32,3 +32,15 @@ def test_plain_gpt_equals_transformer_with_copied_weights(encoding):
         # and it is not vacuous: another readout gives other logits
         plain.U.weight.mul_(1.5)
         assert not torch.allclose(plain(tokens), ours(tokens), atol=1e-3)
+
+
+def test_bench_profile_splits_a_study_into_phases_that_add_up():
+    from poslab.bench import PHASES, bench_profile
+
+    got = bench_profile("k1", preset="quick", overrides=("seeds=1", "train.steps=5", "eval.n_sequences=16",
+                                                          "eval.lengths=[12]"), echo=lambda *_: None)
+    seconds = {r["phase"]: r["seconds"] for r in got["rows"]}
+    assert set(seconds) == {*PHASES, "other"} and all(v >= 0 for v in seconds.values())
+    assert sum(seconds.values()) <= got["wall"] * 1.001  # the phases never count time twice
+    for phase in ("sampling", "forward", "backward", "optimizer", "evaluation", "tables and figures"):
+        assert seconds[phase] > 0, phase

@@ -266,6 +266,18 @@ def bench_train(steps, plain_steps, workers):
     run_bench(steps=steps, plain_steps=plain_steps, workers=workers, echo=click.echo)
 
 
+@bench.command("profile")
+@click.argument("experiment", default="phenomenon")
+@click.option("--preset", default="paper", show_default=True)
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="as in poslab run")
+def bench_profile(experiment, preset, overrides):
+    """Where one study's wall time goes: sampling, forward, backward, optimizer, evaluation,
+    variants, store, tables and figures (cProfile, inline, a temporary store)."""
+    from poslab.bench import bench_profile as profile
+
+    profile(experiment, preset=preset, overrides=overrides, echo=click.echo)
+
+
 @bench.command("eval")
 @click.option("--model", "model_type", type=click.Choice(["retrieval_head", "lm"]), default="retrieval_head",
               show_default=True, help="a trained RoPE head (accuracy, attention), or the character LM (position-wise loss)")
