@@ -134,3 +134,16 @@ def test_row_norms_read_the_rows_past_lmax_against_their_initial_values():
     rope = RetrievalHead(RetrievalHeadConfig(encoding="rope", d_model=16, max_len=48))
     assert controls.row_norms(rope, rope, 16) == dict(unseen_row_norm_ratio=None, seen_row_norm_ratio=None)
     assert np.isfinite(got["unseen_row_norm_ratio"])
+
+
+def test_the_decay_failure_is_judged_only_where_the_head_learned_the_task_in_range():
+    def rows(setting, in_range_acc, far_acc):
+        return [dict(probe="length", setting=setting, seed=0, length=L, in_range=L <= 16,
+                     accuracy=in_range_acc if L <= 16 else far_acc, peak_offset=3, a_star=0.1, margin=1.0,
+                     bound=0.05, chance=0.05) for L in (12, 16, 48)]
+    _, claims = _controls_claims(rows("ape l2=0.01", 0.13, 0.09) + rows("ape wd=0.01", 1.0, 0.07))
+    name = "{}: APE accuracy at the longest length"
+    assert claims[name.format("ape l2=0.01")].holds is None  # never learned: n.a., not a "yes"
+    assert claims[name.format("ape wd=0.01")].holds is True
+    _, claims = _controls_claims(rows("ape wd=0.01", 1.0, 0.5))
+    assert claims[name.format("ape wd=0.01")].holds is False
