@@ -126,7 +126,7 @@ CLAIMS = [
               threshold=1.0, percent=True, note="{n} pairs started more than 5% off"),
     ClaimSpec(name="MoPE pairs within 5% of omega sigma = c after training ({sigma_init} start)",
               paper="128 / 128 (100%)", where=probe("move") & is_("sigma_init", "boundary"), per=("sigma_init",),
-              measure=share("final_gap", "<=", NEAR),
+              measure=share("final_gap", "<=", NEAR), percent=True,
               na="every pair starts on the boundary (sigma0 = 0.01): staying there is not converging to it"),
     ClaimSpec(name="learned tau (mean over layers, heads, models)", paper="~0.35", where=probe("gate"),
               measure=mean("tau"), op="~", threshold=0.35, tol=0.1),
