@@ -10,11 +10,11 @@ from __future__ import annotations
 from poslab.errors import ConfigError
 from poslab.experiments.runner import Experiment
 from poslab.studies import (bias_comparison, context_extension, controls, heads, k1, leakage, linear_control, lm,
-                            mope, phenomenon, pretrained_extension, two_layer, validation)
+                            mope, phenomenon, pretrained_extension, pretrained_leakage, two_layer, validation)
 
 EXPERIMENTS: dict[str, Experiment] = {m.EXPERIMENT.name: m.EXPERIMENT for m in (
     phenomenon, validation, lm, context_extension, leakage, bias_comparison, linear_control, heads, k1, two_layer,
-    controls, mope, pretrained_extension)}
+    controls, mope, pretrained_extension, pretrained_leakage)}
 
 # ``poslab run all``: every study flagged ``in_run_all`` (the seed paper's), in the paper's order.
 PAPER_STUDIES: tuple[str, ...] = tuple(n for n, e in EXPERIMENTS.items() if e.in_run_all)
