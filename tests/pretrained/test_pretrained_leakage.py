@@ -1,0 +1,101 @@
+"""pretrained-leakage end to end on tiny random checkpoints: the sink share against a plain HF
+forward, BOS windows, the closed-system check, derived rows, storage and resume, refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("transformers", reason="the pretrained extra (transformers) is not installed")
+import torch
+
+from poslab.errors import ConfigError
+from poslab.experiments.runner import run_study, validate
+from poslab.store import Store
+from poslab.studies import get_experiment
+from poslab.studies.pretrained_leakage import bos_id, derived_rows, evaluate_mode, windows
+
+EXP = get_experiment("pretrained-leakage")
+TEXT = "To be, or not to be, that is the question. Whether 'tis nobler in the mind to suffer. " * 8
+
+
+def config(**kw):
+    return dict(dict(bos="with BOS", length=40, windows=4, first_query=16), **kw)
+
+
+def test_sink_share_is_the_attention_on_key_0_of_a_plain_eager_forward(tiny):
+    from poslab.pretrained import encode_text, load
+
+    model = load(str(tiny("llama")))
+    ids = encode_text(model, TEXT)
+    rows = evaluate_mode(model, ids, config(bos="without BOS"))
+    tokens = windows(model, ids, config(bos="without BOS"))
+    model.hf.set_attn_implementation("eager")
+    with torch.no_grad():
+        att = model.hf(input_ids=tokens, output_attentions=True).attentions  # per layer [b, h, n, n]
+    for r in (r for r in rows if r["probe"] == "head"):
+        want = float(att[r["layer"]][:, r["head"], 16:, 0].mean())
+        assert r["sink_share"] == pytest.approx(want, abs=1e-5)
+    assert not any(r["probe"] == "closed" for r in rows)  # the closed-system check runs in the BOS mode
+
+
+def test_bos_mode_puts_the_bos_first_and_the_closed_system_check_separates_the_inputs(tiny):
+    from poslab.pretrained import encode_text, load
+
+    model = load(str(tiny("llama")))
+    ids = encode_text(model, TEXT)
+    tokens = windows(model, ids, config())
+    assert tokens.shape == (4, 40) and (tokens[:, 0] == bos_id(model)).all()
+    assert torch.equal(tokens[0, 1:], ids[:39])
+    closed = [r for r in evaluate_mode(model, ids, config()) if r["probe"] == "closed"]
+    assert [r["layer"] for r in closed] == [0, 1, 2]
+    assert all(r["bos_at_0"] == pytest.approx(1.0, abs=1e-6) for r in closed)
+    assert all(r["content_at_0"] < 0.99 for r in closed)  # different first tokens, different trajectories
+
+
+def test_a_sliding_window_checkpoint_runs_with_its_own_window(tiny):
+    from poslab.pretrained import encode_text, load
+
+    model = load(str(tiny("mistral")))
+    rows = evaluate_mode(model, encode_text(model, TEXT), config(length=32))
+    assert len([r for r in rows if r["probe"] == "head"]) == 2 * 4
+
+
+def test_derived_rows_count_sink_heads_per_mode():
+    rows = [dict(probe="head", bos=m, layer=0, head=h, sink_share=s, sink=float(s >= 0.3), component_a=0.1,
+                 component_b=0.2, early_component_b=0.3) for m, shares in (("with BOS", (0.9, 0.1, 0.5)),
+                                                                         ("without BOS", (0.0, 0.2, 0.1)))
+            for h, s in enumerate(shares)]
+    got = {r["bos"]: r for r in derived_rows(rows)}
+    assert got["with BOS"]["sink_heads"] == 2 and got["without BOS"]["sink_heads"] == 0
+    assert got["with BOS"]["sink_share"] == pytest.approx(0.5)
+
+
+def test_quick_runs_stores_resumes_and_judges_the_architectural_claims(tmp_path):
+    study = dataclasses.replace(EXP.study("quick"), model={**EXP.study("quick").model, "windows": 4, "length": 32})
+    with Store(tmp_path / "s.sqlite") as store:
+        first = run_study(EXP, study, store=store, out=tmp_path / "out", progress=False)
+        assert first["members"] == 2 and first["trained"] == 2
+        again = run_study(EXP, study, store=store, out=tmp_path / "out", progress=False)
+        assert again["trained"] == 0 and again["reused"] == 2
+    text = (tmp_path / "out" / "table.md").read_text()
+    assert "| BOS at 0: position-0 residual identical across inputs | constant fingerprint with BOS | 1.000 |" in text
+    assert "with BOS: sink heads exist" in text and "n.a.: a random tiny checkpoint" in text
+
+
+@pytest.mark.parametrize("model, field", [(dict(first_query=64), "model.first_query"),
+                                          (dict(windows=1), "model.windows"), (dict(dtype="bfloat16"), "model.dtype"),
+                                          (dict(heads=3), "model.heads")])
+def test_bad_settings_are_refused_before_any_work(model, field):
+    study = EXP.study("quick")
+    with pytest.raises(ConfigError) as e:
+        validate(dataclasses.replace(study, model={**study.model, **model}), "cpu", EXP)
+    assert e.value.field == field
+
+
+def test_bad_mode_is_refused():
+    study = dataclasses.replace(EXP.study("quick"), grid={"model.bos": ("with BOS", "sometimes")})
+    with pytest.raises(ConfigError) as e:
+        validate(study, "cpu", EXP)
+    assert e.value.field == "model.bos"
