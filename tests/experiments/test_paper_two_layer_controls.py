@@ -50,7 +50,7 @@ def test_two_layer_end_to_end(tmp_path):
     assert all(r["random_direction_head"] == 1 / r["d_head"] for r in members)
     assert all(r["kernel_argmax"] is not None for r in members if r["encoding"] == "rope")
     kernel = [r for r in rows if r["probe"] == "kernel"]
-    assert len(kernel) == 2 * 20 and max(r["phi_norm"] for r in kernel) == 1.0  # rope x widths x [-19, 0]
+    assert len(kernel) == 2 * 20 and max(abs(r["phi_norm"]) for r in kernel) == 1.0  # rope x widths x [-19, 0]
     lengths = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
     assert {r["length"] for r in lengths} == {"12", "20"}
     assert all(r["accuracy_out"] in ("", "nan") for r in lengths if r["length"] == "12")

@@ -120,7 +120,7 @@ FIGURES = [
           where=probe("offset") & ROPE & is_("seed", 0), xlabel="offset delta = t - (L - 1)",
           ylabel="last-query attention (seed 0)"),
     Lines("kernel.png", x="delta", y="phi_norm", series=("setting",), where=probe("kernel"),
-          xlabel="offset delta", ylabel="phi_c(delta) / max phi_c", title="retrieving head's carrier kernel"),
+          xlabel="offset delta", ylabel="phi_c(delta) / max |phi_c|", title="retrieving head's carrier kernel"),
 ]
 
 
@@ -230,7 +230,7 @@ def _retrieving_head(ctx, heads, last, lengths, K: int, Lmax: int, ref: int) -> 
         out.update(kernel_argmax=top["argmax"], kernel_single_peak=int(top["argmax"] == -K and top["unique"]),
                    kernel_second=f"{top['second']} ({top['ratio']:.2f})", kernel_ratio=top["ratio"],
                    g_ratio=float(g.max() / probes.rotary_kernel(theta, 0.0)), g_second=int(s[g.argmax()]))
-        out["_kernel"] = [dict(probe="kernel", delta=int(d), phi_norm=float(v / phi.max()))
+        out["_kernel"] = [dict(probe="kernel", delta=int(d), phi_norm=float(v / np.abs(phi).max()))
                           for d, v in zip(deltas, phi, strict=True)]
     return out
 
