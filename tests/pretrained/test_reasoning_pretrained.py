@@ -32,7 +32,7 @@ def test_a_random_llama_runs_every_task_and_scores_near_zero(tiny):
     examples = [generate(task, 360, 0.5, 0) for task in sorted(TASKS)]
     rows = evaluate_pretrained(model, examples)
     assert [r["task"] for r in rows] == sorted(TASKS)
-    for ex, r in zip(examples, rows):
+    for ex, r in zip(examples, rows, strict=True):
         assert r["prompt_tokens"] == len(ex.prompt.encode("utf-8"))  # byte-level: no tokenizer in the tiny model
         assert r["answer"] == ex.answer.strip() and r["exact"] in (0.0, 1.0)
         assert len(r["output"]) > 0

@@ -151,3 +151,13 @@ def test_bad_input_is_one_config_error_naming_the_field(call, field):
     with pytest.raises(ConfigError) as e:
         call()
     assert e.value.field == field
+
+
+def test_the_docstring_worked_examples_are_what_the_generators_give():
+    ex = generate("multikey", 240, 0.0, 0, keys=2)
+    assert ex.prompt.startswith("The special magic number for fdatyq is: 7791861. There and back again.")
+    assert ex.answer == " 7791861"
+    assert generate("brackets", 200, 0.0, 0, nesting=3, groups=1).answer == " ) ] }"
+    code = generate("code", 130, 0.0, 0, functions=2)
+    assert code.prompt == ("def f_rhyq(x):\n    return x * 2 + 42\ndef f_tbbs(x):\n    return x * 3 + 12\n"
+                           "print(f_rhyq(6))  # prints") and code.answer == " 54"

@@ -34,11 +34,20 @@ a ConfigError. The same (task, length, depth, seed, params) always gives the sam
 
 Worked examples (seed 0; answers start with a space, as a continuation would)::
 
-    generate("multikey", 160, 0.0, 0, keys=2).prompt
-        'The special magic number for ... is: 5270483. <filler> ... What is the special magic
-         number for ...? The special magic number for ... is:'              answer ' 5270483'
-    generate("brackets", 200, 0.0, 0, nesting=3).answer                    e.g. ' > ] )'
-    generate("code", 300, 0.5, 0, functions=6).prompt ends '... print(f_xxxx(4))  # prints'
+    generate("multikey", 240, 0.0, 0, keys=2)
+        prompt  "The special magic number for fdatyq is: 7791861. There and back again. The special
+                 magic number for grydci is: 9683992. A bird sings in the morning. What is the special
+                 magic number for fdatyq? The special magic number for fdatyq is:"
+        answer  " 7791861"
+    generate("brackets", 200, 0.0, 0, nesting=3, groups=1)
+        prompt  "{ [ The road is long and quiet. { } There and back again. The grass is green. ( The
+                 sky is blue. Here we go. Question: write the brackets that close every bracket still
+                 open, innermost first. Answer:"
+        answer  " ) ] }"
+    generate("code", 130, 0.0, 0, functions=2)
+        prompt  "def f_rhyq(x):\n    return x * 2 + 42\ndef f_tbbs(x):\n    return x * 3 + 12\n"
+                "print(f_rhyq(6))  # prints"
+        answer  " 54"
 
 Notation: L the requested length in characters, d the depth in [0, 1].
 """
@@ -144,7 +153,7 @@ def _multikey(rng, length, depth, keys: int = 4):
     names = _names(rng, keys, 6, "abcdefghijklmnopqrstuvwxyz")
     values = [str(rng.randrange(10 ** 6, 10 ** 7)) for _ in names]
     inserts = [(depth, KEY_NEEDLE.format(key=names[0], value=values[0]))]
-    inserts += [(rng.random(), KEY_NEEDLE.format(key=k, value=v)) for k, v in zip(names[1:], values[1:])]
+    inserts += [(rng.random(), KEY_NEEDLE.format(key=k, value=v)) for k, v in zip(names[1:], values[1:], strict=True)]
     question = (f"What is the special magic number for {names[0]}? "
                 f"The special magic number for {names[0]} is:")
     return _layout(rng, length, sorted(inserts, key=lambda x: x[0]), question), " " + values[0]
@@ -154,7 +163,7 @@ def _multivalue(rng, length, depth, values: int = 3):
     _count("values", values, 1, 64)
     key = _names(rng, 1, 6, "abcdefghijklmnopqrstuvwxyz")[0]
     vals = [str(rng.randrange(10 ** 6, 10 ** 7)) for _ in range(values)]
-    inserts = [(d, KEY_NEEDLE.format(key=key, value=v)) for d, v in zip(_after(rng, depth, values), vals)]
+    inserts = [(d, KEY_NEEDLE.format(key=key, value=v)) for d, v in zip(_after(rng, depth, values), vals, strict=True)]
     question = f"What are all the special magic numbers for {key}? In order, they are:"
     return _layout(rng, length, inserts, question), " " + ", ".join(vals)
 
@@ -168,8 +177,8 @@ def _vartrack(rng, length, depth, hops: int = 3, chains: int = 2):
     for c in range(chains):
         chain = names[c * hops:(c + 1) * hops]
         depths = _after(rng, depth, hops) if c == 0 else sorted(rng.random() for _ in range(hops))
-        texts = [f"VAR {chain[0]} = {values[c]}."] + [f"VAR {b} = {a}." for a, b in zip(chain, chain[1:])]
-        inserts += list(zip(depths, texts))
+        texts = [f"VAR {chain[0]} = {values[c]}."] + [f"VAR {b} = {a}." for a, b in zip(chain, chain[1:], strict=False)]
+        inserts += list(zip(depths, texts, strict=True))
     inserts.sort(key=lambda x: x[0])  # stable: a chain's own statements keep their order
     question = f"Question: which variables are assigned the value {values[0]}? Answer:"
     return _layout(rng, length, inserts, question), " " + " ".join(names[:hops])
@@ -180,7 +189,7 @@ def _brackets(rng, length, depth, nesting: int = 3, groups: int = 2, ask: str = 
     _count("groups", groups, 0, 32)
     check_choice("ask", ask, ASKS)
     opened = [rng.randrange(4) for _ in range(nesting)]
-    inserts = [(d, OPENERS[o]) for d, o in zip(_after(rng, depth, nesting), opened)]
+    inserts = [(d, OPENERS[o]) for d, o in zip(_after(rng, depth, nesting), opened, strict=True)]
     for _ in range(groups):  # balanced groups: they never change which brackets stay open
         inner = [rng.randrange(4) for _ in range(rng.randint(1, 3))]
         text = " ".join([OPENERS[i] for i in inner] + [CLOSERS[i] for i in reversed(inner)])
