@@ -93,7 +93,7 @@ TABLES = [
           pivot=Pivot("length", "accuracy", "L={}"),
           columns=(Column("peak at -K", lambda g: f"{100 * np.mean([r['peak_offset'] == -r['K'] for r in g]):.0f}%"),)),
     Table("APE pinning per (seed, K) head over the unseen lengths L > L_max", by=("condition", "K", "seed"),
-          where=probe("head"),
+          where=probe("head") & kind("absolute"),
           intro="Peak position (absolute key index) at each unseen length; pinned = one position at every unseen "
                 "length and < L_max; slope of peak position against L (0 absolute, 1 relative); mean attention "
                 "mass inside [0, L_max) beside L_max/L, a uniform head's.",
@@ -194,7 +194,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     Lmax = study.train.max_length
     rows = labelled(rows, Lmax)
     cells = select(rows, "length")
-    heads = head_pinning([r for r in cells if r["kind"] == "absolute"], Lmax)
+    heads = head_pinning(cells, Lmax)  # RoPE's heads too, for comparison (slope ~1); judged: APE only
     chance = cells[0]["chance"] if cells else float("nan")
     sampling = sorted({r["length_sampling"] for r in cells})
     intro = (f"Accuracy (mean ± std over {study.seeds} seeds: {', '.join(map(str, range(study.seeds)))}) by evaluation "
