@@ -17,14 +17,13 @@ import sys
 import time
 from pathlib import Path
 
-import safetensors.torch
 import torch
 
-from poslab.studies import get_experiment
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import Inline
 from poslab.experiments.runner import members, run_study
 from poslab.store import Store
+from poslab.studies import get_experiment
 
 OWN = {"encoding": '["rope"]', "task.K": "[2]", "model.d_model": "[8,16,24]"}
 SETS = ["seeds=1", "train.steps=30", "train.batch_size=16", "eval.lengths=[12,20]", "eval.n_sequences=32"]
@@ -101,7 +100,7 @@ def test_sigkill_part_way_then_resume_equals_uninterrupted(tmp_path):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    for p, (out, err) in zip(procs, outs):
+    for p, (out, err) in zip(procs, outs, strict=False):
         assert p.returncode == 0, err[-2000:]
         assert f"reused {len(finished)}" in out or f"reused {len(keys)}" in out, out  # finished runs not retrained
 

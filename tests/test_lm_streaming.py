@@ -56,7 +56,7 @@ def test_buckets_are_the_means_of_their_positions():
     for buckets in (None, linear_buckets(60, 16)):
         out = positionwise_loss(model, tokens, chunk=9, buckets=buckets, per_position=True)
         assert out.buckets == (buckets or [(0, 1), (1, 2), (2, 4), (4, 8), (8, 16), (16, 32), (32, 60)])
-        for row, (lo, hi) in zip(out.rows(), out.buckets):
+        for row, (lo, hi) in zip(out.rows(), out.buckets, strict=False):
             assert (row["bucket_start"], row["bucket_end"], row["positions"]) == (lo, hi - 1, hi - lo)
             assert row["loss"] == pytest.approx(out.per_position[lo:hi].mean(), rel=1e-9)
     assert log_buckets(1) == [(0, 1)] and log_buckets(5)[-1] == (4, 5)
@@ -128,9 +128,9 @@ def test_peak_memory_is_flat_past_the_chunk():
 # ----------------------------------------------------------------------------- the LM study
 
 def lm_run(corpus, tmp_path, encodings=("rope",), lengths=(32, 300, 1000)):
-    from poslab.studies import lm
     from poslab.experiments.runner import run_study
     from poslab.store import Store
+    from poslab.studies import lm
 
     study = lm.lm_study("quick", encodings=encodings, task=dict(corpus=str(corpus)),
                         train=dict(steps=12, batch_size=4), eval=dict(lengths=lengths))
@@ -203,11 +203,11 @@ def test_bench_eval_lm_prints_time_and_memory_per_length(tmp_path):
 
 def test_lm_study_tables_stay_the_training_context(corpus, tmp_path):
     """Long eval lengths do not lengthen the model's tables: the trained model is the default run's."""
-    from poslab.studies import lm
     from poslab.experiments.runner import members
+    from poslab.studies import lm
 
     short = lm.lm_study("quick", task=dict(corpus=str(corpus)))
     long = lm.lm_study("quick", task=dict(corpus=str(corpus)), eval=dict(lengths=(32, 3000)))
-    for a, b in zip(members("lm", short), members("lm", long)):
+    for a, b in zip(members("lm", short), members("lm", long), strict=False):
         assert a.model_config == b.model_config and a.model_config.max_len < 3000
         assert a.group_key() == b.group_key()

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.studies import get_experiment
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import Inline, make_executor
 from poslab.experiments.runner import run_study
 from poslab.store import Store
+from poslab.studies import get_experiment
 
 ray = pytest.importorskip("ray", reason="the Ray executor needs the extra: pip install 'poslab[ray]'")
 

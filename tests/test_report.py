@@ -13,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 from poslab.cli import main
-from poslab.studies import get_experiment
 from poslab.experiments.claims import read_claims
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import Inline
 from poslab.experiments.runner import run_study
 from poslab.store import Store
+from poslab.studies import get_experiment
 
 SETS = ['grid.encoding=["rope","learned"]', "grid.task.K=[2]", "seeds=2", "train.steps=10", "train.batch_size=16",
         "eval.lengths=[12,20]", "eval.n_sequences=16"]

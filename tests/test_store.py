@@ -74,7 +74,7 @@ def test_record_roundtrip(tmp_path):
     got = store.rows()
     assert [{k: v for k, v in r.items() if k != "run_key"} for r in got] == ROWS
     assert all(r["run_key"] == "abc" for r in got)
-    for want, row in zip(ROWS, got):
+    for want, row in zip(ROWS, got, strict=False):
         assert [type(row[k]) for k in want] == [type(v) for v in want.values()]
 
     (run,) = store.runs()

@@ -38,7 +38,7 @@ def test_first_adam_step_moves_each_group_by_its_own_lr():
     opt.step()
     for name, p in model.named_parameters():
         g = p.grad
-        sign_step = lambda lr: lr * g / (g.abs() + 1e-8)  # noqa: E731  (Adam's first step, eps 1e-8)
+        sign_step = lambda lr, g=g: lr * g / (g.abs() + 1e-8)  # noqa: E731  (Adam's first step, eps 1e-8)
         got = before[name] - p.detach()
         if any(m in name for m in MOPE):
             assert (g != 0).any() and torch.allclose(got, sign_step(0.05), rtol=1e-4, atol=1e-6), name

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import torch
 
-from poslab.studies import phenomenon
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import worker_pool
 from poslab.experiments.runner import members, train_members
-
+from poslab.studies import phenomenon
 from poslab.train import train_plain
 
 
@@ -167,7 +166,8 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
         plain.append(plain_ms())
     params = sum(p.numel() for p in make().parameters())
     echo(f"lm {preset} ({encoding}, {params:,} parameters, batch {cfg.batch_size} x {L}), {steps} steps, "
-         f"{torch.get_num_threads()} thread(s): poslab {min(ours):.1f} ms/step (runs {', '.join(f'{t:.1f}' for t in ours)}),"
+         f"{torch.get_num_threads()} thread(s): poslab {min(ours):.1f} ms/step "
+         f"(runs {', '.join(f'{t:.1f}' for t in ours)}),"
          f" plain SDPA model {min(plain):.1f} ms/step (runs {', '.join(f'{t:.1f}' for t in plain)}): "
          f"ratio {min(ours) / min(plain):.2f}x (target <= 1.1x)")
     flops = lm_step_flops(m, cfg.batch_size, L)
@@ -393,8 +393,8 @@ def bench_eval_lm(*, lengths=(1_000, 10_000, 30_000), steps: int = 200, chunk: i
 
     import numpy as np
 
-    from poslab.studies.lm import lm_study
     from poslab.experiments.runner import members
+    from poslab.studies.lm import lm_study
     from poslab.train import train_ensemble
 
     study = lm_study("paper", encodings=(encoding,), seeds=1,

@@ -147,7 +147,8 @@ def _html_table(header: list[str], body: list[list], verdict_col: int | None = N
 def render_html(secs: list[Section], store: Path) -> str:
     e = html.escape
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>poslab report</title>",
-             f"<style>{_CSS}</style></head><body>", "<h1>poslab report</h1>", f"<p>Store: <code>{e(str(store))}</code></p>",
+             f"<style>{_CSS}</style></head><body>", "<h1>poslab report</h1>",
+             f"<p>Store: <code>{e(str(store))}</code></p>",
              "<h2>Which published claims reproduced</h2>", _html_table(SUMMARY_HEADER, _totals(secs))]
     contents = []
     for s in secs:

@@ -58,7 +58,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +183,7 @@ class Store:
         if status not in STATUSES:
             raise ValueError(f"status: got {status!r}; allowed: {', '.join(STATUSES)}")
         weights_name = None if weights is None else self._write_weights(key, weights)
-        created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        created_at = datetime.now(UTC).isoformat(timespec="seconds")
         timings_json = None if timings is None else json.dumps(timings)
         with self._transaction():
             self._delete_rows(key)
@@ -246,7 +246,7 @@ class Store:
         with self._transaction():
             self._conn.execute("INSERT OR REPLACE INTO outputs VALUES (?, ?, ?)",
                                (experiment, str(Path(folder).resolve()),
-                                datetime.now(timezone.utc).isoformat(timespec="seconds")))
+                                datetime.now(UTC).isoformat(timespec="seconds")))
 
     def outputs(self) -> dict[str, Path]:
         """{experiment: the folder it last wrote its outputs to}."""

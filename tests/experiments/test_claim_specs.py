@@ -7,8 +7,19 @@ import pkgutil
 import pytest
 
 import poslab.studies
-from poslab.experiments.spec import (ClaimSpec, at_least, check_flips, is_, judge_all, kind, mean, minimum, neg,
-                                     share, synthetic_rows)
+from poslab.experiments.spec import (
+    ClaimSpec,
+    at_least,
+    check_flips,
+    is_,
+    judge_all,
+    kind,
+    mean,
+    minimum,
+    neg,
+    share,
+    synthetic_rows,
+)
 
 STUDY_MODULES = [m.name for m in pkgutil.iter_modules(poslab.studies.__path__)]
 

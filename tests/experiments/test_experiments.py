@@ -5,10 +5,10 @@ import csv
 import pytest
 
 from poslab.errors import ConfigError
-from poslab.studies import EXPERIMENTS, get_experiment
 from poslab.experiments.config import StudyConfig, apply_overrides, grid_points, quick
 from poslab.experiments.runner import members, run_study
 from poslab.store import Store
+from poslab.studies import EXPERIMENTS, get_experiment
 
 EXPECTED_FILES = {
     "phenomenon": {"rows.csv", "pinning.csv", "table.md", "claims.json", "fig1_accuracy.png", "fig1_attention.png"},
@@ -116,8 +116,9 @@ def test_unknown_experiment():
 
 
 def test_overrides_are_typed():
-    cfg = apply_overrides(StudyConfig(model_type="transformer", task_type="shift"), ["train.lr=0.01", "eval.lengths=[12]", "grid.task.K=[2]",
-                                          "encoding_options={}", "train.betas=[0.9,0.99]"])
+    cfg = apply_overrides(StudyConfig(model_type="transformer", task_type="shift"),
+                          ["train.lr=0.01", "eval.lengths=[12]", "grid.task.K=[2]", "encoding_options={}",
+                           "train.betas=[0.9,0.99]"])
     assert cfg.train.lr == 0.01 and cfg.eval.lengths == (12,) and cfg.axis("task.K") == (2,)
     assert cfg.train.betas == (0.9, 0.99)
     for bad in ["train.steps=1.5", "grid.train.steps=[\"a\"]", "nokey", "train=3", "train.lr=NaN",
@@ -168,7 +169,7 @@ def test_worker_processes_give_the_same_rows_as_one_process(tmp_path):
         run_study(exp, study, store=one, out=tmp_path / "a", progress=False, workers=1)
         summary = run_study(exp, study, store=two, out=tmp_path / "b", progress=False, workers=2)
         assert summary["trained"] == 2
-        strip = lambda rows: sorted((tuple(sorted((k, v) for k, v in r.items() if k != "run_key")) for r in rows))  # noqa: E731
+        strip = lambda rows: sorted(tuple(sorted((k, v) for k, v in r.items() if k != "run_key")) for r in rows)  # noqa: E731
         assert strip(one.rows()) == strip(two.rows())
 
 

@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from poslab.cli import main
 from poslab.errors import ConfigError
-from poslab.studies import lm
 from poslab.experiments.runner import run_study
 from poslab.models.transformer import Transformer, TransformerConfig
 from poslab.store import Store
+from poslab.studies import lm
 from poslab.tasks import CharText
 
 

@@ -8,8 +8,8 @@ import torch
 from torch.func import functional_call, stack_module_state, vmap
 
 from poslab.errors import ConfigError
-from poslab.positional import ENCODINGS
 from poslab.models.transformer import Transformer, TransformerConfig
+from poslab.positional import ENCODINGS
 
 M, S = 7, 6  # vocab, sequence length: tiny so the whole file runs in seconds
 
@@ -36,7 +36,7 @@ def test_forward_backward_reaches_every_parameter(name, intermediates):
     assert logits.shape == (3, S, M) and torch.isfinite(logits).all()
     params = dict(model.named_parameters())
     grads = torch.autograd.grad(logits.square().sum(), list(params.values()), allow_unused=True)
-    for (pname, p), g in zip(params.items(), grads):
+    for (pname, _p), g in zip(params.items(), grads, strict=False):
         assert g is not None, f"{name}: no gradient reaches {pname}"
         assert torch.isfinite(g).all() and g.abs().sum() > 0, f"{name}: {pname}"
 

@@ -5,7 +5,6 @@ derived from the code (sites, KV cache, rotary frequencies), bad input."""
 from __future__ import annotations
 
 import copy
-
 import math
 
 import pytest
@@ -15,8 +14,15 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from poslab.attention import attention, build_mask
 from poslab.errors import ConfigError
-from poslab.positional import (ENCODINGS, SITES, PositionalEncoding, build_encoding, encoding_class,
-                               rotary_encodings, small_encoding)
+from poslab.positional import (
+    ENCODINGS,
+    SITES,
+    PositionalEncoding,
+    build_encoding,
+    encoding_class,
+    rotary_encodings,
+    small_encoding,
+)
 from poslab.positional.base import KINDS, relative_positions
 from poslab.positional.rope import LAYOUTS, rotate
 

@@ -116,7 +116,7 @@ def test_longrope_switches_tables_past_the_original_length():
     for length, factors in ((16, short), (17, long)):
         pos = torch.arange(length)
         rq, _ = enc.rotate_qk(q[..., :length, :], q[..., :length, :], pos, pos)
-        expected = naive_rotate(q[..., :length, :], pos, [t / f for t, f in zip(theta, factors)], factor)
+        expected = naive_rotate(q[..., :length, :], pos, [t / f for t, f in zip(theta, factors, strict=False)], factor)
         torch.testing.assert_close(rq, expected, atol=1e-5, rtol=1e-5)
 
 
@@ -151,9 +151,10 @@ def test_longrope_n_hat_rotates_the_first_positions_by_the_original_theta(layout
         for pos in (torch.arange(length), torch.stack([torch.arange(length), torch.arange(length)])):
             rq, rk = enc.rotate_qk(x, x.flip(-2), pos, pos)
             x_il = x if layout == "interleaved" else x[..., inverse]
+            scaled = [t / f for t, f in zip(theta, factors, strict=True)]
             expected = torch.stack([naive_rotate(x_il[..., m:m + 1, :], torch.tensor([m]),
-                                                 theta if m < n_hat else [t / f for t, f in zip(theta, factors)],
-                                                 factor)[..., 0, :] for m in range(length)], -2)
+                                                 theta if m < n_hat else scaled, factor)[..., 0, :]
+                                    for m in range(length)], -2)
             if layout == "half":
                 expected = expected[..., perm]
             torch.testing.assert_close(rq, expected, atol=1e-5, rtol=1e-5)
@@ -167,7 +168,8 @@ def test_longrope_n_hat_rotates_the_first_positions_by_the_original_theta(layout
 
 def test_n_hat_through_a_model_and_the_consumers_that_refuse_it():
     """A causal LM with attention factor 1: positions < n_hat see only positions < n_hat, so their logits
-    equal those of the unscaled RoPE model; later ones differ from it and from longrope without n_hat. Rotary probes and the streamed evaluation refuse n_hat > 0."""
+    equal those of the unscaled RoPE model; later ones differ from it and from longrope without n_hat.
+    Rotary probes and the streamed evaluation refuse n_hat > 0."""
     from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
     from poslab.models.transformer import Transformer, TransformerConfig
     from poslab.probes import rotary_theta

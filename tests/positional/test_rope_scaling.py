@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from poslab.errors import ConfigError
-from poslab.positional import build_encoding
-from poslab.positional import rope_scaling
+from poslab.positional import build_encoding, rope_scaling
 from poslab.positional.rope_scaling import rope_frequencies
 
 
@@ -134,11 +133,11 @@ def test_longrope_selects_short_or_long_factors():
     theta = naive_theta(d, 1e4)
     for length, factors in ((None, short), (1, short), (16, short), (17, long), (64, long)):
         inv_freq, factor = rope_frequencies(d, 1e4, cfg, seq_len=length)
-        close(inv_freq, [t / f for t, f in zip(theta, factors)])
+        close(inv_freq, [t / f for t, f in zip(theta, factors, strict=False)])
         assert factor == pytest.approx(math.sqrt(1 + math.log(s) / math.log(orig)))
     table, _ = rope_frequencies(d, 1e4, cfg, seq_len=torch.tensor([16, 17]))
-    close(table[0], [t / f for t, f in zip(theta, short)])
-    close(table[1], [t / f for t, f in zip(theta, long)])
+    close(table[0], [t / f for t, f in zip(theta, short, strict=False)])
+    close(table[1], [t / f for t, f in zip(theta, long, strict=False)])
     # factor defaults to max_position_embeddings / original, and a scalar is one factor for every pair
     _, factor = rope_frequencies(d, 1e4, {**cfg, "factor": None, "short_factor": 1.0}, max_position_embeddings=64)
     assert factor == pytest.approx(math.sqrt(1 + math.log(4) / math.log(16)))
@@ -213,7 +212,8 @@ def test_longrope_n_hat_angles_against_the_naive_formula(partial):
     positions = [0, 1, 4, 5, 6, 15, 40]
     for seq_len, factors in ((16, short), (64, long)):
         angles = rope_scaling.rope_angles(d, base, cfg, torch.tensor(positions), seq_len=seq_len)
-        expected = [[m * t if m < n_hat else m * t / f for t, f in zip(theta, factors)] for m in positions]
+        expected = [[m * t if m < n_hat else m * t / f for t, f in zip(theta, factors, strict=True)]
+                    for m in positions]
         torch.testing.assert_close(angles, torch.tensor(expected, dtype=torch.float64), rtol=1e-6, atol=0.0)
     # n_hat = 0 (or absent) is the Hugging Face longrope schedule exactly
     no_hat = {k: v for k, v in cfg.items() if k != "n_hat"}

@@ -100,8 +100,8 @@ def test_longrope_per_pair_factors(d, base, frac, s, L0):
     enc = built(d, frac, {"rope_type": "longrope", "factor": s, "original_max_position_embeddings": L0,
                           "short_factor": short, "long_factor": long, "rope_theta": base}, max_len=2 * L0)
     th = theta(r, base)
-    close(enc.inv_freq_by_length[L0], [t / f for t, f in zip(th, short)])
-    close(enc.inv_freq_by_length[L0 + 1], [t / f for t, f in zip(th, long)])
+    close(enc.inv_freq_by_length[L0], [t / f for t, f in zip(th, short, strict=False)])
+    close(enc.inv_freq_by_length[L0 + 1], [t / f for t, f in zip(th, long, strict=False)])
     assert enc.attention_factor == pytest.approx(math.sqrt(1 + math.log(s) / math.log(L0)))
 
 

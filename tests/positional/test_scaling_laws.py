@@ -7,8 +7,13 @@ import math
 import pytest
 
 from poslab.errors import ConfigError
-from poslab.positional.scaling_laws import (base_for_length, critical_dimension, extrapolation_bound,
-                                            full_period_pairs, pair_with_periods)
+from poslab.positional.scaling_laws import (
+    base_for_length,
+    critical_dimension,
+    extrapolation_bound,
+    full_period_pairs,
+    pair_with_periods,
+)
 
 
 def test_llama2_critical_dimension_is_the_papers_92():

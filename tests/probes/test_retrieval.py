@@ -17,14 +17,28 @@ import numpy as np
 import pytest
 import torch
 
+from poslab import probes
 from poslab.errors import ConfigError
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
 from poslab.models.transformer import Transformer, TransformerConfig
-from poslab.probes import (accuracy, attention_at_offset, carrier, carrier_energy, carrier_profile, dilution_fit,
-                           kernel_ratio, margin, margin_bound, mean_attention, peak, pinned_position,
-                           rank_concentration, rotary_kernel, rotary_theta)
-from poslab import probes
+from poslab.probes import (
+    accuracy,
+    attention_at_offset,
+    carrier,
+    carrier_energy,
+    carrier_profile,
+    dilution_fit,
+    kernel_ratio,
+    margin,
+    margin_bound,
+    mean_attention,
+    peak,
+    pinned_position,
+    rank_concentration,
+    rotary_kernel,
+    rotary_theta,
+)
 from poslab.tasks import build_task, eval_batch
 
 M, D = 8, 32  # vocabulary, width (one head, d_head = D)

@@ -33,7 +33,7 @@ def test_content_conditioned_docstring_examples():
 @pytest.mark.parametrize("K", [1, 3])
 def test_fixed_offset_sample_matches_hand_indexing(K):
     batch = FixedOffset(m=20, K=K).sample(gen(1), 32, (5, 9))
-    for row, L, y in zip(batch.tokens.tolist(), batch.lengths.tolist(), batch.targets.tolist()):
+    for row, L, y in zip(batch.tokens.tolist(), batch.lengths.tolist(), batch.targets.tolist(), strict=False):
         assert y == row[L - 1 - K]
     assert batch.targets.shape == (32,) and batch.loss_mask.all()
     assert batch.tokens.dtype == batch.targets.dtype == batch.lengths.dtype == torch.int64
@@ -44,7 +44,7 @@ def test_content_conditioned_sample_matches_hand_indexing():
     task = ContentConditioned(m=10, K1=1, K2=4)
     batch = task.sample(gen(2), 64, (6, 10))
     used = set()
-    for row, L, y in zip(batch.tokens.tolist(), batch.lengths.tolist(), batch.targets.tolist()):
+    for row, L, y in zip(batch.tokens.tolist(), batch.lengths.tolist(), batch.targets.tolist(), strict=False):
         K = 1 if row[L - 1] < 5 else 4
         used.add(K)
         assert y == row[L - 1 - K]

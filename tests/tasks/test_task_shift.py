@@ -22,7 +22,7 @@ def test_sample_matches_hand_indexing(K):
     batch = Shift(m=7, K=K).sample(torch.Generator().manual_seed(3), 16, (4, 9))
     assert batch.targets.shape == batch.loss_mask.shape == batch.tokens.shape == (16, 9)
     for row, y, keep, L in zip(batch.tokens.tolist(), batch.targets.tolist(), batch.loss_mask.tolist(),
-                               batch.lengths.tolist()):
+                               batch.lengths.tolist(), strict=False):
         for t in range(9):
             assert keep[t] == (K <= t < L)
             assert y[t] == (row[t - K] if keep[t] else 0)

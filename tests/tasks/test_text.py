@@ -139,7 +139,7 @@ def test_custom_corpus(tmp_path):
     assert task.text == text[: int(0.9 * len(text))]
     assert task.decode(task.encode(text)) == text
     batch = task.sample(gen(0), 8, 20)
-    for tokens, targets in zip(batch.tokens, batch.targets):
+    for tokens, targets in zip(batch.tokens, batch.targets, strict=False):
         assert task.decode(tokens) + task.decode(targets)[-1:] in text
     assert CharText(corpus=path) == task  # a Path is kept as its string: plain data in the config
 

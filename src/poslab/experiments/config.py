@@ -88,7 +88,8 @@ def short_name(path: str) -> str:
 def grid_points(study: StudyConfig) -> list[dict]:
     """Every point of the grid, {axis path: value}, in the order the axes are declared."""
     axes = list(study.grid)
-    return [dict(zip(axes, values)) for values in itertools.product(*(tuple(study.grid[a]) for a in axes))]
+    values = itertools.product(*(tuple(study.grid[a]) for a in axes))
+    return [dict(zip(axes, point, strict=True)) for point in values]
 
 
 def apply_point(study: StudyConfig, point: dict) -> StudyConfig:

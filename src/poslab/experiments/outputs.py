@@ -132,7 +132,7 @@ class Lines:
             return None
         panels = groups(chosen, (self.panel,)) if self.panel else {(None,): chosen}
         fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.3), squeeze=False, sharey=True)
-        for ax, ((pv,), prows) in zip(axes[0], panels.items()):
+        for ax, ((pv,), prows) in zip(axes[0], panels.items(), strict=False):
             for key, srows in groups(prows, self.series).items():
                 pts = groups(srows, (self.x,))
                 xs = np.array([k[0] for k in pts], dtype=float)

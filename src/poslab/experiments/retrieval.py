@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 
 from poslab import probes
-from poslab.experiments.claims import markdown_table
 from poslab.experiments.runner import MemberContext
 from poslab.tasks import eval_batch
 

@@ -22,28 +22,26 @@ The runner adds each member's axis values and seed to every row it returns.
 from __future__ import annotations
 
 import dataclasses
-import os
 import json
+import os
 import time
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
-from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
 
 from poslab.errors import ConfigError
-from poslab.experiments.config import StudyConfig, apply_point, grid_points, short_name, _coerce
+from poslab.experiments.config import StudyConfig, _coerce, apply_point, grid_points, short_name
 from poslab.experiments.executors import Executor, make_executor
 from poslab.models import model_classes
 from poslab.positional import check_encoding
 from poslab.store import Store, config_hash, git_revision
-from poslab.tasks import Task, build_task
-from poslab.tasks import task_options
+from poslab.tasks import Task, build_task, task_options
 from poslab.train import TrainResult, build_member, train_ensemble
-
-import typing
 
 DEVICES = ("cpu", "cuda")
 

@@ -288,7 +288,7 @@ class ClaimSpec:
         out = []
         for key in sorted(groups, key=_sort_key):
             group = groups[key]
-            fields = dict(zip(self.per, key), n=len(group), seeds=len({r.get("seed") for r in group}))
+            fields = dict(zip(self.per, key, strict=False), n=len(group), seeds=len({r.get("seed") for r in group}))
             value = self.measure(group) if self.measure is not None else None
             holds = None if self.na else self.judge(value, group)
             note = self.note.format(**fields) if self.note else f"{fields['seeds']} seeds, {len(group)} rows"

@@ -170,6 +170,9 @@ class Block(nn.Module):
         out = self.mix(x, att.out, p)
         if not need_weights:
             return out, None
+        # need_weights: attention took the explicit path, which returns all four
+        assert att.attn_scores is not None and att.pattern is not None
+        assert att.rot_q is not None and att.rot_k is not None
         return out, LayerIntermediates(attn_scores=att.attn_scores, pattern=att.pattern, q=q, k=k,
                                        rot_q=att.rot_q, rot_k=att.rot_k, v=v, resid_pre=x, resid_post=out)
 
@@ -288,14 +291,15 @@ class Transformer(nn.Module):
         if lengths is not None:
             # A padded query keeps itself so no softmax row is empty (its output is never read);
             # real queries are unaffected, their own key is always kept.
+            assert mask is not None  # key_padding was given
             mask = mask | torch.eye(n, dtype=torch.bool, device=dev)
 
         x = _dropout(self.encoding.embed(x, pos), cfg.dropout if self.training else 0.0)  # [b, n, D]
         inter = Intermediates(embed=x, positions=pos) if return_intermediates else None
-        for l, block in enumerate(self.layers):
+        for i, block in enumerate(self.layers):
             layer_mask = mask
             if intervention is not None:
-                x, layer_mask = intervention.patch(x, l), intervention.mask(mask, l, n)
+                x, layer_mask = intervention.patch(x, i), intervention.mask(mask, i, n)
             x, layer = block(x, self.encoding, pos, layer_mask, need_weights=return_intermediates,
                              is_causal=plain_causal)
             if inter is not None:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import inspect
 from functools import partial
+from typing import Any, cast
 
 import torch
 
 from poslab.errors import ConfigError
-from poslab.positional.base import SITES, Metadata, PositionalEncoding, overridden_hooks
 from poslab.positional.alibi import ALiBi, alibi_slopes
+from poslab.positional.base import SITES, Metadata, PositionalEncoding, overridden_hooks
 from poslab.positional.learned import LearnedAPE
 from poslab.positional.mope import MoPEAdditive, MoPERelative
 from poslab.positional.nope import NoPE
@@ -55,14 +56,15 @@ ENCODINGS: dict[str, type[PositionalEncoding] | partial] = {
 }
 
 GEOMETRY = ("d_model", "n_heads", "d_head", "max_len")
-SMALL_GEOMETRY = dict(d_model=64, n_heads=1, d_head=64, max_len=64)  # enough to build any entry and ask it
+# enough to build any entry and ask it
+SMALL_GEOMETRY: dict[str, Any] = dict(d_model=64, n_heads=1, d_head=64, max_len=64)
 
 
 def encoding_class(name: str) -> type[PositionalEncoding]:
     factory = ENCODINGS.get(name)
     if factory is None:
         raise ConfigError("encoding", name, sorted(ENCODINGS))
-    return factory.func if isinstance(factory, partial) else factory
+    return cast(type[PositionalEncoding], factory.func) if isinstance(factory, partial) else factory
 
 
 def encoding_options(name: str) -> dict[str, object]:
@@ -76,7 +78,9 @@ def encoding_options(name: str) -> dict[str, object]:
 
 def check_encoding(name: str, options: dict | None = None) -> None:
     """Validate a name and its options without building anything."""
-    allowed = encoding_options(name) if name in ENCODINGS else encoding_class(name)
+    if name not in ENCODINGS:
+        encoding_class(name)  # raises ConfigError naming the registry
+    allowed = encoding_options(name)
     for key in options or {}:
         if key not in allowed:
             raise ConfigError(f"encoding.{key}", key, sorted(allowed) or "no options")

@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from poslab.errors import check_choice, ConfigError
+from poslab.errors import ConfigError, check_choice
 from poslab.positional.base import PositionalEncoding, head_axis, require_even
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies, unscaled_positions
 
@@ -69,6 +69,10 @@ class RoPE(PositionalEncoding):
     extra_parameters = "none"
     cost = "O(s d) per layer (element-wise rotation of q and k)"
     reference = "Su et al. 2021, RoFormer"
+
+    inv_freq: Tensor  # buffers (declared so nn.Module.__getattr__ types them)
+    inv_freq_by_length: Tensor  # registered only for a length-dependent schedule
+    inv_freq_original: Tensor  # registered only when n_hat > 0
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int,
                  base: float = 10000.0, rotary_fraction: float = 1.0, layout: str = "interleaved",

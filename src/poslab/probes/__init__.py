@@ -29,14 +29,51 @@ Modules:
 
 from __future__ import annotations
 
-from poslab.probes.attention import (as_row, attention_at_offset, attention_sum, last_query_attention, mean_attention,
-                                     mean_attention_by_layer, mean_pattern, pattern_sum, peak, pinned_position)
-from poslab.probes.common import (CHUNK, accuracy, accuracy_of, at_last_query, correct, last_index, one_length,
-                                  over_chunks, real_keys, split_batch)
-from poslab.probes.retrieval import (Moments, accuracy_and_attention, carrier, carrier_cosine, carrier_energy,
-                                     carrier_profile, carrier_profile_of, collect_moments, dilution_fit, kernel_ratio,
-                                     margin, margin_bound, margins, projection_moments, rank_concentration,
-                                     rank_concentrations, rotary_kernel, rotary_theta, token_keys)
+from poslab.probes.attention import (
+    as_row,
+    attention_at_offset,
+    attention_sum,
+    last_query_attention,
+    mean_attention,
+    mean_attention_by_layer,
+    mean_pattern,
+    pattern_sum,
+    peak,
+    pinned_position,
+)
+from poslab.probes.common import (
+    CHUNK,
+    accuracy,
+    accuracy_of,
+    at_last_query,
+    correct,
+    last_index,
+    one_length,
+    over_chunks,
+    real_keys,
+    split_batch,
+)
+from poslab.probes.retrieval import (
+    Moments,
+    accuracy_and_attention,
+    carrier,
+    carrier_cosine,
+    carrier_energy,
+    carrier_profile,
+    carrier_profile_of,
+    collect_moments,
+    dilution_fit,
+    kernel_ratio,
+    margin,
+    margin_bound,
+    margins,
+    projection_moments,
+    rank_concentration,
+    rank_concentrations,
+    rotary_kernel,
+    rotary_theta,
+    token_keys,
+)
 
 __all__ = [
     # the original model-level API

@@ -32,7 +32,6 @@ from poslab.models.intermediates import Intermediates
 from poslab.probes.common import CHUNK, at_last_query, one_length, over_chunks, real_keys
 from poslab.tasks.base import Batch
 
-
 # ----------------------------------------------------------------------------- pure: sums over a chunk
 
 def last_query_attention(inter: Intermediates, layer: int = 0) -> Tensor:

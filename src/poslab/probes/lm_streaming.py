@@ -112,13 +112,16 @@ class PositionwiseLoss:
 
     def rows(self) -> list[dict]:
         return [dict(bucket_start=lo, bucket_end=hi - 1, loss=float(s / c), positions=int(c))
-                for (lo, hi), s, c in zip(self.buckets, self.sums, self.counts) if c]
+                for (lo, hi), s, c in zip(self.buckets, self.sums, self.counts, strict=False) if c]
 
 
 # ----------------------------------------------------------------------------- storage
 
 class _Rows:
     """An [n, w] float32 array as a tensor on ``device`` or a file read and written by row ranges."""
+
+    data: Tensor | None  # the tensor, or None on disk
+    fd: int | None  # the scratch file's descriptor, or None in memory
 
     def __init__(self, n: int, w: int, device, directory: str | None):
         self.w, self.device = w, device
@@ -132,17 +135,21 @@ class _Rows:
 
     def read(self, a: int, b: int) -> Tensor:  # [b - a, w]
         if self.fd is None:
+            assert self.data is not None  # in memory
             return self.data[a:b]
         out = np.empty((b - a, self.w), dtype=np.float32)
-        if os.preadv(self.fd, [out], a * self.w * 4) != out.nbytes:
+        # an ndarray is a buffer; numpy's stubs declare __buffer__ only for Python >= 3.12
+        if os.preadv(self.fd, [out], a * self.w * 4) != out.nbytes:  # type: ignore[list-item]
             raise OSError(f"short read from the streamed evaluation's scratch file at row {a}")
         return torch.from_numpy(out).to(self.device)
 
     def write(self, a: int, value: Tensor) -> None:
         if self.fd is None:
+            assert self.data is not None  # in memory
             self.data[a:a + value.shape[0]] = value
-        else:
-            os.pwrite(self.fd, value.detach().to("cpu", torch.float32).contiguous().numpy(), a * self.w * 4)
+        else:  # (an ndarray is a buffer, see read)
+            os.pwrite(self.fd, value.detach().to("cpu", torch.float32).contiguous().numpy(),  # type: ignore[arg-type]
+                      a * self.w * 4)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -219,6 +226,7 @@ def _layer(block, enc, x: _Rows, K: _Rows, V: _Rows, G: _Rows | None, n: int, ch
         if cfg.energy_gate:
             _, g, carry = block.gate(ln, start=a, carry=carry)  # [1, h, c]
             if renorm:
+                assert G is not None
                 G.write(a, g[0].T.log())  # [c, h]
             else:
                 v = v * g[..., None]
@@ -232,7 +240,7 @@ def _layer(block, enc, x: _Rows, K: _Rows, V: _Rows, G: _Rows | None, n: int, ch
         qpos = torch.arange(i0, i1, device=device)
         M = torch.full((h, i1 - i0), -math.inf, device=device)  # running max, [h, c]
         Z = torch.zeros(h, i1 - i0, device=device)  # normaliser
-        O = torch.zeros(h, i1 - i0, d, device=device)  # value sum
+        acc = torch.zeros(h, i1 - i0, d, device=device)  # value sum O
         first = 0 if cfg.window is None else max(0, i0 - cfg.window + 1) // key_chunk * key_chunk
         for j0 in range(first, i1, key_chunk):
             j1 = min(n, j0 + key_chunk, i1)
@@ -248,6 +256,7 @@ def _layer(block, enc, x: _Rows, K: _Rows, V: _Rows, G: _Rows | None, n: int, ch
                 s /= cfg.temperature
             s = s[0]  # [h, c, c']
             if renorm:
+                assert G is not None
                 s = s + G.read(j0, j1).T[:, None, :]  # + log g_hj
             if j1 - 1 > i0 or (cfg.window is not None and i1 - 1 - j0 >= cfg.window):  # a block on an edge
                 keep = kpos[None, :] <= qpos[:, None]  # [c, c']
@@ -259,9 +268,9 @@ def _layer(block, enc, x: _Rows, K: _Rows, V: _Rows, G: _Rows | None, n: int, ch
             p = s.sub_(safe[..., None]).exp_()  # [h, c, c'], in place: the block is the largest buffer
             rescale = torch.exp(M - safe)
             Z = Z * rescale + p.sum(-1)
-            O = O * rescale[..., None] + p @ v
+            acc = acc * rescale[..., None] + p @ v
             M = M_new
-        x.write(i0, block.mix(resid[None], (O / Z[..., None])[None])[0])  # O / Z: [h, c, d]
+        x.write(i0, block.mix(resid[None], (acc / Z[..., None])[None])[0])  # acc / Z: [h, c, d]
 
 
 def _readout(model, x: _Rows, tokens: Tensor, L: int, bos: int, chunk: int, buckets, per_position: bool,

@@ -53,10 +53,20 @@ from poslab.errors import ConfigError
 from poslab.models.intermediates import Intermediates
 from poslab.positional import rotary_encodings
 from poslab.positional.rope import rotate
-from poslab.probes.common import (CHUNK, at_last_query, check_head, last_index, model_device, one_length, over_chunks,
-                                  pick_head, real_keys, real_lengths, split_batch)
+from poslab.probes.common import (
+    CHUNK,
+    at_last_query,
+    check_head,
+    last_index,
+    model_device,
+    one_length,
+    over_chunks,
+    pick_head,
+    real_keys,
+    real_lengths,
+    split_batch,
+)
 from poslab.tasks.base import Batch
-
 
 # ----------------------------------------------------------------------------- (i) + (ii) fast path
 

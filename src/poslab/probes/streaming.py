@@ -115,20 +115,20 @@ def stream_attend(model, tokens, L: int, *, key_chunk: int = KEY_CHUNK, device="
     _check(model, L)
     q = _query(model, tokens, L, device)
     h = model.cfg.n_heads
-    M = Z = O = None
+    M = Z = acc = None
     for start in range(0, L, key_chunk):
-        l, vU = _chunk_logits(model, q, tokens(start, min(L, start + key_chunk)), start, L)
-        top = l.amax(-1)  # [h, b]
+        logit, vU = _chunk_logits(model, q, tokens(start, min(L, start + key_chunk)), start, L)
+        top = logit.amax(-1)  # [h, b]
         M_new = top if M is None else torch.maximum(M, top)
-        e = torch.exp(l - M_new[..., None])  # [h, b, c]
+        e = torch.exp(logit - M_new[..., None])  # [h, b, c]
         Zc, Oc = e.sum(-1), (e[..., None] * vU).sum(-2)  # [h, b], [h, b, m]
         if M is None:
-            Z, O = Zc, Oc
+            Z, acc = Zc, Oc
         else:
             scale = torch.exp(M - M_new)
-            Z, O = Z * scale + Zc, O * scale[..., None] + Oc
+            Z, acc = Z * scale + Zc, acc * scale[..., None] + Oc
         M = M_new
-    logits = (O / Z[..., None]).sum(0)  # [b, m]
+    logits = (acc / Z[..., None]).sum(0)  # [b, m]
     assert logits.shape[0] == q.shape[0] and M.shape[0] == h
     return logits, M + torch.log(Z)
 
@@ -147,8 +147,8 @@ def stream_length_row(model, tokens, L: int, K: int, *, key_chunk: int = KEY_CHU
     q = _query(model, tokens, L, device)
     best, where, a_star, mass = -1.0, 0, float("nan"), 0.0
     for start in range(0, L, key_chunk):
-        l, _ = _chunk_logits(model, q, tokens(start, min(L, start + key_chunk)), start, L)
-        mean = torch.exp(l[head] - lse[head][:, None]).double().mean(0)  # [c]
+        logit, _ = _chunk_logits(model, q, tokens(start, min(L, start + key_chunk)), start, L)
+        mean = torch.exp(logit[head] - lse[head][:, None]).double().mean(0)  # [c]
         i = int(mean.argmax())
         if float(mean[i]) > best:
             best, where = float(mean[i]), start + i

@@ -57,13 +57,25 @@ import torch.nn.functional as F
 
 from poslab.errors import ConfigError
 from poslab.experiments.config import EvalConfig, StudyConfig
-from poslab.experiments.longrope_search import (SearchConfig, SearchSpace, longrope, rope_encoding, search, swap,
-                                                with_scaling)
+from poslab.experiments.longrope_search import (
+    SearchConfig,
+    SearchSpace,
+    longrope,
+    rope_encoding,
+    search,
+    swap,
+    with_scaling,
+)
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, save, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe
-from poslab.positional.scaling_laws import (base_for_length, critical_dimension, extrapolation_bound,
-                                            full_period_pairs, pair_with_periods)
+from poslab.positional.scaling_laws import (
+    base_for_length,
+    critical_dimension,
+    extrapolation_bound,
+    full_period_pairs,
+    pair_with_periods,
+)
 from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.text import CharText
 from poslab.train import TrainConfig
@@ -589,7 +601,7 @@ def passkey_heatmap(study: StudyConfig, rows: list[dict], out: Path) -> list[Pat
                              math.ceil(len(methods) / cols)), squeeze=False)
     for ax in axes.flat[len(methods):]:
         ax.set_visible(False)
-    for ax, m in zip(axes.flat, methods):
+    for ax, m in zip(axes.flat, methods, strict=False):
         grid = [[np.mean([r["accuracy"] for r in rows if r.get("probe") == "passkey" and r["method"] == m
                           and r["length"] == L and r["depth"] == d] or [np.nan]) for L in lengths]
                 for d in PASSKEY_DEPTHS]

@@ -53,13 +53,13 @@ Other studies reuse the recipe: :func:`lm_study` (``encodings=``, any StudyConfi
 
 from __future__ import annotations
 
-from poslab.experiments.runner import Experiment
-
 import dataclasses
 import time
 from pathlib import Path
 
 import matplotlib
+
+from poslab.experiments.runner import Experiment
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -94,11 +94,10 @@ RECIPES = {
                   batch_size=8, steps=30, warmup_steps=5),
 }
 ENCODINGS = ("learned", "rope")
-COLUMNS = ["probe", "encoding", "seed", "context", "val_loss", "val_accuracy", "val_windows", "val_targets", "whole_split",
-           "train_seconds", "group_size", "seconds_per_member", "train_threads", "cores", "machine_seconds_per_member",
-           "tokens_per_s", "ms_per_step", "params",
-           "final_train_loss", "length", "bucket_start", "bucket_end", "scale", "loss", "positions", "windows", "source",
-           "seconds", "storage"]
+COLUMNS = ["probe", "encoding", "seed", "context", "val_loss", "val_accuracy", "val_windows", "val_targets",
+           "whole_split", "train_seconds", "group_size", "seconds_per_member", "train_threads", "cores",
+           "machine_seconds_per_member", "tokens_per_s", "ms_per_step", "params", "final_train_loss", "length",
+           "bucket_start", "bucket_end", "scale", "loss", "positions", "windows", "source", "seconds", "storage"]
 CHECKS_EVAL_LENGTHS = True  # check() validates eval.lengths: past the split, against the whole corpus
 STREAM_CHUNK = dict(cpu=8, accelerator=64)  # streamed block = eval.chunk x this positions (eval.chunk counts
 # windows): 512 was the fastest on this CPU; an accelerator wants fewer, larger blocks (kernel launches)
@@ -214,14 +213,14 @@ def positionwise(model, corpus: str | None, L: int, context: int, chunk: int, li
         on_cpu = torch.device(device).type == "cpu"  # an accelerator keeps the stream in its own memory
         out = positionwise_loss(model, tokens, chunk=chunk * STREAM_CHUNK["cpu" if on_cpu else "accelerator"],
                                 buckets=buckets, device=device, memory_limit=MEMORY_LIMIT if on_cpu else 16 << 30)
-        sums = list(zip(out.sums.tolist(), out.counts.tolist()))
+        sums = list(zip(out.sums.tolist(), out.counts.tolist(), strict=False))
         loss, accuracy, windows, storage = out.loss, out.accuracy, 1, f"streamed ({out.storage})"
     seconds = time.perf_counter() - start
     rows = [dict(probe="long", length=L, context=context, loss=loss, accuracy=accuracy, windows=windows,
                  source=source, seconds=seconds, storage=storage)]
     rows += [dict(probe="positionwise", length=L, context=context, bucket_start=lo, bucket_end=hi - 1,
                   scale="log" if i < len(log_buckets(L)) else "linear", loss=s / c, positions=c, windows=windows,
-                  source=source) for i, ((lo, hi), (s, c)) in enumerate(zip(buckets, sums))]
+                  source=source) for i, ((lo, hi), (s, c)) in enumerate(zip(buckets, sums, strict=False))]
     return rows
 
 
@@ -277,7 +276,7 @@ def claims(rows: list[dict], study: StudyConfig) -> list[Claim]:
         out.append(Claim(name="RoPE: validation loss below learned APE at the same budget", paper="lower",
                          measured=f"{rr:.3f} vs {rl:.3f}", holds=rr < rl, criterion="rope < learned",
                          note=f"{loss[('rope',)][2]} and {loss[('learned',)][2]} seeds"))
-    for (enc,), (m, s, n) in wall.items():
+    for (enc,), (m, _, _) in wall.items():
         cells = [r for r in timed if r["encoding"] == enc]
         sizes = sorted({r["group_size"] for r in cells})
         threads = sorted({r["train_threads"] for r in cells})
@@ -429,4 +428,5 @@ def generate(model, task, prompt: str, length: int, *, temperature: float = 0.8,
     return task.decode(torch.tensor(out[len(ids):]))
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, presets=PRESETS, check=check, table_length=table_length, checks_eval_lengths=CHECKS_EVAL_LENGTHS)
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, presets=PRESETS,
+                        check=check, table_length=table_length, checks_eval_lengths=CHECKS_EVAL_LENGTHS)

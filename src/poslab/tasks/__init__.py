@@ -11,9 +11,9 @@ import dataclasses
 
 from poslab.errors import ConfigError
 from poslab.tasks.base import Batch, Length, Task, eval_batch, eval_seed, length_range
+from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.retrieval import ContentConditioned, FixedOffset
 from poslab.tasks.shift import Shift
-from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.text import CharText
 
 TASKS: dict[str, type] = {

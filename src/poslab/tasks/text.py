@@ -82,7 +82,7 @@ class CharText:
             object.__setattr__(self, "corpus", os.fspath(self.corpus))  # keep the config plain data
         if self.corpus is not None and (not isinstance(self.corpus, str) or not self.corpus):
             raise ConfigError("corpus", self.corpus, _ALLOWED)
-        self._data  # read and check the corpus now, before any work
+        _ = self._data  # read and check the corpus now, before any work
 
     # -- the corpus --------------------------------------------------------------------------
 
