@@ -1,18 +1,16 @@
 """The ensemble trainer: parity with training alone, divergence handling, data streams."""
 
-from functools import partial
-
 import math
+from functools import partial
 
 import pytest
 import torch
 
 from poslab.errors import ConfigError
-from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
-from poslab.tasks import build_task
 from poslab.models.loss import masked_cross_entropy
+from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
 from poslab.models.transformer import Transformer, TransformerConfig
-from poslab.tasks import Batch, eval_batch
+from poslab.tasks import Batch, build_task, eval_batch
 from poslab.train import DataStream, TrainConfig, _optimizer, evaluate_loss, train_ensemble, train_plain
 
 CFG = TrainConfig(steps=50, batch_size=32, min_length=8, max_length=16)
@@ -161,7 +159,7 @@ def test_cosine_schedule_warms_up_then_decays_to_the_floor():
     assert lrs[0] == pytest.approx(1e-3 / 11) and lrs[9] == pytest.approx(1e-3 * 10 / 11)
     assert lrs[10] == pytest.approx(1e-3) and lrs[-1] == pytest.approx(1e-4)
     assert lrs[55] == pytest.approx(1e-4 + 0.5 * (1e-3 - 1e-4))  # half-way through the decay
-    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:], strict=False))
     assert TrainConfig().lr_at(1234) == 1e-3
 
 

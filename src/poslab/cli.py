@@ -26,7 +26,6 @@ import click
 from poslab.errors import ConfigError
 
 
-
 class _Group(click.Group):
     def invoke(self, ctx):
         try:
@@ -60,8 +59,8 @@ def main():
 @main.command("list")
 def list_cmd():
     """Every encoding with its metadata, every task and every experiment."""
-    from poslab.studies import EXPERIMENTS
     from poslab.positional import ENCODINGS, small_encoding
+    from poslab.studies import EXPERIMENTS
     from poslab.tasks import TASKS
 
     header = ("encoding", "kind", "sites", "extra parameters", "cost", "KV cache", "reference")
@@ -80,7 +79,7 @@ def list_cmd():
 
 def _table(header, rows) -> str:
     widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
@@ -109,11 +108,9 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
         progress, corpus, checkpoint):
     """Reproduce one published experiment: train, probe, and write its table and figures."""
     from poslab.errors import check_choice
-    from poslab.studies import get_experiment
     from poslab.experiments.config import apply_overrides
     from poslab.experiments.runner import check_output_folder, run_study, validate
-
-    from poslab.studies import PAPER_STUDIES
+    from poslab.studies import PAPER_STUDIES, get_experiment
 
     names = list(PAPER_STUDIES) if experiment == "all" else [experiment]  # all: the seed paper, in order
     plan = []
@@ -280,7 +277,8 @@ def bench_profile(experiment, preset, overrides):
 
 @bench.command("eval")
 @click.option("--model", "model_type", type=click.Choice(["retrieval_head", "lm"]), default="retrieval_head",
-              show_default=True, help="a trained RoPE head (accuracy, attention), or the character LM (position-wise loss)")
+              show_default=True,
+              help="a trained RoPE head (accuracy, attention), or the character LM (position-wise loss)")
 @click.option("--lengths", default=None, help="comma-separated lengths [head: 1000,10000,100000,1000000; "
                                                "lm: 1000,10000,30000]")
 @click.option("--sequences", type=int, default=16, show_default=True, help="sequences per length (head)")
@@ -352,8 +350,8 @@ def sample(store, key, experiment, encoding, seed, length, temperature, prompt, 
     """Generate text from a stored language model, to read what it learned."""
     import torch
 
-    from poslab.studies.lm import generate, load_member
     from poslab.store import Store
+    from poslab.studies.lm import generate, load_member
 
     if not store.exists():
         raise ConfigError("--store", str(store), "the path of an existing store (run an experiment first)")

@@ -50,7 +50,8 @@ EXTRAPOLATION: dict[str, Extrapolation] = {
     "mope": Extrapolation("lm", probe("length") & is_("energy_gate", False), "loss", "by_ratio"),
     "context-extension": Extrapolation("lm", probe("loss") & SAME_METHOD, "loss", "by_ratio"),
 }
-COLUMNS = {"fixed_offset": "fixed-offset acc. beyond L_train", "lm": "LM loss at 2x / 4x L0 (other unseen L/L0 after ;)"}
+COLUMNS = {"fixed_offset": "fixed-offset acc. beyond L_train",
+           "lm": "LM loss at 2x / 4x L0 (other unseen L/L0 after ;)"}
 
 
 def measurements(store_path: str | Path,
@@ -131,9 +132,9 @@ def tiny_model(name: str, max_len: int):
 def allocated_bytes(fn) -> int:
     """Bytes of every tensor the ops inside ``fn()`` create (views and in-place results not
     counted): the allocation volume of one forward, not its peak."""
+    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
-    import torch
 
     class Count(TorchDispatchMode):
         total = 0
@@ -169,7 +170,7 @@ def measured_cost(name: str, lengths: Sequence[int] = COST_LENGTHS, repeats: int
                     t0 = time.perf_counter()
                     model(x)
                     times.append(time.perf_counter() - t0)
-                out[L] = (float(np.median(times)), allocated_bytes(lambda: model(x)))
+                out[L] = (float(np.median(times)), allocated_bytes(lambda x=x: model(x)))
     finally:
         torch.set_num_threads(threads)
     return out

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from poslab.errors import ConfigError
-from poslab.studies import get_experiment
-from poslab.studies import mope as exp
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.runner import members, run_study
 from poslab.store import Store
+from poslab.studies import get_experiment
+from poslab.studies import mope as exp
 
 
 def test_quick_preset_end_to_end(tmp_path):
@@ -135,7 +135,9 @@ def test_pair_rows_read_a_snapshot_not_the_live_weights():
     from poslab.models.transformer import Transformer, TransformerConfig
 
     model = Transformer(TransformerConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=1, max_len=32,
-                                          encoding="mope", encoding_options=dict(admissibility="hard", admissibility_c=5.0, per_head=True, init_sigma=16.0)))
+                                          encoding="mope", encoding_options=dict(
+                                              admissibility="hard", admissibility_c=5.0, per_head=True,
+                                              init_sigma=16.0)))
     state = {k: v.clone() for k, v in model.named_parameters()}
     state["encoding.log_sigma_scale"] = torch.full_like(state["encoding.log_sigma_scale"], math.log(2.0))
     rows = exp.pair_rows(model.encoding, state, 7, 16)

@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from poslab.studies import get_experiment
 from poslab.experiments.config import apply_overrides
-from poslab.studies.phenomenon import head_pinning
 from poslab.experiments.runner import run_study
 from poslab.positional import build_encoding
 from poslab.store import Store
+from poslab.studies import get_experiment
+from poslab.studies.phenomenon import head_pinning
 
 TINY = ["seeds=1", "grid.task.K=[2]", "train.steps=5", "eval.n_sequences=16", "eval.lengths=[12,20,24]"]
 
@@ -30,7 +30,8 @@ def test_phenomenon_runs_both_ape_initialisations_and_the_clamp_variant(tmp_path
     study = apply_overrides(exp.study("quick"), [*TINY, "grid.encoding_options.learned.init_std=[0.02,1.0]"])
     with Store(tmp_path / "s.sqlite") as store:
         summary = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
-        assert summary["trained"] == 3 and summary["evaluated"] == 2  # rope once (one resolved config), APE x 2, clamp x 2
+        # rope once (one resolved config), APE x 2, clamp x 2
+        assert summary["trained"] == 3 and summary["evaluated"] == 2
         clamp = [r for r in store.rows() if r.get("variant") == "clamp" and r["probe"] == "length"]
         assert {r["init_std"] for r in clamp} == {0.02, 1.0}
     rows = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
@@ -63,7 +64,7 @@ def test_clamp_variant_equals_a_table_whose_late_rows_copy_row_lmax_minus_1(tmp_
 def test_head_pinning_by_hand():
     def cells(cond, positions, masses):
         return [dict(condition=cond, K=2, seed=0, length=L, peak_position=p, in_range_mass=m)
-                for L, p, m in zip((20, 24, 32, 40), positions, masses)]
+                for L, p, m in zip((20, 24, 32, 40), positions, masses, strict=False)]
     pinned, = head_pinning(cells("a", (13, 13, 13, 13), (0.9, 0.9, 0.8, 0.8)), Lmax=16)
     assert pinned["pinned"] and pinned["below_Lmax_minus_1_minus_K"] and pinned["slope"] == pytest.approx(0)
     assert pinned["mass"] == pytest.approx(0.85)

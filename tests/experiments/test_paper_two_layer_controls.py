@@ -7,11 +7,11 @@ import json
 import pytest
 
 from poslab.errors import ConfigError
-from poslab.studies import PAPER_STUDIES, get_experiment
 from poslab.experiments.config import StudyConfig, apply_overrides, apply_point, grid_points
-from poslab.studies.controls import kernel_rows
 from poslab.experiments.runner import members, run_study
 from poslab.store import Store
+from poslab.studies import PAPER_STUDIES, get_experiment
+from poslab.studies.controls import kernel_rows
 
 TINY = ["train.steps=5", "eval.n_sequences=16", "seeds=1"]
 
@@ -77,8 +77,9 @@ def test_controls_end_to_end_with_snapshots_and_evaluate_only_fixes(tmp_path):
 
 
 def test_interpolation_changes_what_an_unseen_position_reads():
-    from poslab.positional import build_encoding
     import torch
+
+    from poslab.positional import build_encoding
 
     enc = build_encoding("learned", d_model=8, n_heads=1, d_head=8, max_len=32, max_position=16, out_of_range="clamp")
     pos = torch.arange(20)

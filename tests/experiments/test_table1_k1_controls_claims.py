@@ -88,7 +88,7 @@ def _controls_rows(carrier_by_step, margins=(3.0, 3.0, 3.0), slopes=None):
             rows.append(dict(probe="snapshot", setting="base", seed=seed, step=step, carrier_k=v, carrier_q=v,
                              rank_concentration=v))
         for setting, c in (slopes or {"d=32": 0.02, "base": 0.01, "d=128": 0.001}).items():
-            for L, mu in zip((12, 24, 48), margins):
+            for L, mu in zip((12, 24, 48), margins, strict=False):
                 rows.append(dict(probe="length", setting=setting, seed=seed, length=L, in_range=L <= 16,
                                  accuracy=1.0, peak_offset=-2, a_star=1 / (1 + c * (L - 1)), margin=mu,
                                  bound=0.5, chance=0.05))

@@ -9,8 +9,22 @@ from __future__ import annotations
 
 from poslab.errors import ConfigError
 from poslab.experiments.runner import Experiment
-from poslab.studies import (bias_comparison, context_extension, controls, heads, k1, leakage, linear_control, lm,
-                            mope, phenomenon, pretrained_extension, pretrained_leakage, two_layer, validation)
+from poslab.studies import (
+    bias_comparison,
+    context_extension,
+    controls,
+    heads,
+    k1,
+    leakage,
+    linear_control,
+    lm,
+    mope,
+    phenomenon,
+    pretrained_extension,
+    pretrained_leakage,
+    two_layer,
+    validation,
+)
 
 EXPERIMENTS: dict[str, Experiment] = {m.EXPERIMENT.name: m.EXPERIMENT for m in (
     phenomenon, validation, lm, context_extension, leakage, bias_comparison, linear_control, heads, k1, two_layer,

@@ -290,13 +290,13 @@ def derived_rows(rows: list[dict], study: StudyConfig) -> list[dict]:
         pts = sorted((r["length"], r["a_star"]) for r in mine)
         if len(pts) >= 2 and all(a > 0 for _, a in pts):
             fits[(s, seed)] = dict(probe="dilution", setting=s, seed=seed, trained=True,
-                                   **probes.dilution_fit(*zip(*pts)))
+                                   **probes.dilution_fit(*zip(*pts, strict=False)))
     out += fits.values()
     c = {s: np.mean([f["slope"] for (t, _), f in fits.items() if t == s]) for s in ("d=32", "base", "d=128")
          if any(t == s for t, _ in fits)}
     if len(c) >= 2:
         cs = list(c.values())
-        out.append(dict(probe="width_trend", min_drop=float(min(a - b for a, b in zip(cs, cs[1:])))))
+        out.append(dict(probe="width_trend", min_drop=float(min(a - b for a, b in zip(cs, cs[1:], strict=False)))))
     for (s,), mine in _by(cells, ("setting",)).items():
         mu = [np.mean([r["margin"] for r in g]) for g in _by(mine, ("length",)).values()]
         if len(mu) >= 2:

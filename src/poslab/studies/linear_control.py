@@ -78,11 +78,14 @@ CLAIMS = [
     ClaimSpec(name="softmax, d=64: key carrier fraction", paper=f"{PAPER['carrier_softmax']} (baseline 0.016 = 1/d)",
               where=MEMBER & SOFTMAX & PAPER_D, measure=mean("carrier_k"), op=">", threshold=0.5),
     # Section 7's condition, from the width sweep
-    ClaimSpec(name="linear, d={d} ({frequencies} frequencies > {train_offsets} training offsets): accuracy at L={length}",
+    ClaimSpec(name="linear, d={d} ({frequencies} frequencies > {train_offsets} training offsets): "
+                   "accuracy at L={length}",
               paper="removing softmax destroys extrapolation once the frequencies outnumber the training offsets",
-              where=LONGEST & LINEAR & above("excess_frequencies", 0), per=("d", "frequencies", "train_offsets", "length"),
+              where=LONGEST & LINEAR & above("excess_frequencies", 0),
+              per=("d", "frequencies", "train_offsets", "length"),
               measure=mean("accuracy"), op="<=", threshold=2, scale_by="chance"),
-    ClaimSpec(name="linear, d={d} ({frequencies} frequencies <= {train_offsets} training offsets): accuracy at L={length}",
+    ClaimSpec(name="linear, d={d} ({frequencies} frequencies <= {train_offsets} training offsets): "
+                   "accuracy at L={length}",
               paper="implied contrast: below that width extrapolation is not destroyed",
               where=LONGEST & LINEAR & at_most("excess_frequencies", 0),
               per=("d", "frequencies", "train_offsets", "length"), measure=mean("accuracy"), op=">", threshold=2,
@@ -91,7 +94,8 @@ CLAIMS = [
               paper="fits the task by min-norm interpolation across rotary frequencies",
               where=MEMBER & LINEAR & above("excess_frequencies", 0), per=("d",), measure=mean("off_support_corr"),
               op=">=", threshold=INTERPOLANT_CORR),
-    ClaimSpec(name="linear, d={d}: mean abs(f) off support / f(-K)", paper="the min-norm interpolant is Theta(1) off support",
+    ClaimSpec(name="linear, d={d}: mean abs(f) off support / f(-K)",
+              paper="the min-norm interpolant is Theta(1) off support",
               where=MEMBER & LINEAR, per=("d",), measure=mean("off_support_scale"),
               na="Theta(1) is an asymptotic statement with no finite threshold; the number is shown"),
     ClaimSpec(name="softmax, d={d}: accuracy at L={length} (capacity control for the sweep)",
@@ -166,7 +170,7 @@ def evaluate(ctx) -> list[dict]:
                      off_support_scale=float(np.abs(f[outside]).mean() / max(abs(f[offsets == -K][0]), 1e-12))
                      if outside.any() else float("nan")))
     rows += [dict(probe="score", offset=int(d), f=float(v), interpolant=float(w), on_support=bool(s))
-             for d, v, w, s in zip(offsets, f, g, support)]
+             for d, v, w, s in zip(offsets, f, g, support, strict=False)]
     for r in rows:
         r.update(ids)
         if r["probe"] == "length":
@@ -194,10 +198,10 @@ def score_figure(rows: list[dict], Lmax: int, out: Path) -> Path:
     prof = [r for r in select(rows, "score") if r["attention"] == "linear"]
     widths = sorted({r["d"] for r in prof}) or [0]
     fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 3.4), squeeze=False)
-    for ax, d in zip(axes[0], widths):
+    for ax, d in zip(axes[0], widths, strict=False):
         for seed in sorted({r["seed"] for r in prof if r["d"] == d}):
             pts = sorted((r["offset"], r["f"], r["interpolant"]) for r in prof if r["seed"] == seed and r["d"] == d)
-            x, f, g = map(np.array, zip(*pts))
+            x, f, g = map(np.array, zip(*pts, strict=False))
             line = ax.plot(x, f, marker=".", lw=1, label=f"measured f, seed {seed}")[0]
             ax.plot(x, g, ls="--", lw=1, color=line.get_color(), label=f"min-norm interpolant, seed {seed}")
         ax.axvspan(-(Lmax - 1), -1, color="grey", alpha=0.15)

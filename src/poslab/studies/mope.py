@@ -196,7 +196,8 @@ def check(study: StudyConfig) -> None:
     if study.train.min_length != T:
         raise ConfigError("train.min_length", study.train.min_length, f"train.max_length={T} (one training length)")
     if min(study.eval.lengths) != T:
-        raise ConfigError("eval.lengths", list(study.eval.lengths), f"lengths whose smallest is the training length {T}")
+        raise ConfigError("eval.lengths", list(study.eval.lengths),
+                          f"lengths whose smallest is the training length {T}")
     mope = next(m for m in members(name, study) if m.study.encoding == "mope")
     with torch.device("meta"):
         model = mope.make_model()()
@@ -265,16 +266,16 @@ def gate_rows(model, windows, device) -> list[dict]:
     with torch.no_grad():
         for batch in windows:
             _, inter = model(batch.tokens.to(device), return_intermediates=True)
-            for l, (block, layer) in enumerate(zip(model.layers, inter.layers)):
+            for i, (block, layer) in enumerate(zip(model.layers, inter.layers, strict=True)):
                 E, g = block.energy_gate(block.ln_attn(layer.resid_pre))  # [b, h, n]
                 for key, value in ((on, (g > 0.5)), (above_, (E > 1)), (mean_g, g)):
-                    key[l] = key.get(l, 0) + value.double().sum(dim=(0, 2)).cpu()  # [h]
+                    key[i] = key.get(i, 0) + value.double().sum(dim=(0, 2)).cpu()  # [h]
             count += batch.tokens.numel()
     rows = []
-    for l, block in enumerate(model.layers):
+    for i, block in enumerate(model.layers):
         tau = block.gate_tau.detach().cpu()
-        rows += [dict(probe="gate", layer=l, head=h, tau=float(tau[h]), gated_on=float(on[l][h]) / count,
-                      above_average=float(above_[l][h]) / count, mean_gate=float(mean_g[l][h]) / count)
+        rows += [dict(probe="gate", layer=i, head=h, tau=float(tau[h]), gated_on=float(on[i][h]) / count,
+                      above_average=float(above_[i][h]) / count, mean_gate=float(mean_g[i][h]) / count)
                  for h in range(tau.numel())]
     return rows
 
@@ -295,7 +296,8 @@ def derived_rows(rows: list[dict]) -> list[dict]:
             if r["gate_parameters"]:
                 out.append(dict(probe="gate_share", encoding=enc, seed=seed,
                                 share=r["gate_parameters"] / base["parameters"]))
-    means = {cell: np.mean([g["gain"] for g in out if g["probe"] == "gain" and (g["encoding"], g["energy_gate"]) == cell])
+    means = {cell: np.mean([g["gain"] for g in out
+                            if g["probe"] == "gain" and (g["encoding"], g["energy_gate"]) == cell])
              for cell in PAPER if any(g["probe"] == "gain" and (g["encoding"], g["energy_gate"]) == cell for g in out)}
     if len(means) == 3:
         out.append(dict(probe="ordering", seed=None, margin=float(min(means[("mope", True)] - means[("rope", True)],
@@ -342,7 +344,7 @@ def pairs_figure(rows: list[dict], out: Path) -> list[Path]:
         return []
     last = max(p["step"] for p in pairs)
     fig, axes = plt.subplots(1, 2, figsize=(9, 4), squeeze=False, sharey=True)
-    for ax, gate in zip(axes[0], (False, True)):
+    for ax, gate in zip(axes[0], (False, True), strict=False):
         mine = [p for p in pairs if bool(p["energy_gate"]) == gate]
         for step, style in ((0, dict(mfc="none", color="grey", label="initial")),
                             (last, dict(color="C3", label=f"after {last} steps"))):

@@ -37,7 +37,7 @@ from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.retrieval import length_rows, select, write_csv
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, Ref, is_, judge_all, mean, probe, share, neg
+from poslab.experiments.spec import ClaimSpec, Ref, is_, judge_all, mean, neg, probe, share
 from poslab.positional import ENCODINGS, rotary_encodings
 from poslab.tasks import eval_batch
 
@@ -96,7 +96,8 @@ TABLES = [
     Table("Dilution: least squares of 1/a* on L - 1, per seed", by=(*BY, "span", "lengths"), where=FIT,
           columns=(Column("slope c", "slope", 4), Column("intercept", "intercept"), Column("R^2", "r2"),
                    Column("max abs residual / mean 1/a*", "max_rel_residual"))),
-    Table("Peak attention height by length", by=BY, where=probe("length"), pivot=Pivot("length", "peak_height", "L={}")),
+    Table("Peak attention height by length", by=BY, where=probe("length"),
+          pivot=Pivot("length", "peak_height", "L={}")),
 ]
 FIGURES = [
     Lines("fig2_carrier_profile.png", x="offset", y="phi_norm", series=("length_sampling",), panel="K",
@@ -148,7 +149,7 @@ def evaluate(ctx) -> list[dict]:
                      rank_concentration=probes.rank_concentration(model), margin=probes.margin(model, batch, K)))
     top = max(np.abs(profile).max(), 1e-12)
     rows += [dict(probe="profile", offset=int(d), phi=float(p), phi_norm=float(p / top), logit=float(lg))
-             for d, p, lg in zip(offsets, profile, logit)]
+             for d, p, lg in zip(offsets, profile, logit, strict=False)]
     for r in rows:
         r["length_sampling"] = study.train.length_sampling  # present whether or not it is a grid axis
     return rows
@@ -195,7 +196,7 @@ def fit_rows(rows: list[dict], Lmax: int) -> list[dict]:
         for span, pts in (("all", mine), ("unseen", [p for p in mine if p[0] > Lmax])):
             if len(pts) < 2:
                 continue
-            L, a = map(np.array, zip(*pts))
+            L, a = map(np.array, zip(*pts, strict=False))
             fit = probes.dilution_fit(L, a)
             resid = 1 / a - (fit["slope"] * (L - 1) + fit["intercept"])
             out.append(dict(probe="fit", encoding=key[0], K=key[1], length_sampling=key[2], seed=key[3], span=span,
