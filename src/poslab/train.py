@@ -41,6 +41,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -157,11 +158,13 @@ def ensemble_batches(streams: list[DataStream], device) -> Iterator[Batch]:
             for p in parts:
                 if p.loss_weight is None:
                     p.loss_weight = torch.ones(p.targets.shape)
-        chunk = Batch(**{k: None if getattr(parts[0], k) is None else
-                         torch.stack([getattr(p, k) for p in parts], dim=1).to(device) for k in Batch.TENSORS},
+        fields: dict[str, Any] = {k: None if getattr(parts[0], k) is None else
+                                  torch.stack([getattr(p, k) for p in parts], dim=1).to(device)
+                                  for k in Batch.TENSORS}
+        chunk = Batch(**fields,
                       n_queries=max((p.n_queries or 0) for p in parts) or None)
         for i in range(streams[0].cfg.chunk):
-            yield chunk.map(lambda x: x[i])
+            yield chunk.map(lambda x, i=i: x[i])
 
 
 def build_member(make_model, seed: int) -> nn.Module:
@@ -185,7 +188,7 @@ def _optimizer(params: dict[str, Tensor], cfg: TrainConfig, fused: bool = False,
     if plain:
         groups.append(dict(params=plain, weight_decay=0.0, lr_scale=1.0))
     adam = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW  # Adam: weight_decay is coupled L2
-    return adam(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=fused)
+    return adam(groups, lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]), fused=fused)  # two: validated
 
 
 GROUP_KEYS = ("match", "lr", "weight_decay")  # the keys of one train.param_groups entry
@@ -215,7 +218,8 @@ def group_names(names, cfg: TrainConfig, strict: bool = False) -> list[list[str]
         match = [group["match"]] if isinstance(group["match"], str) else list(group["match"])
         mine = [n for n in names if n not in taken and any(m in n for m in match)]
         if strict and not mine:
-            raise ConfigError("train.param_groups.match", group["match"], f"substrings of parameter names: {list(names)}")
+            raise ConfigError("train.param_groups.match", group["match"],
+                              f"substrings of parameter names: {list(names)}")
         taken.update(mine)
         out.append(mine)
     return out
@@ -224,7 +228,7 @@ def group_names(names, cfg: TrainConfig, strict: bool = False) -> list[list[str]
 def _own_groups(params: dict[str, Tensor], cfg: TrainConfig) -> tuple[list[dict], dict[str, Tensor]]:
     """(the optimizer groups of ``cfg.param_groups``, the parameters left for the default groups)."""
     own, rest = [], dict(params)
-    for group, names in zip(cfg.param_groups, group_names(list(params), cfg)):
+    for group, names in zip(cfg.param_groups, group_names(list(params), cfg), strict=True):
         if not names:
             continue
         lr = float(group.get("lr", cfg.lr))
@@ -268,7 +272,7 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
         def losses_fn(p, tensors):
             return member_loss({k: v[0] for k, v in p.items()}, {k: v[0] for k, v in tensors.items()})[None]
     opt = _optimizer(params, cfg, fused=device_fused(device), member_axis=True)
-    streams = [DataStream(t, s, cfg) for t, s in zip(tasks, seeds)]
+    streams = [DataStream(t, s, cfg) for t, s in zip(tasks, seeds, strict=True)]
     E = len(seeds)
     alive = torch.ones(E, dtype=torch.bool, device=device)
     frozen: dict[str, Tensor] = {}
@@ -331,7 +335,7 @@ class _LossOf(nn.Module):
 def _clip_per_member(params: dict[str, Tensor], max_norm: float) -> None:
     """Scale each member's gradients to a global norm of at most ``max_norm``."""
     grads = [p.grad for p in params.values() if p.grad is not None]
-    sq = sum(g.pow(2).flatten(1).sum(1) for g in grads)  # [e]
+    sq = cast(Tensor, sum(g.pow(2).flatten(1).sum(1) for g in grads))  # [e]
     scale = (max_norm / (sq.sqrt() + 1e-6)).clamp(max=1.0)
     for g in grads:
         g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -109,13 +110,16 @@ class RetrievalHead(nn.Module):
         logits = o @ self.U.T  # [b, m]
         if not return_intermediates:
             return logits
+        # need_weights: attention took the explicit path, which returns all four
+        assert att.attn_scores is not None and att.pattern is not None
+        assert att.rot_q is not None and att.rot_k is not None
         layer = LayerIntermediates(attn_scores=att.attn_scores, pattern=att.pattern, q=q, k=k, rot_q=att.rot_q,
                                    rot_k=att.rot_k, v=v, resid_pre=z, resid_post=o[:, None, :])
         return logits, Intermediates(embed=z, positions=positions, layers=[layer])
 
     # ------------------------------------------------------------------ fast path for training
 
-    def grid_tables(self, T: int, q_start: Tensor, n_query: int) -> tuple[Tensor, Tensor, Tensor]:
+    def grid_tables(self, T: int, q_start: Tensor, n_query: int) -> tuple[Tensor, Tensor, Tensor | None]:
         """Scores and values of every (token, position) pair with key positions 0 .. T-1.
 
         ``embed`` adds a position vector p_t, so z(a, t) = W_E[a] + p_t and each projection
@@ -179,7 +183,8 @@ class RetrievalHead(nn.Module):
             return logits, inter.layers[0].pattern[:, :, 0, :].transpose(0, 1)
         b, T = tokens.shape
         h, m = self.cfg.n_heads, self.cfg.vocab_size
-        n_query = T - q_start if n_query is None else n_query
+        # (a tensor q_start gives a 0-dim tensor here, which serves wherever an int count does)
+        n_query = cast(int, T - q_start) if n_query is None else n_query
         q_start = torch.as_tensor(q_start, device=tokens.device)
         scores, v_tok, v_pos = self.grid_tables(T, q_start, n_query)  # [h, gq, g], [h, m, d], [h, T, d]
         t = torch.arange(T, device=tokens.device)

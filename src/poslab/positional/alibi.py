@@ -50,6 +50,8 @@ class ALiBi(PositionalEncoding):
     cost = "O(i j) per head (one bias per logit)"
     reference = "Press, Smith & Lewis 2022, Train Short, Test Long"
 
+    fixed_slopes: Tensor  # buffer, registered only when learned_slope is False
+
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, symmetric: bool = False,
                  slope: float | None = None, learned_slope: bool = False):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)

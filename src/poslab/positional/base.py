@@ -75,7 +75,7 @@ class PositionalEncoding(nn.Module):
     @property
     def sites(self) -> tuple[str, ...]:
         """The hooks this encoding's class overrides, in SITES order."""
-        return overridden_hooks(type(self))
+        return overridden_hooks(type(self))  # type: ignore[arg-type]  # a class is hashable; mypy misreads its __hash__
 
     def uses(self, hook: str) -> bool:
         """Whether the class overrides ``hook`` (one of SITES): a fast path may skip only hooks it does not."""

@@ -90,6 +90,8 @@ class MoPERelative(PositionalEncoding):
     cost = "O(s d) rotation + O(i j d) damped pair terms per head"
     reference = _REFERENCE
 
+    theta: Tensor  # buffer
+
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, base: float = 10000.0,
                  init_sigma: float = 1e4, layout: str = "interleaved", admissibility: str = "none",
                  admissibility_c: float = 5.0, penalty_weight: float = 1.0, per_head: bool = False):
@@ -163,6 +165,8 @@ class MoPEAdditive(PositionalEncoding):
     extra_parameters = "2 x d_model/2: omega and sigma per pair"
     cost = "O(s D) once, at the input"
     reference = _REFERENCE
+
+    theta: Tensor  # buffer
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, base: float = 10000.0,
                  init_sigma: float = 1e4):

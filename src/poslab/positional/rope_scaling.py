@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from torch import Tensor
@@ -96,7 +96,7 @@ def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: dict | None 
     ``inv_freq`` is ``[r/2]``, or ``[n, r/2]`` for a length-dependent type given ``seq_len [n]``.
     Raises ConfigError for an unknown ``rope_type``, an unknown key or a missing required key.
     """
-    cfg = dict(scaling or {})
+    cfg: dict[str, Any] = dict(scaling or {})
     for key in cfg:
         check_choice(f"{_FIELD}.{key}", key, KEYS)
     rope_type = cfg.get("rope_type", cfg.get("type", "default"))
@@ -289,7 +289,7 @@ def _require(cfg: dict, key: str):
 
 
 def _positive(key: str, value) -> None:
-    if not (isinstance(value, Real) and value > 0):
+    if not (isinstance(value, Real) and cast(float, value) > 0):  # numbers.Real declares no __gt__
         raise ConfigError(f"{_FIELD}.{key}", value, "a positive number")
 
 
@@ -306,6 +306,7 @@ def _original(cfg: dict, max_position_embeddings: int | None) -> float:
     if orig is None:
         _require(cfg, "original_max_position_embeddings")
     _positive("original_max_position_embeddings", orig)
+    assert orig is not None  # _positive refused None
     return orig
 
 

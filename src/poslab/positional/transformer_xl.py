@@ -35,6 +35,8 @@ class TransformerXL(PositionalEncoding):
     cost = "O(i j d_rel) per head"
     reference = "Dai et al. 2019, Transformer-XL"
 
+    omega: Tensor  # buffer
+
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, d_rel: int | None = None,
                  base: float = 10000.0, init_std: float = 0.02):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)

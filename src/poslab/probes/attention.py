@@ -29,7 +29,7 @@ from torch import Tensor
 
 from poslab.errors import ConfigError
 from poslab.models.intermediates import Intermediates
-from poslab.probes.common import CHUNK, at_last_query, one_length, over_chunks, real_keys
+from poslab.probes.common import CHUNK, Collects, at_last_query, one_length, over_chunks, real_keys
 from poslab.tasks.base import Batch
 
 # ----------------------------------------------------------------------------- pure: sums over a chunk
@@ -64,7 +64,7 @@ def pattern_sum(inter: Intermediates, layer: int = 0) -> tuple[Tensor, Tensor]:
 
 # ----------------------------------------------------------------------------- model drivers
 
-def mean_attention(model: torch.nn.Module, batch: Batch, *, chunk: int = CHUNK) -> np.ndarray:
+def mean_attention(model: Collects, batch: Batch, *, chunk: int = CHUNK) -> np.ndarray:
     """Mean over sequences of the last query's attention weights over key positions, ``[h, L]``
     (layer 0; with BOS ``[h, L + 1]``, BOS first).
 
@@ -72,31 +72,35 @@ def mean_attention(model: torch.nn.Module, batch: Batch, *, chunk: int = CHUNK) 
     the unnormalised weights the model uses.
     """
     L = one_length(batch)
-    total = None
+    total: Tensor | None = None
     for _, inter in over_chunks(model, batch, chunk):
         part = attention_sum(inter, 0, L + inter.prefix)
         total = part if total is None else total + part
+    assert total is not None  # one chunk at least
     return (total / batch.tokens.shape[0]).numpy()
 
 
-def mean_attention_by_layer(model: torch.nn.Module, batch: Batch, *, chunk: int = CHUNK) -> np.ndarray:
+def mean_attention_by_layer(model: Collects, batch: Batch, *, chunk: int = CHUNK) -> np.ndarray:
     """:func:`mean_attention` for every layer at once, ``[layers, h, L]`` (with BOS ``L + 1``)."""
     L = one_length(batch)
-    total = None
+    total: Tensor | None = None
     for _, inter in over_chunks(model, batch, chunk):
         part = torch.stack([attention_sum(inter, n, L + inter.prefix) for n in range(len(inter.layers))])
         total = part if total is None else total + part
+    assert total is not None  # one chunk at least
     return (total / batch.tokens.shape[0]).numpy()
 
 
-def mean_pattern(model: torch.nn.Module, batch: Batch, *, chunk: int = CHUNK) -> np.ndarray:
+def mean_pattern(model: Collects, batch: Batch, *, chunk: int = CHUNK) -> np.ndarray:
     """Mean attention pattern per layer and head, ``[layers, h, i, j]``: each query row averaged
     over the sequences in which that query is real (NaN where none is). Lengths may differ."""
-    total = count = None
+    total: Tensor | None = None
+    count: Tensor | None = None
     for _, inter in over_chunks(model, batch, chunk):
         sums = [pattern_sum(inter, n) for n in range(len(inter.layers))]
         part, live = torch.stack([s for s, _ in sums]), sums[0][1]
-        total, count = (part, live) if total is None else (total + part, count + live)
+        total, count = (part, live) if total is None or count is None else (total + part, count + live)
+    assert total is not None and count is not None  # one chunk at least
     return (total / count[:, None]).numpy()
 
 
@@ -104,16 +108,16 @@ def mean_pattern(model: torch.nn.Module, batch: Batch, *, chunk: int = CHUNK) ->
 
 def as_row(row: np.ndarray | Tensor, L: int | None = None) -> np.ndarray:
     """One head's mean attention as a 1-D float64 array ([1, L] is squeezed)."""
-    row = np.asarray(row.detach().cpu() if isinstance(row, Tensor) else row, dtype=np.float64)
-    if row.ndim == 2 and row.shape[0] == 1:
-        row = row[0]
-    if row.ndim != 1:
-        raise ValueError(f"expected one head's row [L], got shape {row.shape}: index mean_attention(...)[h]")
+    arr = np.asarray(row.detach().cpu() if isinstance(row, Tensor) else row, dtype=np.float64)
+    if arr.ndim == 2 and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim != 1:
+        raise ValueError(f"expected one head's row [L], got shape {arr.shape}: index mean_attention(...)[h]")
     if L is not None:
-        if row.shape[0] < L:
-            raise ValueError(f"row has {row.shape[0]} positions, fewer than L={L}")
-        row = row[:L]
-    return row
+        if arr.shape[0] < L:
+            raise ValueError(f"row has {arr.shape[0]} positions, fewer than L={L}")
+        arr = arr[:L]
+    return arr
 
 
 def peak(mean_attn_row: np.ndarray, L: int) -> dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -27,9 +28,40 @@ from torch import Tensor
 
 from poslab.errors import ConfigError
 from poslab.models.intermediates import Intermediates
+from poslab.positional.base import PositionalEncoding
 from poslab.tasks.base import Batch
 
 CHUNK = 1024  # sequences per forward
+
+
+# ----------------------------------------------------------------------------- what the drivers read of a model
+
+class HasParameters(Protocol):
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
+
+
+class Collects(HasParameters, Protocol):
+    """A model the drivers can run: ``Transformer``, ``RetrievalHead``, ``pretrained.PretrainedLM``."""
+
+    def collect(self, batch: Batch) -> Intermediates: ...
+
+
+class HeadsConfig(Protocol):
+    @property
+    def n_heads(self) -> int: ...
+
+    @property
+    def encoding(self) -> str: ...
+
+
+class PoslabModel(Collects, Protocol):
+    """``Transformer`` or ``RetrievalHead``: a config with ``n_heads`` and the built ``encoding``."""
+
+    @property
+    def cfg(self) -> HeadsConfig: ...
+
+    @property
+    def encoding(self) -> PositionalEncoding: ...
 
 
 # ----------------------------------------------------------------------------- chunks
@@ -43,11 +75,11 @@ def split_batch(batch: Batch, chunk: int = CHUNK, device: torch.device | str | N
         yield part if device is None else part.to(device)
 
 
-def model_device(model: torch.nn.Module) -> torch.device:
+def model_device(model: HasParameters) -> torch.device:
     return next(model.parameters()).device
 
 
-def over_chunks(model: torch.nn.Module, batch: Batch, chunk: int = CHUNK) -> Iterator[tuple[Batch, Intermediates]]:
+def over_chunks(model: Collects, batch: Batch, chunk: int = CHUNK) -> Iterator[tuple[Batch, Intermediates]]:
     """``(part, model.collect(part))`` for consecutive slices of at most ``chunk`` sequences.
 
     ``part`` is the slice on the model's device. Sum what a probe needs from each chunk's

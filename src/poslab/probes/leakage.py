@@ -62,6 +62,7 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -88,7 +89,9 @@ QUANTITIES = ("centred", "logits", "log_weights")  # what is summed per pair
 
 def keep_mask(n: int, window: int | None = None) -> Tensor:
     """The pairs a causal (windowed) head attends: j <= i and i - j < window, [n, n] bool."""
-    return build_mask(n, n, causal=True, window=window)
+    mask = build_mask(n, n, causal=True, window=window)
+    assert mask is not None  # causal: always a mask
+    return mask
 
 
 def pairs(keep: Tensor, queries: int | None = None) -> tuple[Tensor, Tensor]:
@@ -381,6 +384,7 @@ class LeakageSums:
             old_b = delta_r2(self.sums["logits"], i, j)["delta"]
             out[prefix + "old_component_b"] = old_b.numpy()
             out[prefix + "old_component_a"] = (delta_r2(self.sums["log_weights"], i, j)["delta"] - old_b).numpy()
+        assert self.log_z is not None and self.received is not None  # set by add(), with keep
         out["log_z"] = (self.log_z / self.seen).numpy()
         out["received"] = (self.received / self.seen).numpy()
         out["received_0"] = out["received"][..., 0]
@@ -435,7 +439,7 @@ def leakage(model, batch: Batch, *, intervention: Intervention | None = None, ea
     n = batch.tokens.shape[1] + int(getattr(getattr(model, "cfg", None), "bos", False))
     if early is not None and (not isinstance(early, int) or not 1 <= early <= n):
         raise ConfigError("early", early, f"an integer in [1, {n}] (queries i < early), or None")
-    cfg = getattr(model, "cfg", None)
+    cfg: Any = getattr(model, "cfg", None)
     acc = LeakageSums(window=cfg.window if hasattr(cfg, "window") else window, layers=layers,
                       check_softmax=intervention is None)
     b = batch.tokens.shape[0]

@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -55,6 +56,8 @@ from poslab.positional import rotary_encodings
 from poslab.positional.rope import rotate
 from poslab.probes.common import (
     CHUNK,
+    Collects,
+    PoslabModel,
     at_last_query,
     check_head,
     last_index,
@@ -68,9 +71,12 @@ from poslab.probes.common import (
 )
 from poslab.tasks.base import Batch
 
+if TYPE_CHECKING:
+    from poslab.models.retrieval_head import RetrievalHead
+
 # ----------------------------------------------------------------------------- (i) + (ii) fast path
 
-def accuracy_and_attention(model: torch.nn.Module, batch: Batch, *, chunk: int = CHUNK) -> tuple[float, np.ndarray]:
+def accuracy_and_attention(model: RetrievalHead, batch: Batch, *, chunk: int = CHUNK) -> tuple[float, np.ndarray]:
     """:func:`~poslab.probes.common.accuracy` and :func:`~poslab.probes.attention.mean_attention`
     in one pass of the ``RetrievalHead``'s grid fast path (``model.attend``), the evaluation
     Table 1 uses.
@@ -151,16 +157,17 @@ def projection_moments(inter: Intermediates, layer: int = 0) -> Moments:
                    sum_k=k.sum((0, 1)).cpu(), sq_k=k.square().sum((0, 1, 3)).cpu(), n_k=int(keep.sum()))
 
 
-def collect_moments(model: torch.nn.Module, batch: Batch, *, layer: int = 0, chunk: int = CHUNK) -> Moments:
+def collect_moments(model: Collects, batch: Batch, *, layer: int = 0, chunk: int = CHUNK) -> Moments:
     """:func:`projection_moments` summed over ``batch`` in chunks."""
-    total = None
+    total: Moments | None = None
     for _, inter in over_chunks(model, batch, chunk):
         part = projection_moments(inter, layer)
         total = part if total is None else total + part
+    assert total is not None  # one chunk at least
     return total
 
 
-def carrier(model: torch.nn.Module, batch: Batch, *, head: int | None = 0, chunk: int = CHUNK) -> dict:
+def carrier(model: Collects, batch: Batch, *, head: int | None = 0, chunk: int = CHUNK) -> dict:
     """Carrier energy of the projected (unrotated) queries and keys over the batch (layer 0).
 
     ``carrier_q`` / ``carrier_k``: of head ``head`` (default 0; None = mean over heads).
@@ -175,7 +182,7 @@ def carrier(model: torch.nn.Module, batch: Batch, *, head: int | None = 0, chunk
 
 # ----------------------------------------------------------------------------- (iv) carrier profile
 
-def rotary_theta(model: torch.nn.Module) -> Tensor:
+def rotary_theta(model: PoslabModel) -> Tensor:
     """The model's rotary frequencies theta [d/2] (``encoding.rotary_frequencies()``).
 
     Raises ConfigError (field ``encoding``) for an encoding that does not rotate q and k, and for
@@ -214,7 +221,7 @@ def carrier_cosine(m_Q: Tensor, m_K: Tensor, theta: Tensor | np.ndarray, layout:
     return carrier_profile_of(m_Q, m_K, theta, layout, offsets, normalize=True)
 
 
-def carrier_profile(model: torch.nn.Module, batch: Batch, offsets: Sequence[int] | np.ndarray, *,
+def carrier_profile(model: PoslabModel, batch: Batch, offsets: Sequence[int] | np.ndarray, *,
                     head: int | None = 0, normalize: bool = False, chunk: int = CHUNK) -> np.ndarray:
     """phi_c(delta) = m_Q^T R_delta m_K at each offset delta = t - n (peaks at -K when trained).
 
@@ -227,7 +234,8 @@ def carrier_profile(model: torch.nn.Module, batch: Batch, offsets: Sequence[int]
     theta = rotary_theta(model)
     check_head(model.cfg.n_heads, head)
     mom = collect_moments(model, batch, chunk=chunk)
-    profile = carrier_profile_of(mom.m_Q, mom.m_K, theta, model.encoding.layout, offsets, normalize=normalize)
+    layout = cast(str, model.encoding.layout)  # a rotary encoding (rotary_theta checked): RoPE's or MoPE's pair layout
+    profile = carrier_profile_of(mom.m_Q, mom.m_K, theta, layout, offsets, normalize=normalize)
     return profile.mean(0) if head is None else profile[head]
 
 
@@ -273,7 +281,7 @@ def margins(inter: Intermediates, K: int, layer: int = 0) -> Tensor:
     return scores.gather(-1, target)[..., 0] - best_other
 
 
-def margin(model: torch.nn.Module, batch: Batch, K: int, *, head: int | None = 0, reduce: str = "mean",
+def margin(model: PoslabModel, batch: Batch, K: int, *, head: int | None = 0, reduce: str = "mean",
            chunk: int = CHUNK) -> float | np.ndarray:
     """mu: the target's lead in the query's attention logits (layer 0), see :func:`margins`.
 
@@ -314,7 +322,7 @@ def rank_concentrations(W_Q: Tensor, W_K: Tensor, n_heads: int) -> np.ndarray:
         return (sigma2[:, 0] / sigma2.sum(-1)).cpu().numpy()
 
 
-def rank_concentration(model: torch.nn.Module, *, head: int | None = 0) -> float:
+def rank_concentration(model: RetrievalHead, *, head: int | None = 0) -> float:
     """:func:`rank_concentrations` of the head's ``W_Q``, ``W_K``; head=None averages the heads."""
     return pick_head(rank_concentrations(model.W_Q, model.W_K, model.cfg.n_heads), head)
 

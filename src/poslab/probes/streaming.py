@@ -125,9 +125,11 @@ def stream_attend(model, tokens, L: int, *, key_chunk: int = KEY_CHUNK, device="
         if M is None:
             Z, acc = Zc, Oc
         else:
+            assert Z is not None and acc is not None  # set with M
             scale = torch.exp(M - M_new)
             Z, acc = Z * scale + Zc, acc * scale[..., None] + Oc
         M = M_new
+    assert M is not None and Z is not None and acc is not None  # L >= 1: one key chunk at least
     logits = (acc / Z[..., None]).sum(0)  # [b, m]
     assert logits.shape[0] == q.shape[0] and M.shape[0] == h
     return logits, M + torch.log(Z)

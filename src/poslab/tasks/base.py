@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import Tensor
@@ -51,8 +51,9 @@ class Batch:
 
     def map(self, fn) -> Batch:
         """A batch with ``fn`` applied to every tensor field (the hint ``n_queries`` is kept)."""
-        return Batch(**{k: None if getattr(self, k) is None else fn(getattr(self, k)) for k in self.TENSORS},
-                     n_queries=self.n_queries)
+        fields: dict[str, Any] = {k: None if getattr(self, k) is None else fn(getattr(self, k))
+                                  for k in self.TENSORS}
+        return Batch(**fields, n_queries=self.n_queries)
 
     def __getitem__(self, index) -> Batch:
         """Sequences ``index`` (a slice or index tensor over the batch axis), hint kept."""
@@ -113,8 +114,9 @@ def sample_steps(task: Task, generator: torch.Generator, steps: int, batch_size:
         batch = _pad(batch, hi)
         batch.first_query, batch.n_queries = torch.tensor(first), n
         parts.append(batch)
-    return Batch(**{k: None if getattr(parts[0], k) is None else torch.stack([getattr(p, k) for p in parts])
-                    for k in Batch.TENSORS}, n_queries=max(p.n_queries for p in parts))
+    fields: dict[str, Any] = {k: None if getattr(parts[0], k) is None else torch.stack([getattr(p, k) for p in parts])
+                              for k in Batch.TENSORS}
+    return Batch(**fields, n_queries=max(cast(int, p.n_queries) for p in parts))  # each set just above
 
 
 def _pad(batch: Batch, width: int) -> Batch:
@@ -136,6 +138,11 @@ class UniformTokens:
     ``m`` (vocabulary size) that adds its own ``validate`` and ``label``."""
 
     m: int
+
+    if TYPE_CHECKING:  # each subclass defines these (see Task)
+        def validate(self, min_length: int) -> None: ...
+
+        def label(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]: ...
 
     @property
     def vocab_size(self) -> int:
