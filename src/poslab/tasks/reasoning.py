@@ -132,7 +132,8 @@ def _layout(rng: random.Random, length: int, inserts: list[tuple[float, str]], q
 
 
 def _names(rng: random.Random, n: int, k: int, alphabet: str, taken=()) -> list[str]:
-    out, seen = [], set(taken)
+    out: list[str] = []
+    seen = set(taken)
     while len(out) < n:
         name = "".join(rng.choice(alphabet) for _ in range(k))
         if name not in seen:
