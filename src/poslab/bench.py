@@ -19,7 +19,8 @@ import torch
 
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import worker_pool
-from poslab.experiments.runner import members, train_members
+from poslab.experiments.runner import members as study_members
+from poslab.experiments.runner import train_members
 from poslab.studies import phenomenon
 from poslab.train import train_plain
 
@@ -27,7 +28,7 @@ from poslab.train import train_plain
 def bench_train(*, steps: int = 4000, plain_steps: int = 200, workers: int | None = None, echo=print) -> dict:
     paper = phenomenon.study("paper")
     study = apply_overrides(paper, [f"train.steps={steps}"])
-    everyone = members("bench", study)
+    everyone = study_members("bench", study)
     groups: dict[str, list] = {}
     for m in everyone:
         groups.setdefault(m.group_key(), []).append(m)
@@ -133,7 +134,7 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
         if not (isinstance(value, int) and value >= 1):
             raise ConfigError(field, value, "a positive integer")
     study = lm_study(preset, encodings=(encoding,), seeds=members)
-    group = members("bench", study)
+    group = study_members("bench", study)  # (members is this function's member count)
     make, task, cfg = group[0].make_model(), group[0].task, study.train
     m, L = group[0].model_config, cfg.max_length
     warm = 3
