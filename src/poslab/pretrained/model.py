@@ -231,13 +231,8 @@ class PretrainedLM(nn.Module):
             raise ConfigError("length", L, "an integer >= 2")
         if self.encoding == "learned" and self.context and L > self.context:
             raise ConfigError("length", L, f"at most {self.context} (the checkpoint's learned position table)")
-        need = attention_bytes(L, self.n_heads, self.n_layers if intermediates else 0)
-        have = memory_bytes() * BYTES_LIMIT_FRACTION
-        if need > have:
-            raise ConfigError("length", L, f"a length whose attention fits in memory: L={L} needs about "
-                                           f"{need / 2**30:.1f} GiB of attention "
-                                           f"{'scores and patterns (collect)' if intermediates else 'mask'}, "
-                                           f"{have / 2**30:.1f} GiB available")
+        require_attention_fits("length", L, L, self.n_heads, self.n_layers if intermediates else 0,
+                               what="scores and patterns (collect)" if intermediates else "mask")
 
     # --- the interface every poslab model has
 
@@ -356,6 +351,17 @@ def attention_bytes(L: int, n_heads: int, layers_kept: int = 0, batch: int = 1) 
     if layers_kept <= 0:
         return batch * L * L
     return 2 * 4 * batch * n_heads * L * L * layers_kept
+
+
+def require_attention_fits(field: str, value, L: int, n_heads: int, layers_kept: int = 0, batch: int = 1,
+                           what: str = "") -> None:
+    """ConfigError naming ``field`` when :func:`attention_bytes` exceeds BYTES_LIMIT_FRACTION of
+    the machine's memory; the estimate and what it counts (``what``) are in the message."""
+    need, have = attention_bytes(L, n_heads, layers_kept, batch), memory_bytes() * BYTES_LIMIT_FRACTION
+    if need > have:
+        raise ConfigError(field, value, f"a length whose attention fits in memory: L={L} needs about "
+                                        f"{need / 2**30:.1f} GiB of attention{' ' + what if what else ''}, "
+                                        f"{have / 2**30:.1f} GiB available")
 
 
 def memory_bytes() -> int:

@@ -162,7 +162,7 @@ def checkpoint_source(name: str):
 def check(study: StudyConfig) -> None:
     """Every refusal before any weights are read: settings, the checkpoint, the schedule, memory."""
     from poslab.pretrained.loading import read_config, require_transformers
-    from poslab.pretrained.model import BYTES_LIMIT_FRACTION, attention_bytes, memory_bytes
+    from poslab.pretrained.model import require_attention_fits
     from poslab.pretrained.table import entry_from_config
 
     m = settings(study)
@@ -176,11 +176,7 @@ def check(study: StudyConfig) -> None:
                                                       f"{m['checkpoint']} uses {entry['encoding']})")
     heads = cfg.get("num_attention_heads") or cfg.get("n_head")
     for scale in study.axis("model.scale"):
-        L = int(round(scale * entry["context"]))
-        need, have = attention_bytes(L, heads), memory_bytes() * BYTES_LIMIT_FRACTION
-        if need > have:
-            raise ConfigError("model.scale", scale, f"a length whose attention fits in memory: {L} tokens need "
-                                                    f"about {need / 2**30:.1f} GiB, {have / 2**30:.1f} GiB available")
+        require_attention_fits("model.scale", scale, int(round(scale * entry["context"])), heads, what="mask")
 
 
 # ----------------------------------------------------------------------------- the run

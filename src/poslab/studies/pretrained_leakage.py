@@ -122,7 +122,7 @@ def settings(study: StudyConfig) -> dict:
 
 def check(study: StudyConfig) -> None:
     from poslab.pretrained.loading import read_config, require_transformers
-    from poslab.pretrained.model import BYTES_LIMIT_FRACTION, attention_bytes, memory_bytes
+    from poslab.pretrained.model import require_attention_fits
     from poslab.studies.pretrained_extension import checkpoint_source
 
     m = settings(study)
@@ -130,11 +130,8 @@ def check(study: StudyConfig) -> None:
     cfg = read_config(checkpoint_source(m["checkpoint"]))
     heads = cfg.get("num_attention_heads") or cfg.get("n_head")
     layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
-    need = attention_bytes(m["length"], heads, layers, batch=2)
-    have = memory_bytes() * BYTES_LIMIT_FRACTION
-    if need > have:
-        raise ConfigError("model.length", m["length"], f"a length whose attention fits in memory: about "
-                                                       f"{need / 2**30:.1f} GiB needed, {have / 2**30:.1f} GiB here")
+    require_attention_fits("model.length", m["length"], m["length"], heads, layers, batch=2,
+                           what="scores and patterns (collect, with and without BOS)")
 
 
 # ----------------------------------------------------------------------------- the run
