@@ -322,7 +322,7 @@ def bench_eval(*, lengths=(1_000, 10_000, 100_000, 1_000_000), n_sequences: int 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from poslab.experiments.retrieval import save
+        from poslab.experiments.outputs import save
 
         Ls = np.array([r["length"] for r in rows], dtype=float)
         grid = np.geomspace(min(short), max(Ls), 200)
@@ -454,7 +454,7 @@ def _lm_eval_figure(rows: list[dict], fit: dict, encoding: str, steps: int, path
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from poslab.experiments.retrieval import save
+    from poslab.experiments.outputs import save
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     for row in sorted(rows, key=lambda r: r["length"]):

@@ -10,6 +10,8 @@ is genuinely theirs (a probe row layout, a derived quantity, a figure nothing el
 
 from __future__ import annotations
 
+import csv
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,6 +158,32 @@ class Lines:
         return save(fig, out / self.filename)
 
 
+def select(rows: list[dict], probe: str, **where) -> list[dict]:
+    return [r for r in rows if r.get("probe") == probe and all(r.get(k) == v for k, v in where.items())]
+
+
+def group_stats(rows: list[dict], by: tuple[str, ...], value: str) -> dict[tuple, tuple[float, float, int]]:
+    """(mean, std over seeds, n) of ``value`` for each combination of the ``by`` columns."""
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for r in rows:
+        if r.get(value) is not None:
+            groups[tuple(r[k] for k in by)].append(float(r[value]))
+    return {k: (float(np.mean(v)), float(np.std(v)), len(v)) for k, v in sorted(groups.items())}
+
+
+def fmt(mean: float, std: float) -> str:
+    return f"{mean:.3f} ± {std:.3f}"
+
+
+def write_csv(rows: list[dict], path: Path, columns: list[str] | None = None) -> Path:
+    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
 def save(fig, path: Path) -> Path:
     """Write a figure as PNG and release it."""
     import matplotlib.pyplot as plt
@@ -178,8 +206,6 @@ def write_outputs(out: Path, *, title: str, rows: list[Row], claims: list[Claim]
                   columns: list[str] | None = None, sections: Sequence[str] = (),
                   more_figures: Callable[[list[Row], Path], list[Path]] | None = None) -> list[Path]:
     """rows.csv, table.md (intro, tables, extra sections, claims), claims.json and figures."""
-    from poslab.experiments.retrieval import write_csv
-
     out.mkdir(parents=True, exist_ok=True)
     files = [write_csv(csv_rows if csv_rows is not None else rows, out / "rows.csv", columns)]
     text = [f"# {title}", ""]

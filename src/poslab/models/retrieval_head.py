@@ -45,16 +45,17 @@ class RetrievalHeadConfig:
     vocab_size: int = 20  # m
     d_model: int = 64  # d
     n_heads: int = 1
-    d_head: int | None = None  # default d_model // n_heads
+    d_head: int | None = None  # per-head width; None: d_model // n_heads (filled in when it divides)
     encoding: str = "rope"  # key of poslab.positional.ENCODINGS
     encoding_options: dict = field(default_factory=dict)
     max_len: int = 48  # longest sequence any table must hold
     attention: str = "softmax"  # "softmax" | "linear" (Section 7 control)
     temperature: float = 1.0
 
-    @property
-    def head_dim(self) -> int:
-        return self.d_head or self.d_model // self.n_heads
+    def __post_init__(self):
+        whole = all(isinstance(v, int) and v > 0 for v in (self.d_model, self.n_heads))
+        if self.d_head is None and whole and self.d_model % self.n_heads == 0:
+            object.__setattr__(self, "d_head", self.d_model // self.n_heads)
 
 
 class RetrievalHead(nn.Module):
@@ -63,14 +64,13 @@ class RetrievalHead(nn.Module):
         check_choice("attention", cfg.attention, KINDS)
         for name in ("vocab_size", "d_model", "n_heads", "max_len"):
             require_positive_int(name, getattr(cfg, name))
-        if cfg.d_head is not None:
-            require_positive_int("d_head", cfg.d_head)
-        if cfg.d_head is None and cfg.d_model % cfg.n_heads:
-            raise ConfigError("n_heads", cfg.n_heads, f"a divisor of d_model={cfg.d_model}")
+        if cfg.d_head is None:
+            raise ConfigError("n_heads", cfg.n_heads, f"a divisor of d_model={cfg.d_model} (or set d_head)")
+        require_positive_int("d_head", cfg.d_head)
         self.cfg = cfg
-        h, d, D, m = cfg.n_heads, cfg.head_dim, cfg.d_model, cfg.vocab_size
+        h, d, D, m = cfg.n_heads, cfg.d_head, cfg.d_model, cfg.vocab_size
         self.encoding = build_encoding(cfg.encoding, d_model=D, n_heads=h, d_head=d, max_len=cfg.max_len,
-                                       d_head_from="d_head" if cfg.d_head else "d_model", **cfg.encoding_options)
+                                       d_head_from="d_model" if cfg.d_head * h == D else "d_head", **cfg.encoding_options)
         self.W_E = nn.Parameter(torch.randn(m, D))
         bound = 1 / math.sqrt(D)
         self.W_Q = nn.Parameter(torch.empty(h * d, D).uniform_(-bound, bound))
@@ -87,7 +87,7 @@ class RetrievalHead(nn.Module):
     def _heads(self, x: Tensor, W: Tensor) -> Tensor:
         """[b, s, D] -> [b, h, s, d]."""
         b, s, _ = x.shape
-        return (x @ W.T).view(b, s, self.cfg.n_heads, self.cfg.head_dim).transpose(1, 2)
+        return (x @ W.T).view(b, s, self.cfg.n_heads, self.cfg.d_head).transpose(1, 2)
 
     def forward(self, tokens: Tensor, lengths: Tensor | None = None, positions: Tensor | None = None,
                 return_intermediates: bool = False):
@@ -132,7 +132,7 @@ class RetrievalHead(nn.Module):
         [h, m, d] and the values of positions [h, T, d] (None when ``embed`` adds nothing).
         """
         m, D, dev = self.cfg.vocab_size, self.cfg.d_model, self.W_E.device
-        h, d = self.cfg.n_heads, self.cfg.head_dim
+        h, d = self.cfg.n_heads, self.cfg.d_head
         t = torch.arange(T, device=dev)
         n = q_start + torch.arange(n_query, device=dev)  # [P] query positions
         x = self.W_E[None]  # [1, m, D]
@@ -147,7 +147,7 @@ class RetrievalHead(nn.Module):
             v_pos = self._heads(p_k, self.W_V)[0]
         k_pos, q_pos = t.repeat(m), n.repeat(m)  # [g], [gq]
         q, k = self.encoding.rotate_qk(q.reshape(1, h, -1, d), k.reshape(1, h, -1, d), q_pos, k_pos)  # [1, h, g., d]
-        scores = (q / math.sqrt(self.cfg.head_dim)) @ k.transpose(-1, -2)  # [1, h, gq, g]
+        scores = (q / math.sqrt(self.cfg.d_head)) @ k.transpose(-1, -2)  # [1, h, gq, g]
         bias = self.encoding.score_bias(q, k, q_pos, k_pos)
         if bias is not None:
             scores = scores + bias

@@ -24,7 +24,7 @@ Modules:
 
     common.py      chunked collection, where each sequence's query sits, head selection, accuracy
     attention.py   mean attention per layer and head, peak, attention at an offset, pinning
-    retrieval.py   carrier energy and profile, dilution fit, margin, rank, rotary kernel, fast path
+    carriers.py    carrier energy and profile, dilution fit, margin, rank, rotary kernel, fast path
 """
 
 from __future__ import annotations
@@ -41,19 +41,7 @@ from poslab.probes.attention import (
     peak,
     pinned_position,
 )
-from poslab.probes.common import (
-    CHUNK,
-    accuracy,
-    accuracy_of,
-    at_last_query,
-    correct,
-    last_index,
-    one_length,
-    over_chunks,
-    real_keys,
-    split_batch,
-)
-from poslab.probes.retrieval import (
+from poslab.probes.carriers import (
     Moments,
     accuracy_and_attention,
     carrier,
@@ -73,6 +61,18 @@ from poslab.probes.retrieval import (
     rotary_kernel,
     rotary_theta,
     token_keys,
+)
+from poslab.probes.common import (
+    CHUNK,
+    accuracy,
+    accuracy_of,
+    at_last_query,
+    correct,
+    last_index,
+    one_length,
+    over_chunks,
+    real_keys,
+    split_batch,
 )
 
 __all__ = [

@@ -101,7 +101,7 @@ def _chunk_logits(model, q: Tensor, tok: Tensor, start: int, L: int) -> tuple[Te
         vU = v.transpose(0, 1) @ U.transpose(1, 2)[:, None]  # [h, b, c, m]
     n = torch.tensor([L - 1], device=dev)
     rq, rk = model.encoding.rotate_qk(q, k, n, t)
-    scores = rq @ rk.transpose(-1, -2) / math.sqrt(model.cfg.head_dim)  # [b, h, 1, c]
+    scores = rq @ rk.transpose(-1, -2) / math.sqrt(model.cfg.d_head)  # [b, h, 1, c]
     bias = model.encoding.score_bias(rq, rk, n, t)
     if bias is not None:
         scores = scores + bias

@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments.fixed_offset import length_rows
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
-from poslab.experiments.retrieval import length_rows
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, at_least, below, is_, judge_all, kind, mean, neg, probe, share
 from poslab.positional import encoding_class

@@ -41,8 +41,7 @@ import numpy as np
 
 from poslab import probes
 from poslab.experiments.config import EvalConfig, StudyConfig, quick
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, write_outputs
-from poslab.experiments.retrieval import write_csv
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, write_csv, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, is_, judge_all, maximum, mean, minimum, neg, probe, share
 from poslab.positional import build_encoding

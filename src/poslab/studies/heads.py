@@ -27,8 +27,7 @@ import torch
 
 from poslab import probes
 from poslab.experiments.config import StudyConfig, quick
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
-from poslab.experiments.retrieval import write_csv
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_csv, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, at_least, at_most, is_, judge_all, maximum, mean, minimum, probe
 from poslab.tasks import eval_batch
@@ -129,7 +128,7 @@ def class_peaks(model, batch, m: int, chunk: int) -> np.ndarray:
 def evaluate(ctx) -> list[dict]:
     study, task, model = ctx.study, ctx.task, ctx.model
     shape = dict(task=task_label(task.K1, task.K2), n_heads=model.cfg.n_heads, d_model=model.cfg.d_model,
-                 d_head=model.cfg.head_dim)
+                 d_head=model.cfg.d_head)
     rows = []
     for L in study.eval.lengths:
         batch = eval_batch(task, L, study.eval.n_sequences, study.eval.seed, device=ctx.device)

@@ -26,8 +26,8 @@ import numpy as np
 
 from poslab import probes
 from poslab.experiments.config import StudyConfig, quick
-from poslab.experiments.outputs import Column, Lines, Table, write_outputs
-from poslab.experiments.retrieval import length_rows, select, write_csv
+from poslab.experiments.fixed_offset import length_rows
+from poslab.experiments.outputs import Column, Lines, Table, select, write_csv, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, Ref, at_least, is_, judge_all, mean, neg, probe, share
 from poslab.tasks import eval_batch
@@ -80,7 +80,7 @@ def study(preset: str) -> StudyConfig:
 
 def content_covariance(model) -> float:
     """(mean diag G - mean off-diag G) / std(G), G_ab = (W_Q x_a) . (W_K x_b) / sqrt(d), head 0."""
-    d = model.cfg.head_dim
+    d = model.cfg.d_head
     x = model.W_E  # [m, D]: token embeddings (RoPE adds nothing at the input)
     G = ((x @ model.W_Q[:d].T) @ (x @ model.W_K[:d].T).T / math.sqrt(d)).double().cpu().numpy()  # [m, m]
     off = ~np.eye(len(G), dtype=bool)

@@ -35,8 +35,8 @@ import numpy as np  # noqa: E402
 
 from poslab import probes  # noqa: E402
 from poslab.experiments.config import StudyConfig, quick  # noqa: E402
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, save, write_outputs  # noqa: E402
-from poslab.experiments.retrieval import length_rows, select, write_csv  # noqa: E402
+from poslab.experiments.fixed_offset import length_rows  # noqa: E402
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, save, select, write_csv, write_outputs  # noqa: E402
 from poslab.experiments.runner import Experiment  # noqa: E402
 from poslab.experiments.spec import ClaimSpec, above, at_most, below, is_, judge_all, mean, probe  # noqa: E402
 from poslab.tasks import eval_batch  # noqa: E402
@@ -146,8 +146,8 @@ def off_support(f: np.ndarray, g: np.ndarray, outside: np.ndarray) -> float:
 def evaluate(ctx) -> list[dict]:
     study, model, K = ctx.study, ctx.model, ctx.task.K
     Lmax, longest = study.train.max_length, max(study.eval.lengths)
-    ids = dict(attention=model.cfg.attention, d=model.cfg.head_dim, frequencies=model.cfg.head_dim // 2,
-               train_offsets=Lmax, excess_frequencies=model.cfg.head_dim // 2 - Lmax)
+    ids = dict(attention=model.cfg.attention, d=model.cfg.d_head, frequencies=model.cfg.d_head // 2,
+               train_offsets=Lmax, excess_frequencies=model.cfg.d_head // 2 - Lmax)
     rows = length_rows(ctx)
     batch = eval_batch(ctx.task, Lmax, study.eval.n_sequences, study.eval.seed, device=ctx.device)
     trained, base = probes.carrier(model, batch), probes.carrier(ctx.untrained, batch)

@@ -70,7 +70,7 @@ import torch.nn.functional as F  # noqa: E402
 from poslab.errors import ConfigError, check_choice  # noqa: E402
 from poslab.experiments.claims import Claim, claims_markdown, markdown_table, write_claims  # noqa: E402
 from poslab.experiments.config import EvalConfig, StudyConfig  # noqa: E402
-from poslab.experiments.retrieval import fmt, group_stats, save, select, write_csv  # noqa: E402
+from poslab.experiments.outputs import fmt, group_stats, save, select, write_csv  # noqa: E402
 from poslab.tasks.text import CharText  # noqa: E402
 from poslab.train import TrainConfig, evaluate_loss  # noqa: E402
 

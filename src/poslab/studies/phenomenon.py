@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from poslab.experiments.config import StudyConfig, quick
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, save, write_outputs
-from poslab.experiments.retrieval import group_stats, length_rows, select, write_csv
+from poslab.experiments.fixed_offset import length_rows
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, group_stats, save, select, write_csv, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import (
     ClaimSpec,

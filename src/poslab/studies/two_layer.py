@@ -37,8 +37,7 @@ import numpy as np
 
 from poslab import probes
 from poslab.experiments.config import EvalConfig, StudyConfig, quick
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
-from poslab.experiments.retrieval import write_csv
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_csv, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, at_most, is_, judge_all, maximum, mean, probe, share
 from poslab.probes.equivariance import secondary_peak, total_variation, window_profile

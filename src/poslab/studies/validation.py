@@ -34,8 +34,8 @@ import torch
 from poslab import probes
 from poslab.errors import ConfigError
 from poslab.experiments.config import StudyConfig, quick
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
-from poslab.experiments.retrieval import length_rows, select, write_csv
+from poslab.experiments.fixed_offset import length_rows
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, select, write_csv, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, Ref, is_, judge_all, mean, neg, probe, share
 from poslab.positional import ENCODINGS, rotary_encodings
@@ -169,7 +169,7 @@ def random_direction(model, batch, which: str, head: int = 0) -> float:
     """The 1/d baseline, measured: mean over random unit directions u of E[(u . x)^2] / E||x||^2
     for the trained projected queries or keys x (head 0, unrotated). Its expectation is 1/d."""
     g = torch.Generator().manual_seed(0)
-    d = model.cfg.head_dim
+    d = model.cfg.d_head
     U = torch.randn(N_DIRECTIONS, d, generator=g, dtype=torch.float64)
     U = U / U.norm(dim=-1, keepdim=True)
     num = den = 0.0

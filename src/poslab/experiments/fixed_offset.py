@@ -1,6 +1,4 @@
-"""What the retrieval-head experiments share: per-member evaluation and the report helpers.
-
-``markdown_table`` is re-exported from :mod:`poslab.experiments.claims` for the reports.
+"""The rows every fixed-offset retrieval study evaluates per member (Table 1's protocol).
 
 Rows are tidy dicts. ``probe="length"`` rows hold one (encoding, K, seed, length) cell;
 ``probe="member"`` rows hold per-member numbers (carrier energies, rank concentration);
@@ -8,12 +6,6 @@ Rows are tidy dicts. ``probe="length"`` rows hold one (encoding, K, seed, length
 """
 
 from __future__ import annotations
-
-import csv
-from collections import defaultdict
-from pathlib import Path
-
-import numpy as np
 
 from poslab import probes
 from poslab.experiments.runner import MemberContext
@@ -51,39 +43,3 @@ def stream_row(ctx: MemberContext, L: int) -> dict:
 
     src = StreamedTokens(b=ctx.study.eval.n_sequences, m=ctx.task.vocab_size, L=L, seed=ctx.study.eval.seed)
     return stream_length_row(ctx.model, src, L, ctx.task.K, device=ctx.device, mass_below=ctx.study.train.max_length)
-
-
-def select(rows: list[dict], probe: str, **where) -> list[dict]:
-    return [r for r in rows if r.get("probe") == probe and all(r.get(k) == v for k, v in where.items())]
-
-
-def group_stats(rows: list[dict], by: tuple[str, ...], value: str) -> dict[tuple, tuple[float, float, int]]:
-    """(mean, std over seeds, n) of ``value`` for each combination of the ``by`` columns."""
-    groups: dict[tuple, list[float]] = defaultdict(list)
-    for r in rows:
-        if r.get(value) is not None:
-            groups[tuple(r[k] for k in by)].append(float(r[value]))
-    return {k: (float(np.mean(v)), float(np.std(v)), len(v)) for k, v in sorted(groups.items())}
-
-
-def fmt(mean: float, std: float) -> str:
-    return f"{mean:.3f} ± {std:.3f}"
-
-
-def write_csv(rows: list[dict], path: Path, columns: list[str] | None = None) -> Path:
-    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
-def save(fig, path: Path) -> Path:
-    """Write a figure as PNG and release it."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
