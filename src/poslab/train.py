@@ -367,6 +367,15 @@ def train_plain(make_model, task: Task, seed: int, cfg: TrainConfig, *, steps: i
     return model, losses
 
 
+def lm_recipe(*, steps: int, batch_size: int, context: int, warmup_steps: int = 100, **changes) -> TrainConfig:
+    """nanoGPT's shakespeare_char recipe: AdamW at lr 1e-3 (betas 0.9 / 0.99, weight decay 0.1 on
+    matrices only), ``warmup_steps`` of linear warm-up then cosine to 1e-4, gradient clip 1.0, every
+    window ``context`` tokens long; ``changes`` replace any other TrainConfig field."""
+    fields = dict(steps=steps, batch_size=batch_size, lr=1e-3, optimizer="adamw", betas=(0.9, 0.99),
+                  weight_decay=0.1, decay_1d=False, lr_schedule="cosine", warmup_steps=warmup_steps, min_lr=1e-4,
+                  min_length=context, max_length=context, grad_clip=1.0)
+    return TrainConfig(**{**fields, **changes})
+
 def evaluate_loss(model: nn.Module, batches, *, chunk: int = 256) -> dict:
     """Mean loss and accuracy over every masked target of ``batches`` (one Batch or an iterable),
     ``chunk`` sequences per forward, so memory is bounded by the chunk.

@@ -70,7 +70,7 @@ class RetrievalHead(nn.Module):
         self.cfg = cfg
         h, d, D, m = cfg.n_heads, cfg.d_head, cfg.d_model, cfg.vocab_size
         self.encoding = build_encoding(cfg.encoding, d_model=D, n_heads=h, d_head=d, max_len=cfg.max_len,
-                                       d_head_from="d_model" if cfg.d_head * h == D else "d_head", **cfg.encoding_options)
+                                       d_head_from="d_model" if d * h == D else "d_head", **cfg.encoding_options)
         self.W_E = nn.Parameter(torch.randn(m, D))
         bound = 1 / math.sqrt(D)
         self.W_Q = nn.Parameter(torch.empty(h * d, D).uniform_(-bound, bound))

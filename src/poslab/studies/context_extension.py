@@ -76,9 +76,10 @@ from poslab.positional.scaling_laws import (
     full_period_pairs,
     pair_with_periods,
 )
+from poslab.probes.positionwise import loss_rows
 from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.text import CharText
-from poslab.train import TrainConfig
+from poslab.train import TrainConfig, lm_recipe
 
 name = "context-extension"
 title = "Survey §context extension: position-wise loss, short-context retention, passkey retrieval"
@@ -209,9 +210,7 @@ def study(preset: str) -> StudyConfig:
         seeds = 1
     else:
         L0, model = 64, dict(d_model=128, n_layers=4, n_heads=4)  # nanoGPT shakespeare_char on CPU
-        train = TrainConfig(steps=2000, batch_size=12, lr=1e-3, optimizer="adamw", betas=(0.9, 0.99),
-                            weight_decay=0.1, decay_1d=False, lr_schedule="cosine", warmup_steps=100, min_lr=1e-4,
-                            min_length=L0, max_length=L0, grad_clip=1.0)
+        train = lm_recipe(steps=2000, batch_size=12, context=L0)
         ev = EvalConfig(lengths=tuple(m * L0 for m in MULTIPLES), n_sequences=64, seed=0, chunk=16)
         seeds = 2
     variants = {k: {"where": {"encoding": "rope"},
@@ -401,26 +400,9 @@ def _base(model) -> float:
 
 
 def positionwise(model_at, corpus, lengths, L0: int, n: int, chunk: int, device) -> list[dict]:
-    """Loss per position bucket and overall, on non-overlapping validation windows of each length."""
-    text = CharText(corpus=corpus, split="val")
-    width = max(1, L0 // BUCKETS)
-    rows = []
-    for L in lengths:
-        model = model_at(L)
-        total, count = torch.zeros(L, dtype=torch.float64), 0
-        for batch in text.windows(L, batch_size=chunk, limit=n):
-            batch = batch.to(device)
-            logits = model(batch.tokens)  # [b, L, m]
-            ce = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")  # [b, L]
-            total += ce.double().sum(0).cpu()
-            count += batch.size
-        per_pos = total / count
-        rows.append(dict(probe="loss", length=L, loss=float(per_pos.mean()), windows=count))
-        for lo in range(0, L, width):
-            hi = min(lo + width, L) - 1
-            rows.append(dict(probe="positionwise", length=L, bucket_start=lo, bucket_end=hi, position=(lo + hi) / 2,
-                             loss=float(per_pos[lo:lo + width].mean()), windows=count))
-    return rows
+    """Loss per position bucket (width L0 / BUCKETS) and overall, on validation windows of each length."""
+    return loss_rows(model_at, CharText(corpus=corpus, split="val"), lengths, max(1, L0 // BUCKETS), n=n,
+                     chunk=chunk, device=device)
 
 
 def passkey(model_at, corpus, lengths, n: int, seed: int, digits: int, device) -> list[dict]:

@@ -48,7 +48,7 @@ from poslab.models.intervention import Intervention
 from poslab.positional import ENCODINGS, rotary_encodings
 from poslab.probes import leakage as lk
 from poslab.tasks import eval_batch
-from poslab.train import TrainConfig, evaluate_loss
+from poslab.train import TrainConfig, evaluate_loss, lm_recipe
 
 INTERVENTIONS = ("bos_token", "bos_random", "bos_mean", "resid0_patch", "drop_key0")
 PRESENT = 0.01  # a component is "present" from 1% of the variance it is a share of (the abstract gives no size)
@@ -67,9 +67,7 @@ def study(preset: str) -> StudyConfig:
         evaluation = EvalConfig(lengths=(T,), n_sequences=16, seed=0, chunk=16)
     else:
         model, T, window, seeds = dict(d_model=128, n_layers=4, n_heads=4, bos=True), 64, 16, 3
-        train = TrainConfig(steps=2000, batch_size=12, lr=1e-3, optimizer="adamw", betas=(0.9, 0.99),
-                            weight_decay=0.1, decay_1d=False, lr_schedule="cosine", warmup_steps=100, min_lr=1e-4,
-                            grad_clip=1.0, min_length=T, max_length=T)
+        train = lm_recipe(steps=2000, batch_size=12, context=T)
         evaluation = EvalConfig(lengths=(T,), n_sequences=256, seed=0, chunk=128)
     return StudyConfig(model_type="transformer", model=model, task_type="text", task={},
                        grid={"encoding": ("rope", "rope_ntk"), "model.window": (None, window)},

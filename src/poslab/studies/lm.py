@@ -57,22 +57,17 @@ import dataclasses
 import time
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
 
+from poslab.errors import ConfigError, check_choice
+from poslab.experiments.config import EvalConfig, StudyConfig
+from poslab.experiments.outputs import Column, Lines, Table, write_outputs
 from poslab.experiments.runner import Experiment
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from poslab.errors import ConfigError, check_choice  # noqa: E402
-from poslab.experiments.claims import Claim, claims_markdown, markdown_table, write_claims  # noqa: E402
-from poslab.experiments.config import EvalConfig, StudyConfig  # noqa: E402
-from poslab.experiments.outputs import fmt, group_stats, save, select, write_csv  # noqa: E402
-from poslab.tasks.text import CharText  # noqa: E402
-from poslab.train import TrainConfig, evaluate_loss  # noqa: E402
+from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe
+from poslab.probes.positionwise import position_losses
+from poslab.tasks.text import CharText
+from poslab.train import evaluate_loss, lm_recipe
 
 name = "lm"
 title = "Character-level LM on TinyShakespeare (nanoGPT shakespeare_char recipe)"
@@ -113,9 +108,7 @@ def lm_study(preset: str = "paper", encodings: tuple[str, ...] | None = None, **
     check_choice("preset", preset, PRESETS)
     r = RECIPES[preset]
     L = r["context"]
-    train = TrainConfig(steps=r["steps"], batch_size=r["batch_size"], lr=1e-3, optimizer="adamw", betas=(0.9, 0.99),
-                        weight_decay=0.1, decay_1d=False, lr_schedule="cosine", warmup_steps=r["warmup_steps"],
-                        min_lr=1e-4, min_length=L, max_length=L, grad_clip=1.0)
+    train = lm_recipe(steps=r["steps"], batch_size=r["batch_size"], context=L, warmup_steps=r["warmup_steps"])
     ev = EvalConfig(lengths=(L,), n_sequences=64 if preset == "quick" else 1 << 20, seed=0, chunk=64)
     encodings = tuple(encodings or ENCODINGS)
     study = StudyConfig(model_type="transformer", model=dict(r["model"]), task_type="text", task={},
@@ -195,19 +188,11 @@ def positionwise(model, corpus: str | None, L: int, context: int, chunk: int, li
     buckets = log_buckets(L) + (linear_buckets(L, width) if L <= 64 * width else [])
     start = time.perf_counter()
     if L <= context:  # the model's forward over the split's windows
-        total, windows = torch.zeros(L, dtype=torch.float64), 0
-        hits = 0
-        val = CharText(corpus=corpus, split="val")
-        with torch.no_grad():
-            for batch in val.windows(L, batch_size=chunk, limit=limit):
-                batch = batch.to(device)
-                logits = model(batch.tokens)  # [b, L, m]
-                total += F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none").double().sum(0).cpu()
-                hits += int((logits.argmax(-1) == batch.targets).sum())
-                windows += batch.size
-        per = (total / windows).numpy()
+        got = position_losses(model, CharText(corpus=corpus, split="val").windows(L, batch_size=chunk, limit=limit),
+                              device)
+        per = got.per_position.numpy()
         sums = [(float(per[lo:hi].sum()), hi - lo) for lo, hi in buckets]
-        loss, accuracy, source, storage = float(per.mean()), hits / (windows * L), "validation split", "forward"
+        loss, accuracy, windows, source, storage = got.loss, got.accuracy, got.windows, "validation split", "forward"
     else:  # one window, streamed in bounded memory
         tokens, source = text_window(corpus, L, field="eval.lengths")
         on_cpu = torch.device(device).type == "cpu"  # an accelerator keeps the stream in its own memory
@@ -219,8 +204,9 @@ def positionwise(model, corpus: str | None, L: int, context: int, chunk: int, li
     rows = [dict(probe="long", length=L, context=context, loss=loss, accuracy=accuracy, windows=windows,
                  source=source, seconds=seconds, storage=storage)]
     rows += [dict(probe="positionwise", length=L, context=context, bucket_start=lo, bucket_end=hi - 1,
-                  scale="log" if i < len(log_buckets(L)) else "linear", loss=s / c, positions=c, windows=windows,
-                  source=source) for i, ((lo, hi), (s, c)) in enumerate(zip(buckets, sums, strict=False))]
+                  position=max(0.5, (lo + hi - 1) / 2), scale="log" if i < len(log_buckets(L)) else "linear",
+                  loss=s / c, positions=c, windows=windows, source=source)
+             for i, ((lo, hi), (s, c)) in enumerate(zip(buckets, sums, strict=False))]
     return rows
 
 
@@ -255,121 +241,95 @@ def evaluate(ctx) -> list[dict]:
 
 # ----------------------------------------------------------------------------- report
 
-def claims(rows: list[dict], study: StudyConfig) -> list[Claim]:
-    lm = select(rows, "lm")
-    loss = group_stats(lm, ("encoding",), "val_loss")
-    timed = [r for r in lm if r.get("machine_seconds_per_member") is not None]
-    wall = group_stats(timed, ("encoding",), "machine_seconds_per_member") if timed else {}
-    out = []
+PAPER_PRESET = is_("paper_preset", True)
+OTHER_RECIPE = "not the paper preset's recipe: nanoGPT's figure is for its own"
+CLAIMS = [
+    ClaimSpec(name="learned APE: validation loss, whole split (paper preset)",
+              paper=f"nanoGPT {NANOGPT['paper']['val_loss']} (20-batch estimate)",
+              where=probe("lm") & is_("encoding", "learned") & PAPER_PRESET, measure=mean("val_loss"), op="<=",
+              threshold=TARGET_LOSS, note="mean over {seeds} seeds; nanoGPT's own figure: 1.886"),
+    ClaimSpec(name="learned APE: validation loss, whole split (this run's recipe)",
+              paper=f"nanoGPT {NANOGPT['paper']['val_loss']} (20-batch estimate)",
+              where=probe("lm") & is_("encoding", "learned") & is_("paper_preset", False), measure=mean("val_loss"),
+              na=OTHER_RECIPE),
+    ClaimSpec(name="RoPE: validation loss below learned APE at the same budget", paper="lower",
+              where=probe("pair"), measure=mean("rope_minus_learned", "mean RoPE - mean learned APE"), op="<",
+              threshold=0.0, note="means over {seeds} seeds"),
+    ClaimSpec(name="{encoding}: training wall time per member (paper preset)",
+              paper=f"nanoGPT {NANOGPT['paper']['seconds']} s", where=probe("lm") & PAPER_PRESET, per=("encoding",),
+              measure=mean("machine_seconds_per_member"), op="<=", threshold=NANOGPT["paper"]["seconds"],
+              note="the machine's wall time per member (group wall time / members x threads / cores), mean over "
+                   "{seeds} seeds; noisy on a shared machine"),
+    ClaimSpec(name="{encoding}: training wall time per member (this run's recipe)",
+              paper=f"nanoGPT {NANOGPT['paper']['seconds']} s", where=probe("lm") & is_("paper_preset", False),
+              per=("encoding",), measure=mean("machine_seconds_per_member"), na=OTHER_RECIPE),
+]
+
+
+def _seeds(group: list[dict]) -> str:
+    return ", ".join(str(r["seed"]) for r in group)
+
+
+TABLES = [
+    Table("Validation loss", by=("encoding",), where=probe("lm"), columns=(
+        Column("val loss", "val_loss"), Column("seeds", _seeds),
+        Column("s / member", lambda g: _mean(g, "seconds_per_member", "{:.1f}")),
+        Column("tokens / s", lambda g: _mean(g, "tokens_per_s", "{:,.0f}")),
+        Column("parameters", lambda g: f"{g[0]['params']:,}"),
+        Column("windows", lambda g: f"{g[0]['val_windows']} x {g[0]['context']}"
+                                    + (" (whole split)" if g[0]["whole_split"] else "")))),
+    Table("Position-wise loss at the eval lengths", by=("length", "encoding"), where=probe("long"), columns=(
+        Column("loss", "loss"), Column("seeds", _seeds), Column("windows", lambda g: g[0]["windows"]),
+        Column("source", lambda g: g[0]["source"]), Column("seconds", lambda g: _mean(g, "seconds", "{:.1f}")),
+        Column("evaluated", lambda g: g[0]["storage"])),
+        intro="Mean cross-entropy over all L positions of the window(s); per-bucket values in rows.csv (probe = "
+              "positionwise) and lm_positionwise.png. Past the context it is one window evaluated streamed; a "
+              "source that includes training text measures positional extrapolation, not held-out generalization."),
+]
+FIGURES = [
+    Lines("lm_loss.png", x="step", y="train_loss", series=("encoding", "seed"), where=probe("curve"),
+          hline=NANOGPT["paper"]["val_loss"], xlabel="step", ylabel="training loss (nats / char)",
+          title="training loss (dotted: nanoGPT val 1.886)"),
+    Lines("lm_positionwise.png", x="position", y="loss", series=("encoding", "length"),
+          where=probe("positionwise") & is_("scale", "log"), logx=True, vline=lambda rows: rows[0]["context"],
+          xlabel="position t (log-spaced buckets)", ylabel="loss (nats / char)",
+          title="loss vs position (dashed: context)"),
+]
+
+
+def _mean(group: list[dict], column: str, form: str) -> str:
+    vals = [r[column] for r in group if r.get(column) is not None]
+    return form.format(float(np.mean(vals))) if vals else ""
+
+
+def derived(rows: list[dict], study: StudyConfig) -> list[dict]:
+    """Rows with the ``paper_preset`` flag the claims read, and one ``pair`` row (RoPE - learned APE)."""
     paper = study.train.steps == 2000 and study.train.max_length == 64 and study.model.get("d_model") == 128
-    ref = NANOGPT["paper"]
-    where = "paper preset" if paper else "this run's recipe (not the paper preset: compare with care)"
-    if "learned" in {k[0] for k in loss}:
-        m, s, n = loss[("learned",)]
-        out.append(Claim(name=f"learned APE: validation loss, whole split ({where})",
-                         paper=f"nanoGPT {ref['val_loss']} (20-batch estimate)", measured=m,
-                         holds=(m <= TARGET_LOSS) if paper else None, criterion=f"<= {TARGET_LOSS}",
-                         note=f"± {s:.3f} over {n} seeds; nanoGPT figure {ref['val_loss']}: "
-                              f"{m - ref['val_loss']:+.3f}"))
-    if ("learned",) in loss and ("rope",) in loss:
-        rl, rr = loss[("learned",)][0], loss[("rope",)][0]
-        out.append(Claim(name="RoPE: validation loss below learned APE at the same budget", paper="lower",
-                         measured=f"{rr:.3f} vs {rl:.3f}", holds=rr < rl, criterion="rope < learned",
-                         note=f"{loss[('rope',)][2]} and {loss[('learned',)][2]} seeds"))
-    for (enc,), (m, _, _) in wall.items():
-        cells = [r for r in timed if r["encoding"] == enc]
-        sizes = sorted({r["group_size"] for r in cells})
-        threads = sorted({r["train_threads"] for r in cells})
-        alone = [r["seconds_per_member"] for r in cells if r["group_size"] == 1 and r["train_threads"] == r["cores"]]
-        out.append(Claim(name=f"{enc}: training wall time per member ({where})", paper=f"nanoGPT {ref['seconds']} s",
-                         measured=f"{m:.1f} s", holds=(m <= ref["seconds"]) if paper else None,
-                         criterion=f"<= {ref['seconds']} s",
-                         note=f"the machine's wall time per member: ensembles of {sizes} members, each group on "
-                              f"{threads} of {cells[0]['cores']} cores (group wall time / members x threads / cores)"
-                              + (f"; alone on every core: {np.mean(alone):.1f} s" if alone else "")
-                              + "; noisy on a shared machine"))
+    out = [{**r, "paper_preset": paper} for r in rows]
+    lm = [r for r in rows if r.get("probe") == "lm"]
+    by = {e: [r["val_loss"] for r in lm if r["encoding"] == e] for e in ("learned", "rope")}
+    if by["learned"] and by["rope"]:
+        out.append(dict(probe="pair", rope_minus_learned=float(np.mean(by["rope"]) - np.mean(by["learned"])),
+                        seed=0, paper_preset=paper))
     return out
 
 
+def claims(rows: list[dict], study: StudyConfig):
+    return judge_all(CLAIMS, derived(rows, study))
+
+
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
-    lm = select(rows, "lm")
-    long = select(rows, "long")
-    files = [write_csv(lm + long + select(rows, "positionwise"), out / "rows.csv", COLUMNS)]
-    body = []
-    for enc in study.axis("encoding"):
-        cells = [r for r in lm if r["encoding"] == enc]
-        if not cells:
-            continue
-        loss = group_stats(cells, ("encoding",), "val_loss")[(enc,)]
-        timed = [r for r in cells if r.get("seconds_per_member") is not None]
-        body.append([enc, fmt(*loss[:2]), ", ".join(str(r["seed"]) for r in cells),
-                     f"{np.mean([r['seconds_per_member'] for r in timed]):.1f}" if timed else "",
-                     f"{np.mean([r['tokens_per_s'] for r in timed]):,.0f}" if timed else "",
-                     f"{cells[0]['params']:,}", f"{cells[0]['val_windows']} x {cells[0]['context']}"
-                     + (" (whole split)" if cells[0]["whole_split"] else "")])
-    found = claims(rows, study)
     t = study.train
-    text = [f"# {title}", "",
-            f"Validation loss: mean cross-entropy per character (nats) over the validation split (last 10%), "
-            f"non-overlapping windows of the context; mean ± std over seeds. Recipe: {study.model}, context "
-            f"{t.max_length}, batch {t.batch_size}, {t.steps} steps, AdamW lr {t.lr} -> {t.min_lr} (cosine, "
-            f"{t.warmup_steps} warm-up), weight decay {t.weight_decay}. s / member = the ensemble's "
-            f"training time / its members (its group's cores, not the machine, in rows.csv: train_threads of cores); "
-            f"timings depend on the machine's load.", "",
-            markdown_table(["encoding", "val loss", "seeds", "s / member", "tokens / s", "parameters", "windows"],
-                           body), "",
-            f"nanoGPT (paper preset recipe): {NANOGPT['paper']['val_loss']} in {NANOGPT['paper']['seconds']} s; "
-            f"gpu recipe: {NANOGPT['gpu']['val_loss']}.", "",
-            "## The targets beside this run", "", claims_markdown(found), ""]
-    if long:
-        cells = sorted({(r["encoding"], r["length"]) for r in long}, key=lambda k: (k[1], k[0]))
-        body = []
-        for enc, length in cells:
-            got = [r for r in long if (r["encoding"], r["length"]) == (enc, length)]
-            loss = group_stats(got, ("encoding",), "loss")[(enc,)]
-            body.append([enc, f"{length:,}", fmt(*loss[:2]), ", ".join(str(r["seed"]) for r in got),
-                         got[0]["windows"], got[0]["source"], f"{np.mean([r['seconds'] for r in got]):.1f}",
-                         got[0]["storage"]])
-        text += ["## Position-wise loss at the eval lengths", "",
-                 f"Mean cross-entropy over all L positions of the window(s); per-bucket values in rows.csv "
-                 f"(probe = positionwise) and lm_positionwise.png. Past the context ({t.max_length}) it is one "
-                 f"window evaluated streamed; a source that includes training text measures positional "
-                 f"extrapolation, not held-out generalization.", "",
-                 markdown_table(["encoding", "L", "loss", "seeds", "windows", "source", "seconds", "evaluated"], body),
-                 ""]
-    (out / "table.md").write_text("\n".join(text))
-    files += [out / "table.md", write_claims(found, out / "claims.json")]
-    files += figures(rows, study, out)
-    return files
-
-
-def figures(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    for enc in study.axis("encoding"):
-        for seed in sorted({r["seed"] for r in select(rows, "curve", encoding=enc)}):
-            pts = select(rows, "curve", encoding=enc, seed=seed)
-            ax.plot([r["step"] for r in pts], [r["train_loss"] for r in pts], lw=1, label=f"{enc}, seed {seed}")
-        for r in select(rows, "lm", encoding=enc):
-            ax.axhline(r["val_loss"], ls=":", lw=0.8, color="grey")
-    ax.axhline(NANOGPT["paper"]["val_loss"], color="k", ls="--", lw=1, label="nanoGPT val 1.886")
-    ax.set(xlabel="step", ylabel="training loss (nats / char)", title="character LM (dotted: validation)")
-    ax.legend(fontsize=7)
-    files = [save(fig, out / "lm_loss.png")]
-    pos = [r for r in select(rows, "positionwise") if r.get("scale") == "log"]
-    if pos:
-        fig, ax = plt.subplots(figsize=(5.5, 3.4))
-        for enc in study.axis("encoding"):
-            for L in sorted({r["length"] for r in pos if r["encoding"] == enc}):
-                cells = [r for r in pos if r["encoding"] == enc and r["length"] == L]
-                spans = sorted({(r["bucket_start"], r["bucket_end"]) for r in cells})
-                y = [np.mean([r["loss"] for r in cells if (r["bucket_start"], r["bucket_end"]) == b]) for b in spans]
-                ax.semilogx([max(0.5, (a + b) / 2) for a, b in spans], y, "o-", ms=3, lw=1, label=f"{enc}, L={L:,}")
-        ax.axvline(study.train.max_length, color="grey", ls="--", lw=1, label="training context")
-        ax.set(xlabel="position t (log-spaced buckets)", ylabel="loss (nats / char)",
-               title="character LM: loss vs position")
-        ax.legend(fontsize=7)
-        files.append(save(fig, out / "lm_positionwise.png"))
-    return files
+    intro = (f"Validation loss: mean cross-entropy per character (nats) over the validation split (last 10%), "
+             f"non-overlapping windows of the context; mean ± std over seeds. Recipe: {study.model}, context "
+             f"{t.max_length}, batch {t.batch_size}, {t.steps} steps, AdamW lr {t.lr} -> {t.min_lr} (cosine, "
+             f"{t.warmup_steps} warm-up), weight decay {t.weight_decay}. s / member = the ensemble's training time / "
+             f"its members (its group's cores, not the machine, in rows.csv: train_threads of cores); timings depend "
+             f"on the machine's load. nanoGPT (paper preset recipe): {NANOGPT['paper']['val_loss']} in "
+             f"{NANOGPT['paper']['seconds']} s; gpu recipe: {NANOGPT['gpu']['val_loss']}.")
+    kept = [r for r in rows if r.get("probe") in ("lm", "long", "positionwise")]
+    return write_outputs(out, title=title, rows=rows, claims=claims(rows, study), intro=intro, tables=TABLES,
+                         figures=FIGURES, csv_rows=kept, columns=COLUMNS)
 
 
 # ----------------------------------------------------------------------------- sampling

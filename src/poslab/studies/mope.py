@@ -17,7 +17,7 @@ the control starts every pair on the boundary (init_sigma = BOUNDARY_SIGMA0, ome
 GROUP_LR, no weight decay: the per-head log-scales are 2-D and would otherwise be decayed) and
 their trajectories are recorded at SNAPSHOTS points of training (``train.snapshot_steps``).
 
-Rows per member: ``member`` (val_loss, parameters), ``length`` / ``positionwise`` (loss per
+Rows per member: ``member`` (val_loss, parameters), ``loss`` / ``positionwise`` (loss per
 evaluation length and position bucket), ``pair`` (MoPE: every (omega, sigma) at each recorded
 step, step 0 = initialization), ``gate`` (EGA: tau_h, shares of gated-on tokens and of tokens
 above average energy). Derived rows (``derived_rows``): ``gain`` per cell and seed, ``ordering``
@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments.config import StudyConfig
@@ -47,6 +46,7 @@ from poslab.experiments.outputs import Column, Lines, Pivot, Table, save, write_
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, maximum, mean, minimum, probe, share
 from poslab.models.transformer import gate_parameter_count
+from poslab.probes.positionwise import loss_rows
 from poslab.studies.lm import lm_study, validation_loss
 from poslab.train import group_names
 
@@ -156,7 +156,7 @@ TABLES = [
                    Column("improvement (nats)", lambda g: _fmt([r["gain"] for r in g if "gain" in r])),
                    Column("improvement (bits)", lambda g: _fmt([r["gain"] for r in g if "gain" in r], 1 / math.log(2))),
                    Column("paper (nats, assumed)", lambda g: _paper(g)))),
-    Table("Loss by evaluation length", by=("encoding", "energy_gate"), where=probe("length"),
+    Table("Loss by evaluation length", by=("encoding", "energy_gate"), where=probe("loss"),
           pivot=Pivot("length", "loss", "L={}")),
     Table("MoPE (omega, sigma): distance to the boundary and locality", by=("energy_gate", "step"),
           where=probe("pair"), intro="gap = |omega sigma / c - 1| over all pairs, heads and seeds; damping at "
@@ -213,7 +213,8 @@ def evaluate(ctx) -> list[dict]:
     loss = validation_loss(model, val, T, chunk=chunk, limit=n)
     rows = [dict(probe="member", val_loss=loss["loss"], val_accuracy=loss["accuracy"], windows=loss["windows"],
                  parameters=sum(p.numel() for p in model.parameters()), gate_parameters=gate_parameter_count(model))]
-    rows += positionwise(model, val, study.eval.lengths, T, n, chunk, ctx.device)
+    rows += loss_rows(lambda L: model, val, study.eval.lengths, max(1, T // BUCKETS), n=n, chunk=chunk,
+                      device=ctx.device)
     if model.cfg.encoding == "mope":
         states = {0: dict(ctx.untrained.named_parameters()), **ctx.snapshots,
                   study.train.steps: dict(model.named_parameters())}
@@ -221,25 +222,6 @@ def evaluate(ctx) -> list[dict]:
             rows += pair_rows(model.encoding, state, step, T)
     if model.cfg.energy_gate:
         rows += gate_rows(model, list(val.windows(T, batch_size=chunk, limit=n)), ctx.device)
-    return rows
-
-
-def positionwise(model, val, lengths, T: int, n: int, chunk: int, device) -> list[dict]:
-    """Loss per position bucket (width T / BUCKETS) and overall, on validation windows of each length."""
-    width = max(1, T // BUCKETS)
-    rows = []
-    for L in lengths:
-        total, count = torch.zeros(L, dtype=torch.float64), 0
-        with torch.no_grad():
-            for batch in val.windows(L, batch_size=chunk, limit=n):
-                batch = batch.to(device)
-                ce = F.cross_entropy(model(batch.tokens).transpose(1, 2), batch.targets, reduction="none")  # [b, L]
-                total += ce.double().sum(0).cpu()
-                count += batch.size
-        per_position = total / count  # [L]
-        rows.append(dict(probe="length", length=L, loss=float(per_position.mean()), windows=count))
-        rows += [dict(probe="positionwise", length=L, bucket_start=lo, bucket_end=min(lo + width, L) - 1,
-                      loss=float(per_position[lo:lo + width].mean()), windows=count) for lo in range(0, L, width)]
     return rows
 
 
