@@ -8,10 +8,11 @@
                                                     chosen heads (query 0 keeps itself: a softmax row
                                                     is never empty)                      [n_layers, h]
 
-An :class:`Intervention` is a plain argument of ``Transformer.forward`` / ``collect``: nothing is
-hooked or written into the model, the same weights run with and without it, and the forward
-stays pure (the branches are on which fields are set, never on tensor values). Each field acts
-only where it says: a BOS swap changes only the input at index 0, a residual patch only index 0
+An :class:`Intervention` is a plain argument of :func:`forward_with` (and ``Transformer.collect``),
+which runs the model's own parts (``embed``, the blocks, ``readout``): nothing is hooked or
+written into the model, the same weights run with and without it, and the forward stays pure
+(the branches are on which fields are set, never on tensor values). Each field acts only where
+it says: a BOS swap changes only the input at index 0, a residual patch only index 0
 from layer ``resid0_layer`` on, a key-0 removal only the chosen heads' masks.
 
 Under a causal mask position 0 sees only itself, so its residual stream is a closed dynamical
@@ -78,6 +79,26 @@ class Intervention:
         if mask is not None:
             keep = keep.to(mask.device)
         return keep if mask is None else mask & keep
+
+
+def forward_with(model, tokens: Tensor, intervention: Intervention, *, lengths: Tensor | None = None):
+    """(logits [b, s, m], Intermediates) of a :class:`~poslab.models.transformer.Transformer` on
+    ``tokens`` under ``intervention``: the model's forward with the BOS slot, the position-0
+    residual entering each layer and each layer's mask as the intervention says."""
+    from poslab.models.intermediates import Intermediates
+
+    cfg = model.cfg
+    b = tokens.shape[0]
+    intervention.check(cfg, b)
+    x, pos = model.embed(tokens, bos=intervention.bos(model.W_bos, b) if cfg.bos else None)
+    n = x.shape[1]
+    mask, _ = model.attention_mask(n, lengths, tokens.device, explicit=True)
+    inter = Intermediates(embed=x, positions=pos)
+    for i, block in enumerate(model.layers):
+        x = intervention.patch(x, i)
+        x, layer = block(x, model.encoding, pos, intervention.mask(mask, i, n), need_weights=True)
+        inter.layers.append(layer)
+    return model.readout(intervention.patch(x, len(model.layers))), inter
 
 
 def _shape(value) -> object:

@@ -64,7 +64,7 @@ from torch import Tensor, nn
 from poslab.attention import KINDS, attention, build_mask
 from poslab.errors import ConfigError, check_choice, require_positive_int
 from poslab.models.intermediates import Intermediates, LayerIntermediates
-from poslab.models.intervention import Intervention
+from poslab.models.intervention import Intervention, forward_with
 from poslab.models.loss import masked_cross_entropy
 from poslab.positional import PositionalEncoding, build_encoding, check_encoding
 from poslab.tasks.base import Batch
@@ -157,13 +157,7 @@ class Block(nn.Module):
         p = self.cfg.dropout if self.training else 0.0
         a = self.ln_attn(x)
         q, k, v = self.project(a)  # [b, h, n, d]
-        gate = None
-        if self.cfg.energy_gate:
-            _, g, _ = self.gate(a)  # [b, h, n]
-            if self.cfg.gate_renormalize:
-                gate = g[:, :, None, :]  # key_gate, [b, h, 1, n]
-            else:
-                v = v * g[..., None]  # token j's value contribution scaled by g_hj, [b, h, n, d]
+        v, gate = self.gated(a, v)
         att = attention(q, k, v, encoding, pos, pos, mask=mask, kind=self.cfg.attention,
                         temperature=self.cfg.temperature, key_gate=gate, need_weights=need_weights,
                         is_causal=is_causal, dropout=p)
@@ -204,6 +198,17 @@ class Block(nn.Module):
         E = E.expand(-1, cfg.n_heads, -1)  # [b, h, n]
         g = torch.sigmoid((E - self.gate_tau[:, None]) / cfg.gate_temperature)  # [b, h, n]
         return E, g, cum[..., -1]
+
+    def gated(self, a: Tensor, v: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The values v [b, h, n, d] and the key gate attention applies, under this layer's energy
+        gate (if any): renormalized, the gate [b, h, 1, n] reweights the keys inside the softmax;
+        otherwise token j's value is scaled by g_hj and there is no key gate."""
+        if not self.cfg.energy_gate:
+            return v, None
+        _, g, _ = self.gate(a)  # [b, h, n]
+        if self.cfg.gate_renormalize:
+            return v, g[:, :, None, :]
+        return v * g[..., None], None
 
     def energy_gate(self, a: Tensor) -> tuple[Tensor, Tensor]:
         """Normalized input a [b, n, D] -> relative energy E and gate g, each [b, h, n] (causal)."""
@@ -259,66 +264,74 @@ class Transformer(nn.Module):
         return loss if penalty is None else loss + penalty
 
     def forward(self, tokens: Tensor, positions: Tensor | None = None, lengths: Tensor | None = None,
-                return_intermediates: bool = False, intervention: Intervention | None = None):
+                return_intermediates: bool = False):
         """tokens [b, s] -> logits [b, s, m], or (logits, Intermediates) on request.
 
         positions [s] | [b, s] of the tokens (default 0 .. s-1, or 1 .. s with BOS); lengths [b]
-        marks right padding: keys past a sequence's length are masked. ``intervention`` (leakage
-        study, models/intervention.py): BOS swap, position-0 residual patch, key-0 removal.
+        marks right padding: keys past a sequence's length are masked. The leakage study's
+        interventions run the same parts through :func:`poslab.models.intervention.forward_with`.
         """
+        x, pos = self.embed(tokens, positions)
+        mask, plain_causal = self.attention_mask(x.shape[1], lengths, tokens.device)
+        inter = Intermediates(embed=x, positions=pos) if return_intermediates else None
+        for block in self.layers:
+            x, layer = block(x, self.encoding, pos, mask, need_weights=return_intermediates, is_causal=plain_causal)
+            if inter is not None:
+                inter.layers.append(layer)
+        logits = self.readout(x)
+        return (logits, inter) if return_intermediates else logits
+
+    # The forward's parts, in order.
+
+    def embed(self, tokens: Tensor, positions: Tensor | None = None,
+              bos: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """tokens [b, s] -> the residual stream entering layer 0, x [b, n, D] (n = s, + 1 with BOS
+        at index 0: ``bos`` [b, 1, D], default W_bos), and every index's position pos [n] | [b, n]."""
         cfg = self.cfg
         b, s = tokens.shape
-        if intervention is not None:
-            intervention.check(cfg, b)
-        dev = tokens.device
         if positions is None:
-            positions = torch.arange(int(cfg.bos), s + int(cfg.bos), device=dev)
+            positions = torch.arange(int(cfg.bos), s + int(cfg.bos), device=tokens.device)
         x = F.embedding(tokens, self.W_E)  # [b, s, D]
         pos = positions
         if cfg.bos:
-            bos = self.W_bos.expand(b, 1, cfg.d_model) if intervention is None else intervention.bos(self.W_bos, b)
-            x = torch.cat((bos, x), dim=1)  # [b, n, D]
+            x = torch.cat((self.W_bos.expand(b, 1, cfg.d_model) if bos is None else bos, x), dim=1)  # [b, n, D]
             pos = torch.cat((torch.zeros_like(positions[..., :1]), positions), dim=-1)  # BOS at 0, [n] | [b, n]
-        n = x.shape[1]
+        return _dropout(self.encoding.embed(x, pos), cfg.dropout if self.training else 0.0), pos
 
+    def attention_mask(self, n: int, lengths: Tensor | None, device, *,
+                       explicit: bool = False) -> tuple[Tensor | None, bool]:
+        """(keep-mask broadcastable to [b, h, n, n], plain_causal): a plain causal mask is None with
+        plain_causal True (attention's fused kernel skips the masked half) unless ``explicit``."""
+        cfg = self.cfg
+        plain_causal = cfg.causal and cfg.window is None and lengths is None and not explicit
+        if plain_causal:
+            return None, True
         key_padding = None
         if lengths is not None:
-            key_padding = torch.arange(n, device=dev) < (lengths + int(cfg.bos))[:, None]  # [b, n]
-        # The plain causal mask goes to attention as is_causal (the fused kernel skips the masked half).
-        plain_causal = cfg.causal and cfg.window is None and lengths is None and intervention is None
-        mask = None if plain_causal else build_mask(n, n, causal=cfg.causal, window=cfg.window,
-                                                    key_padding=key_padding, device=dev)
+            key_padding = torch.arange(n, device=device) < (lengths + int(cfg.bos))[:, None]  # [b, n]
+        mask = build_mask(n, n, causal=cfg.causal, window=cfg.window, key_padding=key_padding, device=device)
         if lengths is not None:
             # A padded query keeps itself so no softmax row is empty (its output is never read);
             # real queries are unaffected, their own key is always kept.
-            assert mask is not None  # key_padding was given
-            mask = mask | torch.eye(n, dtype=torch.bool, device=dev)
+            mask = mask | torch.eye(n, dtype=torch.bool, device=device)
+        return mask, False
 
-        x = _dropout(self.encoding.embed(x, pos), cfg.dropout if self.training else 0.0)  # [b, n, D]
-        inter = Intermediates(embed=x, positions=pos) if return_intermediates else None
-        for i, block in enumerate(self.layers):
-            layer_mask = mask
-            if intervention is not None:
-                x, layer_mask = intervention.patch(x, i), intervention.mask(mask, i, n)
-            x, layer = block(x, self.encoding, pos, layer_mask, need_weights=return_intermediates,
-                             is_causal=plain_causal)
-            if inter is not None:
-                inter.layers.append(layer)
-        if intervention is not None:
-            x = intervention.patch(x, len(self.layers))
-        logits = self.ln_final(x[:, int(cfg.bos):]) @ self.U.T  # real tokens only, [b, s, m]
-        return (logits, inter) if return_intermediates else logits
+    def readout(self, x: Tensor) -> Tensor:
+        """The last residual stream x [b, n, D] -> logits of the real tokens [b, s, m] (BOS dropped)."""
+        return self.ln_final(x[:, int(self.cfg.bos):]) @ self.U.T
 
     def collect(self, batch: Batch, intervention: Intervention | None = None) -> Intermediates:
         """What the probes read about ``batch``: the forward's intermediates under no_grad (key
         padding from ``batch.lengths``), with its ``logits`` [b, s, m], the batch's ``lengths``
-        and ``prefix`` = 1 with BOS (token t sits at internal index prefix + t)."""
+        and ``prefix`` = 1 with BOS (token t sits at internal index prefix + t); with an
+        ``intervention``, those of :func:`~poslab.models.intervention.forward_with`."""
         with torch.no_grad():
-            logits, inter = self.forward(batch.tokens, lengths=batch.lengths, return_intermediates=True,
-                                         intervention=intervention)
+            if intervention is None:
+                logits, inter = self.forward(batch.tokens, lengths=batch.lengths, return_intermediates=True)
+            else:
+                logits, inter = forward_with(self, batch.tokens, intervention, lengths=batch.lengths)
         inter.logits, inter.lengths, inter.prefix = logits, batch.lengths, int(self.cfg.bos)
         return inter
-
 
 def gate_parameter_count(model: nn.Module) -> int:
     """The extra parameters energy gating adds to ``model`` (W_gate and tau_h of every layer)."""
