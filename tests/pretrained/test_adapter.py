@@ -92,3 +92,48 @@ def test_length_whose_attention_cannot_fit_is_refused(tiny):
     model.check_length(16384)  # the fused forward holds no L x L scores
     with pytest.raises(ConfigError, match="collect"):
         model.check_length(2**15, intermediates=True)  # 2 layers x 4 heads x 2 x 4 bytes x 2^30 = 64 GiB
+
+
+@pytest.mark.parametrize("kind", ("llama", "gpt2"))
+def test_bos_embedding_intervention_equals_that_token_at_position_0(tiny, kind):
+    from poslab.models.intervention import Intervention
+
+    model = load(tiny(kind))
+    batch = lm_batch()
+    swapped = batch.tokens.clone()
+    swapped[:, 0] = 7
+    other = Batch(tokens=swapped, targets=batch.targets, loss_mask=batch.loss_mask, lengths=batch.lengths)
+    x0 = model.hf.get_input_embeddings().weight[7].detach()
+    got = model.collect(batch, intervention=Intervention(bos_embedding=x0))
+    want = model.collect(other)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-5)
+    assert float((got.logits - model.collect(batch).logits).abs().max()) > 1e-4  # it did change something
+    torch.testing.assert_close(model.collect(batch).logits, model(batch.tokens), rtol=1e-5, atol=1e-5)  # hook gone
+
+
+def test_pretrained_intervention_takes_bos_embedding_only(tiny):
+    from poslab.models.intervention import Intervention
+
+    model = load(tiny("llama"))
+    with pytest.raises(ConfigError, match="intervention.resid0"):
+        model.collect(lm_batch(), intervention=Intervention(resid0=torch.zeros(model.d_model)))
+    with pytest.raises(ConfigError, match="intervention.bos_embedding"):
+        model.collect(lm_batch(), intervention=Intervention(bos_embedding=torch.zeros(model.d_model + 1)))
+
+
+def test_inference_window_masks_far_keys_and_is_undone(tiny):
+    model = load(tiny("llama"))
+    batch = lm_batch()
+    plain = model.collect(batch).layers[0].pattern
+    model.set_window(8)
+    assert model.cfg.window == 8
+    pattern = model.collect(batch).layers[0].pattern
+    i, j = torch.meshgrid(torch.arange(40), torch.arange(40), indexing="ij")
+    assert float(pattern[..., (i - j) >= 8].abs().max()) == 0.0
+    assert float(pattern[..., ((i - j) < 8) & (i >= j)].min()) > 0.0
+    torch.testing.assert_close(pattern[..., :8, :], plain[..., :8, :])  # queries inside the window: unchanged
+    model.set_window(None)
+    assert model.cfg.window is None
+    torch.testing.assert_close(model.collect(batch).layers[0].pattern, plain)
+    with pytest.raises(ConfigError, match="window"):
+        model.set_window(0)

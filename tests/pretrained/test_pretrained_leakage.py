@@ -21,7 +21,7 @@ TEXT = "To be, or not to be, that is the question. Whether 'tis nobler in the mi
 
 
 def config(**kw):
-    return dict(dict(bos="with BOS", length=40, windows=4, first_query=16), **kw)
+    return dict(dict(bos="with BOS", length=40, windows=4, first_query=16, ntk_factor=4.0, window=8), **kw)
 
 
 def test_sink_share_is_the_attention_on_key_0_of_a_plain_eager_forward(tiny):
@@ -48,7 +48,12 @@ def test_bos_mode_puts_the_bos_first_and_the_closed_system_check_separates_the_i
     tokens = windows(model, ids, config())
     assert tokens.shape == (4, 40) and (tokens[:, 0] == bos_id(model)).all()
     assert torch.equal(tokens[0, 1:], ids[:39])
-    closed = [r for r in evaluate_mode(model, ids, config()) if r["probe"] == "closed"]
+    rows = evaluate_mode(model, ids, config())
+    closed = [r for r in rows if r["probe"] == "closed"]
+    heads = {r["variant"] for r in rows if r["probe"] == "head"}
+    assert heads == {"standard", "NTK RoPE (inference)", "sliding window (inference)"}
+    assert {r["intervention"] for r in rows if r["probe"] == "intervention"} == {"bos_token", "bos_random", "bos_mean"}
+    assert model.schedule is None and model.window is None  # variants undone
     assert [r["layer"] for r in closed] == [0, 1, 2]
     assert all(r["bos_at_0"] == pytest.approx(1.0, abs=1e-6) for r in closed)
     assert all(r["content_at_0"] < 0.99 for r in closed)  # different first tokens, different trajectories
@@ -59,7 +64,8 @@ def test_a_sliding_window_checkpoint_runs_with_its_own_window(tiny):
 
     model = load(str(tiny("mistral")))
     rows = evaluate_mode(model, encode_text(model, TEXT), config(length=32))
-    assert len([r for r in rows if r["probe"] == "head"]) == 2 * 4
+    assert len([r for r in rows if r["probe"] == "head" and r["variant"] == "standard"]) == 2 * 4
+    assert model.window == 16  # the inference window (8) is undone: the checkpoint's own again
 
 
 def test_derived_rows_count_sink_heads_per_mode():
@@ -70,6 +76,35 @@ def test_derived_rows_count_sink_heads_per_mode():
     got = {r["bos"]: r for r in derived_rows(rows)}
     assert got["with BOS"]["sink_heads"] == 2 and got["without BOS"]["sink_heads"] == 0
     assert got["with BOS"]["sink_share"] == pytest.approx(0.5)
+
+
+def test_derived_rows_order_the_variants_and_relate_each_swap_to_the_standard_model():
+    def heads(variant, b, early):
+        return [dict(probe="head", bos="with BOS", variant=variant, layer=0, head=h, sink_share=0.5, sink=1.0,
+                     component_a=0.1, component_b=b, early_component_b=early) for h in range(2)]
+
+    rows = heads("standard", 0.2, 0.5) + heads("NTK RoPE (inference)", 0.15, 0.4) + \
+        heads("sliding window (inference)", 0.3, 0.6)
+    rows += [dict(probe="intervention", intervention="bos_token", layer=0, head=h, early_component_b=0.3)
+             for h in range(2)]
+    got = derived_rows(rows)
+    (contrast,) = [r for r in got if r["probe"] == "contrast"]
+    assert contrast["standard_minus_ntk"] == pytest.approx(0.05) and contrast["margin"] == pytest.approx(0.05)
+    (swap,) = [r for r in got if r["probe"] == "swap"]
+    assert swap["change"] == pytest.approx(-0.4)  # (0.3 - 0.5) / 0.5
+
+
+def test_replacements_have_the_published_definitions(tiny):
+    from poslab.pretrained import encode_text, load
+    from poslab.studies.pretrained_leakage import replacements
+
+    model = load(str(tiny("llama")))
+    tokens = windows(model, encode_text(model, TEXT), config())
+    got = replacements(model, tokens)
+    W_E = model.hf.get_input_embeddings().weight.detach()
+    assert torch.equal(got["token"], W_E[int(torch.bincount(tokens[:, 1:].flatten()).argmax())])
+    assert float(got["random"].norm()) == pytest.approx(float(W_E[bos_id(model)].norm()), rel=1e-5)
+    torch.testing.assert_close(got["mean"], W_E.mean(0))
 
 
 def test_quick_runs_stores_resumes_and_judges_the_architectural_claims(tmp_path):

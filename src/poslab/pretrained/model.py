@@ -117,6 +117,11 @@ def _recording_attention(module, query, key, value, attention_mask, scaling=None
     scaling = module.scaling if scaling is None else scaling
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # [b, h, i, j], before the mask
     masked = scores if attention_mask is None else scores + attention_mask[..., : key.shape[-2]]
+    window = getattr(module, "_poslab_window", None)  # an inference-time sliding window (set_window)
+    if window is not None:
+        n_q, n_k = scores.shape[-2:]
+        i = torch.arange(n_q, device=scores.device)[:, None] + (n_k - n_q)  # queries aligned at the end
+        masked = masked.masked_fill(i - torch.arange(n_k, device=scores.device)[None] >= window, float("-inf"))
     pattern = torch.softmax(masked, dim=-1, dtype=torch.float32).to(query.dtype)
     out = torch.matmul(pattern, value).transpose(1, 2).contiguous()  # [b, i, h, d]
     record = getattr(module, "_poslab_record", None)
@@ -151,6 +156,8 @@ class PretrainedLM(nn.Module):
         self.d_head = getattr(config, "head_dim", None) or self.d_model // self.n_heads
         self.context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
         self.window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+        self.own_window = self.window
+        self.inference_window: int | None = None  # a sliding window applied in collect (set_window)
         self.layers = _decoder_layers(hf, self.n_layers)
         self._rotary_slots = [(parent, name) for parent, name, _ in _rotary_modules(hf)]
         self.own_rotary = [getattr(p, n) for p, n in self._rotary_slots]
@@ -210,6 +217,15 @@ class PretrainedLM(nn.Module):
             setattr(parent, name, module)
         self.schedule = None
 
+    def set_window(self, window: int | None) -> None:
+        """Mask keys ``window`` or more positions back in :meth:`collect` (an inference-time sliding
+        window over weights trained without one); None: the checkpoint's own mask again."""
+        if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+            raise ConfigError("window", window, "a positive integer (keys kept per query) or None")
+        self.inference_window = window
+        self.window = self.own_window if window is None else window
+        self.cfg.window = self.window
+
     def rotary_frequencies(self) -> Tensor:
         """theta_i of the rotary in use (at L <= L0 for a length-dependent schedule), [r/2]."""
         if not self._rotary_slots:
@@ -253,19 +269,22 @@ class PretrainedLM(nn.Module):
                                            reduction="none").view(tokens.shape[0], -1)
 
     def collect(self, batch: Batch, intervention=None) -> Intermediates:
-        """The forward's intermediates under no_grad, through hooks on the checkpoint's modules."""
-        if intervention is not None:
-            raise ConfigError("intervention", type(intervention).__name__, "None (a pretrained model takes no "
-                                                                           "intervention)")
+        """The forward's intermediates under no_grad, through hooks on the checkpoint's modules
+        (and under :meth:`set_window`'s window). An ``intervention`` may set ``bos_embedding`` only:
+        the input embedding at position 0 is replaced ([D] | [b, D]), whatever token sits there."""
         require_transformers()
         _register_attention()
         records = [dict() for _ in self.layers]
         handles, attn_modules = [], []
+        if intervention is not None:
+            handles.append(self.hf.get_input_embeddings().register_forward_hook(
+                _replace_position0(self._check_intervention(intervention, batch.tokens.shape[0]))))
         for i, layer in enumerate(self.layers):
             handles.append(layer.register_forward_pre_hook(_keep_input(records[i]), with_kwargs=True))
             handles.append(layer.register_forward_hook(_keep_output(records[i])))
             attention = next(m for m in layer.modules() if m.__class__.__name__.endswith("Attention"))
             attention._poslab_record = records[i]
+            attention._poslab_window = self.inference_window
             attn_modules.append(attention)
             handles.append(attention.register_forward_pre_hook(_keep_rotation(records[i]), with_kwargs=True))
         previous = self.config._attn_implementation
@@ -278,7 +297,7 @@ class PretrainedLM(nn.Module):
             for handle in handles:
                 handle.remove()
             for module in attn_modules:
-                del module._poslab_record
+                del module._poslab_record, module._poslab_window
         s = batch.tokens.shape[1]
         inter = Intermediates(embed=records[0]["resid_pre"], positions=torch.arange(s))
         for rec in records:
@@ -295,9 +314,27 @@ class PretrainedLM(nn.Module):
         inter.logits, inter.lengths, inter.prefix = logits, batch.lengths, 0
         return inter
 
+    def _check_intervention(self, intervention, b: int) -> Tensor:
+        """The position-0 embedding [b, D] of an intervention that sets bos_embedding and nothing else."""
+        others = [f for f in ("resid0", "drop_key0") if getattr(intervention, f, None) is not None]
+        if others:
+            raise ConfigError(f"intervention.{others[0]}", "set", "None (a pretrained model takes bos_embedding only)")
+        x0 = getattr(intervention, "bos_embedding", None)
+        D = self.d_model
+        if not isinstance(x0, Tensor) or tuple(x0.shape) not in ((D,), (b, D)):
+            raise ConfigError("intervention.bos_embedding", list(x0.shape) if isinstance(x0, Tensor) else x0,
+                              f"a tensor of shape [{D}] or [{b}, {D}]")
+        return x0.expand(b, D)
+
     def _factor(self) -> float:
         parent, name = self._rotary_slots[0]
         return float(getattr(getattr(parent, name), "attention_scaling", 1.0))
+
+
+def _replace_position0(x0: Tensor):
+    def hook(module, args, output):
+        return torch.cat((x0.to(output.dtype)[:, None], output[:, 1:]), dim=1)
+    return hook
 
 
 def _keep_input(record: dict):

@@ -20,10 +20,21 @@ The closed-system check (``probe="closed"``): per layer (0: the embedding, l: le
 the mean pairwise cosine of the position-0 residual across the windows, with BOS at 0 (the same
 token everywhere: 1 by causality) and with each window's own first token at 0.
 
+With BOS, the same windows are also read (the ``variant`` column):
+
+- under two inference-time variants of the one checkpoint, standing in for the abstract's three
+  architectures: NTK-scaled RoPE (``set_schedule``, factor ``ntk_factor``) and a sliding-window mask
+  of ``window`` keys (``set_window``). They are the same weights under another position map or
+  mask, not models trained that way: they show how (a) and (b) of these weights respond to the
+  change, not what a model trained with NTK scaling or a window would learn;
+- under the three BOS replacements of the leakage study (``probe="intervention"``): the most
+  frequent token of the windows, a random vector of the BOS embedding's norm, and the mean token
+  embedding, each put in place of the input embedding at position 0; the change of the mean early
+  (b) is judged against the published -40% (the most frequent token), the others shown.
+
 Presets: quick = a tiny random Llama built in code (64-token context; windows of 48 tokens; the
 sink and (b) claims are n.a. on random weights, the causal-mask (a) and the closed-system check are
-architectural and judged); cpu = SmolLM2-135M (``smollm2-135m``), 4 windows of 512 tokens.
-No inference-time variant (NTK-scaled RoPE, sliding window) of the checkpoint is run here.
+architectural and judged); cpu = SmolLM2-135M (``smollm2-135m``), ``windows`` windows of 512 tokens.
 """
 
 from __future__ import annotations
@@ -39,16 +50,18 @@ from poslab.errors import ConfigError, check_choice
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, write_outputs
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, above, judge_all, maximum, mean, minimum, probe
+from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, maximum, mean, minimum, probe
 from poslab.store import config_hash, git_revision
 from poslab.studies.leakage import PRESENT
 
 PRESETS = ("quick", "cpu")
 TINY = "tiny-llama"
 MODES = ("with BOS", "without BOS")
-SETTINGS = ("checkpoint", "length", "windows", "first_query", "dtype")
+SETTINGS = ("checkpoint", "length", "windows", "first_query", "dtype", "ntk_factor", "window")
+STANDARD, NTK, WINDOW = "standard", "NTK RoPE (inference)", "sliding window (inference)"
+SWAPS = {"token": "bos_token", "random": "bos_random", "mean": "bos_mean"}
 
-MODEL = probe("model")  # derived: one row per mode, means over layers and heads
+MODEL = probe("model") & is_("variant", STANDARD)  # derived: one row per mode and variant, means over heads
 CLAIMS = [
     ClaimSpec(name="{bos}: sink heads exist", paper="sinks read downstream by sink-reading heads",
               where=MODEL, per=("bos",), measure=maximum("sink_heads", "sink heads (key-0 share >= 0.3)"),
@@ -59,6 +72,19 @@ CLAIMS = [
     ClaimSpec(name="{bos}: component (b) present", paper="present in all three architectures", where=MODEL,
               per=("bos",), measure=mean("component_b", "mean (b) over layers and heads"), op=">=",
               threshold=PRESENT),
+    ClaimSpec(name="NTK scaling suppresses (b)", paper="(b) smaller under NTK than standard RoPE",
+              where=probe("contrast"), measure=mean("standard_minus_ntk", "mean (b) standard - NTK (inference)"),
+              op=">", threshold=0.0, note="one checkpoint, NTK applied at inference"),
+    ClaimSpec(name="standard RoPE sits between NTK and a sliding window", paper="NTK < standard < sliding window",
+              where=probe("contrast"), measure=mean("margin", "min(standard - NTK, window - standard) of mean (b)"),
+              op=">", threshold=0.0, note="one checkpoint, both variants applied at inference"),
+    ClaimSpec(name="BOS swap (most frequent token) changes early (b)", paper="-40%",
+              where=probe("swap") & is_("intervention", "bos_token"), measure=mean("change"), op="~",
+              threshold=-0.40, tol=0.20, percent=True, note="relative change of the mean early (b), with BOS"),
+    ClaimSpec(name="{intervention} changes early (b)", paper="-40% (BOS swap)",
+              where=probe("swap") & is_("intervention", "bos_random", "bos_mean"), per=("intervention",),
+              measure=mean("change"), percent=True,
+              na="the abstract names no replacement; the most frequent token's embedding is judged, these are shown"),
     ClaimSpec(name="BOS at 0: position-0 residual identical across inputs", paper="constant fingerprint with BOS",
               where=probe("closed"), measure=minimum("bos_at_0", "min cosine over layers"), op=">",
               threshold=0.9999),
@@ -66,15 +92,22 @@ CLAIMS = [
               where=probe("closed") & above("layer", 0), measure=mean("content_at_0", "mean cosine after layer 1 on"),
               op="<", threshold=0.99),
 ]
-TRAINED_ONLY = ("sink heads exist", "component (b) present")  # n.a. on random weights
+TRAINED_ONLY = ("sink heads exist", "component (b) present", "suppresses (b)", "sits between",
+                "changes early (b)")  # n.a. on random weights
 
 TABLES = [
-    Table("Sinks and components per mode", by=("bos",), where=MODEL,
+    Table("Sinks and components per mode and variant", by=("bos", "variant"), where=probe("model"),
           intro="Means over layers and heads. Sink share: mean weight on key 0 of queries i >= first_query.",
           columns=(Column("sink heads", "sink_heads", 0), Column("sink share", "sink_share"),
                    Column("(a)", "component_a"), Column("(b)", "component_b"),
                    Column("early (b)", "early_component_b"))),
-    Table("By layer", by=("bos", "layer"), where=probe("head"), intro="Mean ± std over heads.",
+    Table("BOS replacements: early (b)", by=("intervention",), where=probe("swap"),
+          intro="With BOS, standard RoPE: the input embedding at position 0 replaced; early (b) = (b) at queries < "
+                "first_query, mean over layers and heads.",
+          columns=(Column("early (b)", "early_component_b"), Column("as is", "base"),
+                   Column("change", lambda g: f"{100 * g[0]['change']:+.1f}%" if g[0]["change"] is not None
+                          else "n.a."))),
+    Table("By layer", by=("bos", "variant", "layer"), where=probe("head"), intro="Mean ± std over heads.",
           columns=(Column("sink share", "sink_share"), Column("share of sink heads", "sink"),
                    Column("(a)", "component_a"), Column("(b)", "component_b"),
                    Column("early (b)", "early_component_b"))),
@@ -82,7 +115,8 @@ TABLES = [
           intro="Mean pairwise cosine of the position-0 residual over the windows (layer 0: the embedding).",
           columns=(Column("BOS at 0", "bos_at_0", 6), Column("content token at 0", "content_at_0", 6))),
 ]
-FIGURES = [Lines(f"fig_{y}_by_layer.png", x="layer", y=y, series=("bos",), where=probe("head"), hline=0.0,
+FIGURES = [Lines(f"fig_{y}_by_layer.png", x="layer", y=y, series=("bos", "variant"), where=probe("head"),
+                 hline=0.0,
                  ylabel=label, title=label)
            for y, label in (("sink_share", "attention on key 0 (queries >= first_query)"),
                             ("component_a", "(a) causal-mask normaliser share"),
@@ -92,9 +126,11 @@ FIGURES = [Lines(f"fig_{y}_by_layer.png", x="layer", y=y, series=("bos",), where
 def study(preset: str) -> StudyConfig:
     check_choice("preset", preset, PRESETS)
     if preset == "quick":
-        model = dict(checkpoint=TINY, length=48, windows=8, first_query=16, dtype="float32")
+        model = dict(checkpoint=TINY, length=48, windows=8, first_query=16, dtype="float32", ntk_factor=4.0,
+                     window=8)
     else:
-        model = dict(checkpoint="smollm2-135m", length=512, windows=4, first_query=16, dtype="float32")
+        model = dict(checkpoint="smollm2-135m", length=512, windows=4, first_query=16, dtype="float32",
+                     ntk_factor=4.0, window=64)
     return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
                        grid={"model.bos": MODES}, seeds=1)
 
@@ -109,12 +145,14 @@ def settings(study: StudyConfig) -> dict:
     for key in SETTINGS:
         if key not in m:
             raise ConfigError(f"model.{key}", None, "set by the preset")
-    for key, lo in (("length", 8), ("windows", 4), ("first_query", 1)):
+    for key, lo in (("length", 8), ("windows", 4), ("first_query", 1), ("window", 1)):
         if not isinstance(m[key], int) or isinstance(m[key], bool) or m[key] < lo:
             raise ConfigError(f"model.{key}", m[key], f"an integer >= {lo}")
     if m["first_query"] >= m["length"]:
         raise ConfigError("model.first_query", m["first_query"], f"an integer below model.length ({m['length']})")
     check_choice("model.dtype", m["dtype"], ("float32",))
+    if not isinstance(m["ntk_factor"], (int, float)) or isinstance(m["ntk_factor"], bool) or m["ntk_factor"] <= 1:
+        raise ConfigError("model.ntk_factor", m["ntk_factor"], "a number > 1 (the NTK variant's scale factor)")
     for mode in study.axis("model.bos"):
         check_choice("model.bos", mode, MODES)
     return m
@@ -197,34 +235,80 @@ def windows(model, ids: torch.Tensor, config: dict) -> torch.Tensor:
 
 
 def evaluate_mode(model, ids: torch.Tensor, config: dict) -> list[dict]:
-    """Rows of one mode: per (layer, head) sinks and components, per layer the closed-system check."""
-    from poslab.probes import leakage as lk
+    """Rows of one mode: per (layer, head) sinks and components; with BOS also under the two
+    inference-time variants and the three BOS replacements, and per layer the closed-system check."""
     from poslab.tasks.base import Batch
 
     tokens = windows(model, ids, config)
-    n, L, q0 = tokens.shape[0], tokens.shape[1], config["first_query"]
+    n, L = tokens.shape
     batch = Batch(tokens=tokens, targets=tokens, lengths=torch.full((n,), L),
                   loss_mask=torch.ones_like(tokens, dtype=torch.bool))
+    rows = head_rows(model, batch, config, STANDARD)
+    if config["bos"] != "with BOS":
+        return rows
+    if model.encoding == "rotary":
+        model.set_schedule({"rope_type": "ntk", "factor": float(config["ntk_factor"])})
+        try:
+            rows += head_rows(model, batch, config, NTK)
+        finally:
+            model.restore()
+    model.set_window(config["window"])
+    try:
+        rows += head_rows(model, batch, config, WINDOW)
+    finally:
+        model.set_window(None)
+    rows += swap_rows(model, batch, config)
+    content = windows(model, ids, dict(config, bos="without BOS"))  # the closed-system check, same windows
+    cos = {name: position0_cosines(model, t) for name, t in (("bos_at_0", tokens), ("content_at_0", content))}
+    rows += [dict(probe="closed", layer=k, bos_at_0=float(cos["bos_at_0"][k]),
+                  content_at_0=float(cos["content_at_0"][k])) for k in range(model.n_layers + 1)]
+    return rows
+
+
+def head_rows(model, batch, config: dict, variant: str) -> list[dict]:
+    """Per (layer, head): the share of attention on key 0 of queries >= first_query, sink or not,
+    and the components (a), (b), early (b)."""
+    from poslab.probes import leakage as lk
+    from poslab.tasks.base import Batch
+
+    q0, (n, L) = config["first_query"], batch.tokens.shape
     comp = lk.leakage(model, batch, early=q0, chunk=2)
     share = []
     for part in range(0, n, 2):  # mean weight on key 0 of queries i >= first_query, [l, h]
-        inter = model.collect(Batch(tokens=tokens[part:part + 2], targets=tokens[part:part + 2],
-                                    lengths=batch.lengths[part:part + 2], loss_mask=batch.loss_mask[part:part + 2]))
+        piece = slice(part, part + 2)
+        inter = model.collect(Batch(tokens=batch.tokens[piece], targets=batch.targets[piece],
+                                    lengths=batch.lengths[piece], loss_mask=batch.loss_mask[piece]))
         share.append(torch.stack([x.pattern[:, :, q0:, 0].double().sum((0, 2)) for x in inter.layers]))
     sink_share = (sum(share) / (n * (L - q0))).numpy()
+    return [dict(probe="head", bos=config["bos"], variant=variant, layer=layer, head=head,
+                 sink_share=float(sink_share[layer, head]), sink=float(sink_share[layer, head] >= lk.SINK_THRESHOLD),
+                 **{k: float(comp[k][layer, head]) for k in ("component_a", "component_b", "early_component_b",
+                                                             "received_0")})
+            for layer in range(model.n_layers) for head in range(model.n_heads)]
+
+
+def replacements(model, tokens: torch.Tensor, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The leakage study's three BOS replacements, each [D]: the most frequent token of ``tokens``
+    after position 0, a random vector of the BOS embedding's norm, and the mean token embedding."""
+    W_E = model.hf.get_input_embeddings().weight.detach()
+    W_bos = W_E[bos_id(model)]
+    token = int(torch.bincount(tokens[:, 1:].flatten().cpu()).argmax())
+    r = torch.randn(W_bos.shape, generator=torch.Generator().manual_seed(seed), dtype=W_bos.dtype).to(W_bos.device)
+    return dict(token=W_E[token].clone(), random=r * W_bos.norm() / r.norm(), mean=W_E.mean(0))
+
+
+def swap_rows(model, batch, config: dict) -> list[dict]:
+    """Per replacement (probe "intervention"): per (layer, head) early (b) with it in place."""
+    from poslab.models.intervention import Intervention
+    from poslab.probes import leakage as lk
+
     rows = []
-    for layer in range(model.n_layers):
-        for head in range(model.n_heads):
-            rows.append(dict(probe="head", bos=config["bos"], layer=layer, head=head,
-                             sink_share=float(sink_share[layer, head]),
-                             sink=float(sink_share[layer, head] >= lk.SINK_THRESHOLD),
-                             **{k: float(comp[k][layer, head]) for k in ("component_a", "component_b",
-                                                                          "early_component_b", "received_0")}))
-    if config["bos"] == "with BOS":  # the closed-system check, both position-0 inputs, on the same windows
-        content = windows(model, ids, dict(config, bos="without BOS"))
-        cos = {name: position0_cosines(model, t) for name, t in (("bos_at_0", tokens), ("content_at_0", content))}
-        rows += [dict(probe="closed", layer=k, bos_at_0=float(cos["bos_at_0"][k]),
-                      content_at_0=float(cos["content_at_0"][k])) for k in range(model.n_layers + 1)]
+    for name, x0 in replacements(model, batch.tokens).items():
+        comp = lk.leakage(model, batch, intervention=Intervention(bos_embedding=x0), early=config["first_query"],
+                          chunk=2)
+        rows += [dict(probe="intervention", intervention=SWAPS[name], layer=layer, head=head,
+                      early_component_b=float(comp["early_component_b"][layer, head]))
+                 for layer in range(model.n_layers) for head in range(model.n_heads)]
     return rows
 
 
@@ -242,14 +326,32 @@ def position0_cosines(model, tokens: torch.Tensor) -> np.ndarray:
 # ----------------------------------------------------------------------------- derived rows and report
 
 def derived_rows(rows: list[dict]) -> list[dict]:
-    """probe="model" per mode: means over layers and heads, and the count of sink heads."""
+    """probe="model" per mode and variant (means over layers and heads, the count of sink heads);
+    probe="contrast" (the abstract's ordering on (b)) and probe="swap" (each replacement's change
+    of the mean early (b), relative to the standard model with BOS; None where that is below PRESENT)."""
     out = []
     for mode in MODES:
-        heads = [r for r in rows if r.get("probe") == "head" and r.get("bos") == mode]
-        if heads:
-            out.append(dict(probe="model", bos=mode, sink_heads=float(sum(r["sink"] for r in heads)),
-                            **{k: float(np.mean([r[k] for r in heads])) for k in
-                               ("sink_share", "component_a", "component_b", "early_component_b")}))
+        for variant in (STANDARD, NTK, WINDOW):
+            heads = [r for r in rows if r.get("probe") == "head" and r.get("bos") == mode
+                     and r.get("variant", STANDARD) == variant]
+            if heads:
+                out.append(dict(probe="model", bos=mode, variant=variant,
+                                sink_heads=float(sum(r["sink"] for r in heads)),
+                                **{k: float(np.mean([r[k] for r in heads])) for k in
+                                   ("sink_share", "component_a", "component_b", "early_component_b")}))
+    b = {r["variant"]: r for r in out if r["bos"] == "with BOS"}
+    if STANDARD in b and NTK in b and WINDOW in b:
+        s, nt, w = (b[v]["component_b"] for v in (STANDARD, NTK, WINDOW))
+        out.append(dict(probe="contrast", standard_minus_ntk=s - nt, margin=min(s - nt, w - s)))
+    if STANDARD in b:
+        base = b[STANDARD]["early_component_b"]
+        for name in SWAPS.values():
+            got = [r["early_component_b"] for r in rows if r.get("probe") == "intervention"
+                   and r["intervention"] == name]
+            if got:
+                value = float(np.mean(got))
+                out.append(dict(probe="swap", intervention=name, early_component_b=value, base=base,
+                                change=(value - base) / base if base >= PRESENT else None))
     return out
 
 
