@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from poslab import sampling
 from poslab.errors import ConfigError
 from poslab.models.transformer import Transformer, TransformerConfig
 from poslab.probes.lm_streaming import linear_buckets, log_buckets, positionwise_loss
@@ -139,7 +140,7 @@ def lm_run(corpus, tmp_path, encodings=("rope",), lengths=(32, 300, 1000)):
             run_study(lm.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False, executor="inline")
         finally:
             runs = store.runs(experiment="lm")
-        return runs, lm.load_member(store, encoding=encodings[0])[0] if runs else None
+        return runs, sampling.load_member(store, encoding=encodings[0])[0] if runs else None
 
 
 def test_lm_study_streams_long_lengths(corpus, tmp_path):

@@ -350,8 +350,8 @@ def sample(store, key, experiment, encoding, seed, length, temperature, prompt, 
     """Generate text from a stored language model, to read what it learned."""
     import torch
 
+    from poslab.sampling import generate, load_member
     from poslab.store import Store
-    from poslab.studies.lm import generate, load_member
 
     if not store.exists():
         raise ConfigError("--store", str(store), "the path of an existing store (run an experiment first)")

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
 
+from poslab import sampling
 from poslab.cli import main
 from poslab.errors import ConfigError
 from poslab.experiments.runner import run_study
@@ -77,10 +78,10 @@ def test_sample_from_a_stored_model_and_cli_errors(corpus, tmp_path):
     with Store(store_path) as store:
         run_study(lm.EXPERIMENT, tiny(corpus, encoding_options={}), store=store, out=tmp_path / "out", progress=False,
                   executor="inline")
-        model, task, run = lm.load_member(store, encoding="rope", seed=0)
-    text = lm.generate(model, task, "to", 50, generator=torch.Generator().manual_seed(1))
+        model, task, run = sampling.load_member(store, encoding="rope", seed=0)
+    text = sampling.generate(model, task, "to", 50, generator=torch.Generator().manual_seed(1))
     assert len(text) == 50 and set(text) <= set(task.vocab)
-    again = lm.generate(model, task, "to", 50, generator=torch.Generator().manual_seed(1))
+    again = sampling.generate(model, task, "to", 50, generator=torch.Generator().manual_seed(1))
     assert text == again  # the sampler's seed fixes the text
     runner = CliRunner()
     ok = runner.invoke(main, ["sample", "--store", str(store_path), "--encoding", "learned", "--length", "20"])

@@ -48,7 +48,7 @@ core works like this group (two groups side by side, one core each, on two cores
 wall time each). The claim on nanoGPT's 74.6 s reads that.
 
 Other studies reuse the recipe: :func:`lm_study` (``encodings=``, any StudyConfig changes) and
-:func:`validation_loss`; :func:`load_member` and :func:`generate` serve ``poslab sample``.
+:func:`validation_loss`; ``poslab sample`` reads stored members through :mod:`poslab.sampling`.
 """
 
 from __future__ import annotations
@@ -330,62 +330,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     kept = [r for r in rows if r.get("probe") in ("lm", "long", "positionwise")]
     return write_outputs(out, title=title, rows=rows, claims=claims(rows, study), intro=intro, tables=TABLES,
                          figures=FIGURES, csv_rows=kept, columns=COLUMNS)
-
-
-# ----------------------------------------------------------------------------- sampling
-
-def load_member(store, key: str | None = None, *, experiment: str = "lm", encoding: str | None = None,
-                seed: int = 0):
-    """(model in eval mode, its task, run key) of a stored member: by run key, or the latest
-    finished trained member of ``experiment`` with that encoding and seed."""
-    from poslab.models import model_classes
-    from poslab.tasks import build_task
-
-    runs = store.runs()
-    if key is not None:
-        found = [r for r in runs if r["key"] == key]
-        if not found:
-            raise ConfigError("--run", key, "the key of a run in the store (poslab report lists them)")
-    else:
-        found = [r for r in runs if r["experiment"] == experiment and r["status"] == "finished"
-                 and r["config"].get("variant") is None and r["config"].get("seed") == seed
-                 and (encoding is None or r["config"]["model"].get("encoding") == encoding)]
-        if not found:
-            have = sorted({(r["config"]["model"].get("encoding"), r["config"].get("seed")) for r in runs
-                           if r["experiment"] == experiment and "model" in r["config"]})
-            raise ConfigError("--encoding/--seed", (encoding, seed),
-                              f"a trained member of {experiment!r} in the store: {have or 'none'}")
-    run = found[-1]
-    config = run["config"]
-    model_cls, cfg_cls = model_classes(config["model_type"])
-    fields = {f.name for f in dataclasses.fields(cfg_cls)}
-    model = model_cls(cfg_cls(**{k: v for k, v in config["model"].items() if k in fields}))
-    model.load_state_dict(store.load_weights(run["key"]))
-    task = build_task(config["task_type"], **config["task"])
-    if not hasattr(task, "decode"):
-        raise ConfigError("--run", run["key"], "a run trained on text (its task decodes tokens to characters)")
-    return model.eval(), task, run
-
-
-def generate(model, task, prompt: str, length: int, *, temperature: float = 0.8, context: int | None = None,
-             generator: torch.Generator | None = None) -> str:
-    """``length`` characters sampled after ``prompt`` from softmax(logits / temperature), each
-    conditioned on the last ``context`` characters (default: the model's table length)."""
-    if not (isinstance(length, int) and length >= 1):
-        raise ConfigError("--length", length, "a positive integer")
-    if not temperature > 0:
-        raise ConfigError("--temperature", temperature, "a positive number")
-    if not prompt:
-        raise ConfigError("--prompt", prompt, "at least one character of the corpus")
-    ids = task.encode(prompt)  # ConfigError for characters outside the vocabulary
-    context = context or model.cfg.max_len - int(model.cfg.bos)
-    out = ids.tolist()
-    with torch.no_grad():
-        for _ in range(length):
-            window = torch.tensor(out[-context:])[None]  # [1, s]
-            logits = model(window)[0, -1] / temperature  # [m]
-            out.append(int(torch.multinomial(logits.softmax(-1), 1, generator=generator)))
-    return task.decode(torch.tensor(out[len(ids):]))
 
 
 EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, presets=PRESETS,
