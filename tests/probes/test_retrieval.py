@@ -279,12 +279,17 @@ def test_margin_per_sequence_matches_naive_on_mixed_lengths():
     with torch.no_grad():
         _, inter = model(batch.tokens, batch.lengths, return_intermediates=True)
     scores = inter.layers[0].attn_scores[:, 1, 0].double()  # head 1, [b, s]
-    naive = []
+    naive, naive_mean = [], []
     for b, L in enumerate(batch.lengths.tolist()):
         row = scores[b, :L].tolist()
         target = row.pop(L - 1 - 3)
         naive.append(target - max(row))
+        naive_mean.append(target - sum(row) / len(row))
     np.testing.assert_allclose(margin(model, batch, 3, head=1, reduce="none", chunk=16), naive, rtol=1e-12)
+    np.testing.assert_allclose(margin(model, batch, 3, head=1, reduce="none", chunk=16, against="mean"), naive_mean,
+                               rtol=1e-10)
+    with pytest.raises(ConfigError, match="against"):
+        margin(model, batch, 3, head=1, against="median")
     assert margin(model, batch, 3, head=1, reduce="min") == pytest.approx(min(naive))
     with pytest.raises(ConfigError):
         margin(model, batch, 3, head=2)

@@ -264,25 +264,32 @@ def check_offset(K: int, shortest: int) -> None:
         raise ConfigError("K", K, f"smaller than the shortest length {shortest}")
 
 
-def margins(inter: Intermediates, K: int, layer: int = 0) -> Tensor:
+def margins(inter: Intermediates, K: int, layer: int = 0, against: str = "max") -> Tensor:
     """mu_{b,h} = l_{b, n-K} - max_{t real, t != n-K} l_{b,t} at each sequence's last query, [b, h] float64.
 
     l are the logits the softmax sees (``attn_scores``: q.k / sqrt(d) plus any score bias,
     divided by the temperature); competitors are every real key (BOS included). A sliding
-    window's masked keys are not known to the intermediates and still compete.
+    window's masked keys are not known to the intermediates and still compete. ``against="mean"``
+    takes the competitors' mean instead of their max: the target's lead over a typical key, which
+    does not shrink as more i.i.d. competitors enter (their max grows with L even at a fixed kernel).
     """
+    if against not in ("max", "mean"):
+        raise ConfigError("against", against, ("max", "mean"))
     check_offset(K, int((real_lengths(inter) - inter.prefix).min()))
     scores = at_last_query(inter.layers[layer].attn_scores, inter).double()  # [b, h, s]
     b, h, s = scores.shape
     target = (last_index(inter) - K).view(b, 1, 1).expand(b, h, 1)  # [b, h, 1]
     t = torch.arange(s, device=scores.device)
     other = real_keys(inter) & (t != target[:, 0])  # [b, s]
-    best_other = scores.masked_fill(~other[:, None, :], -math.inf).amax(-1)  # [b, h]
-    return scores.gather(-1, target)[..., 0] - best_other
+    if against == "max":
+        rival = scores.masked_fill(~other[:, None, :], -math.inf).amax(-1)  # [b, h]
+    else:
+        rival = (scores * other[:, None, :]).sum(-1) / other.sum(-1, keepdim=True)  # [b, h]
+    return scores.gather(-1, target)[..., 0] - rival
 
 
 def margin(model: PoslabModel, batch: Batch, K: int, *, head: int | None = 0, reduce: str = "mean",
-           chunk: int = CHUNK) -> float | np.ndarray:
+           chunk: int = CHUNK, against: str = "max") -> float | np.ndarray:
     """mu: the target's lead in the query's attention logits (layer 0), see :func:`margins`.
 
     ``reduce``: "mean" (the default, the paper's measured mu), "min" or "none" (the array [b]).
@@ -294,7 +301,8 @@ def margin(model: PoslabModel, batch: Batch, K: int, *, head: int | None = 0, re
         raise ConfigError("reduce", reduce, ("mean", "min", "none"))
     check_head(model.cfg.n_heads, head)
     check_offset(K, int(batch.lengths.min()))
-    mu = torch.cat([margins(inter, K).cpu() for _, inter in over_chunks(model, batch, chunk)]).numpy()  # [b, h]
+    mu = torch.cat([margins(inter, K, against=against).cpu()
+                    for _, inter in over_chunks(model, batch, chunk)]).numpy()  # [b, h]
     if reduce == "none":
         return mu.mean(1) if head is None else mu[:, head]
     per_head = mu.mean(0) if reduce == "mean" else mu.min(0)
