@@ -33,6 +33,8 @@ def test_quick_runs_stores_and_resumes(tmp_path):
         assert again["trained"] == 0 and again["reused"] == 4
     text = (tmp_path / "out" / "table.md").read_text()
     assert "Loss by position bucket" in text and "Passkey exact match" in text
+    assert "Reasoning and code: exact match by task" in text and "Rankings" in text
+    assert (tmp_path / "out" / "reasoning.png").is_file()
     assert "yarn: loss past L0 below no scaling's (x2)" in text
     assert "**no**" not in text and "| yes |" not in text  # a random checkpoint decides no claim (n.a.)
 
@@ -57,6 +59,10 @@ def test_rows_of_one_member(tiny):
     config.update(length=64, scale=1)
     short = [r for r in evaluate_member(model, ids, config, context=64) if r["probe"] == "passkey"]
     assert all(r["exact"] is None for r in short)  # byte-level needle + question exceed 64 tokens: no verdict
+    config.update(length=512, scale=2, windows=1, reasoning=["multikey", "code"], depths=[0.5])
+    tasks = [r for r in evaluate_member(model, ids, config, context=64) if r["probe"] == "reasoning"]
+    assert [r["task"] for r in tasks] == ["multikey", "code"]
+    assert all(r["exact"] in (0.0, 1.0) and r["prompt_tokens"] + 2 <= 512 for r in tasks)  # fits the window
     assert model.schedule is None  # the member restores the checkpoint's own rotary
 
 
@@ -76,6 +82,22 @@ def test_derived_rows():
     assert got[("pi", 2)]["gain"] == pytest.approx(1.5)
 
 
+def test_rankings_by_task_against_loss():
+    from poslab.studies.pretrained_extension import kendall_tau, ranking_rows
+
+    assert kendall_tau([1, 2, 3], [1, 2, 3]) == pytest.approx(1.0)
+    assert kendall_tau([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert kendall_tau([1, 1, 1], [1, 2, 3]) is None
+    assert kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)  # 5 concordant, 1 discordant pair
+    rows = [dict(probe="summary", method=m, scale=2, loss_out=v) for m, v in (("none", 5.0), ("pi", 4.0),
+                                                                            ("yarn", 3.0))]
+    rows += [dict(probe="reasoning", task="code", method=m, scale=2, exact=e) for m, e in (("none", 0.0),
+                                                                                        ("pi", 1.0), ("yarn", 0.5))]
+    (got,) = ranking_rows(rows)
+    assert got["best_task"] == "pi" and got["best_loss"] == "yarn"
+    assert got["tau"] == pytest.approx(1 / 3)  # (none, pi) and (none, yarn) agree, (pi, yarn) does not
+
+
 def test_refusals_before_any_work(tiny, tmp_path):
     gpt2 = small(EXP.study("quick"), checkpoint=str(tiny("gpt2")))
     with pytest.raises(ConfigError, match="needs a RoPE model"):
@@ -85,6 +107,8 @@ def test_refusals_before_any_work(tiny, tmp_path):
         validate(huge, "cpu", EXP)
     with pytest.raises(ConfigError, match="model.windows"):
         validate(small(EXP.study("quick"), windows=0), "cpu", EXP)
+    with pytest.raises(ConfigError, match="model.reasoning"):
+        validate(small(EXP.study("quick"), reasoning=["sudoku"]), "cpu", EXP)
     runner = CliRunner()
     out = runner.invoke(main, ["run", "phenomenon", "--preset", "quick", "--model", "smollm2-135m",
                                "--store", str(tmp_path / "s.sqlite")])

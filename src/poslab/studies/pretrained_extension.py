@@ -21,7 +21,13 @@ TinyShakespeare's validation split (or ``--corpus``), without BOS:
 - short-context retention: at s = 1 the loss with the schedule minus the loss without it;
 - passkey retrieval: the standard filler-text prompt (Mohtashami & Jaggi 2023) of s L0 tokens with
   a 5-digit key at each depth of ``depths``, ``trials`` keys each, exact match of the greedily
-  decoded answer.
+  decoded answer;
+- reasoning and code (``model.reasoning``, tasks of :mod:`poslab.tasks.reasoning`: multi-key and
+  multi-value needles, variable tracking, bracket matching, code), zero-shot: one prompt per
+  (task, depth, trial) filling the window (at most s L0 tokens with its answer), exact match of the
+  greedy continuation. Per task and scale the methods are ranked by exact match and by loss past
+  L0 (probe "ranking": Kendall's tau between the two rankings; the survey's point is that they
+  need not agree).
 
 Members are keyed by the checkpoint's content hash and the schedule's config (plus length,
 windows, passkey grid, corpus), stored and resumed like trained members (``Experiment.run``).
@@ -52,6 +58,7 @@ METHODS = ("none", "pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3")
 PRESETS = ("quick", "cpu", "gpu")
 TINY = "tiny-llama"  # the quick preset's checkpoint: poslab.pretrained.tiny, seed 0
 FIRST_BUCKET = 16  # positions [0, 16) form the first bucket, then powers of two
+REASONING = ("multikey", "multivalue", "vartrack", "brackets", "code")  # poslab.tasks.reasoning.TASKS
 
 CLAIMS = [
     ClaimSpec(name="no scaling: loss past L0 rises (x{scale})", paper="survey: computing positions past the "
@@ -66,6 +73,10 @@ CLAIMS = [
               "quality (no number; 0.1 nats is poslab's bar)", where=probe("vs_none") & is_("scale", 1),
               per=("method",), measure=mean("retention_cost"), op="<=", threshold=0.1,
               note="loss with the schedule minus without, windows of L0"),
+    ClaimSpec(name="{task}: ranking of the methods by exact match agrees with the ranking by loss (x{scale})",
+              paper="survey: perplexity alone does not judge extension (reasoning and code tasks must)",
+              where=probe("ranking"), per=("task", "scale"), measure=mean("tau", "Kendall's tau"),
+              na="the survey predicts disagreement but gives no number; tau is reported"),
     ClaimSpec(name="{method}: passkey past L0 (x{scale})", paper="survey: retrieval is part of the evaluation "
               "(no number)", where=probe("passkey") & above("scale", 1), per=("method", "scale"),
               measure=mean("exact"), na="the survey gives no passkey number for a 135M model; reported in the table"),
@@ -79,7 +90,17 @@ TABLES = [
     Table("Passkey exact match by depth", by=("method", "scale"), where=probe("passkey"),
           pivot=Pivot("depth", "exact", "depth {}")),
 ]
-FIGURES = [Lines("position_loss.png", x="bucket", y="loss", series=("method",), panel="scale", where=probe("loss"),
+TABLES += [
+    Table("Reasoning and code: exact match by task", by=("method", "scale"), where=probe("reasoning"),
+          pivot=Pivot("task", "exact", "{}")),
+    Table("Rankings: methods by exact match against methods by loss past L0 (scale > 1)", by=("scale", "task"),
+          where=probe("ranking"),
+          columns=(Column("Kendall tau", "tau"), Column("best by task", lambda g: g[0]["best_task"]),
+                   Column("best by loss", lambda g: g[0]["best_loss"]))),
+]
+FIGURES = [Lines("reasoning.png", x="scale", y="exact", series=("method",), panel="task", where=probe("reasoning"),
+                 xlabel="window / original context", ylabel="exact match"),
+           Lines("position_loss.png", x="bucket", y="loss", series=("method",), panel="scale", where=probe("loss"),
                  logx=True, xlabel="position (bucket upper edge)", ylabel="loss (nats/token)")]
 
 
@@ -87,13 +108,16 @@ def study(preset: str) -> StudyConfig:
     check_choice("preset", preset, PRESETS)
     common = dict(dtype="float32", digits=5)
     if preset == "quick":
-        model = dict(common, checkpoint=TINY, factor=2.0, windows=2, depths=[0.1, 0.5, 0.9], trials=2)
+        model = dict(common, checkpoint=TINY, factor=2.0, windows=2, depths=[0.1, 0.5, 0.9], trials=2,
+                     reasoning=list(REASONING))
         scales = (1, 2)
     elif preset == "cpu":
-        model = dict(common, checkpoint="smollm2-135m", factor=2.0, windows=1, depths=[0.5], trials=1)
+        model = dict(common, checkpoint="smollm2-135m", factor=2.0, windows=1, depths=[0.5], trials=1,
+                     reasoning=list(REASONING))
         scales = (1, 2)
     else:
-        model = dict(common, checkpoint="smollm2-135m", factor=4.0, windows=4, depths=[0.1, 0.5, 0.9], trials=3)
+        model = dict(common, checkpoint="smollm2-135m", factor=4.0, windows=4, depths=[0.1, 0.5, 0.9], trials=3,
+                     reasoning=list(REASONING))
         scales = (2, 4)
     return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
                        grid={"model.method": METHODS, "model.scale": scales}, seeds=1)
@@ -122,11 +146,18 @@ def settings(study: StudyConfig) -> dict:
     for key in ("checkpoint", "factor", "windows", "depths", "trials", "digits", "dtype"):
         if key not in m:
             raise ConfigError(f"model.{key}", None, "set by the preset")
+    m.setdefault("reasoning", [])
     for key in m:
         if key not in ("checkpoint", "factor", "windows", "depths", "trials", "digits", "dtype",
-                       "method", "scale"):
+                       "method", "scale", "reasoning"):
             raise ConfigError(f"model.{key}", key, "checkpoint, factor, windows, depths, trials, digits, dtype, "
-                                                   "method, scale")
+                                                   "method, scale, reasoning")
+    from poslab.tasks.reasoning import TASKS
+
+    if not isinstance(m["reasoning"], (list, tuple)):
+        raise ConfigError("model.reasoning", m["reasoning"], f"a list of tasks among {', '.join(TASKS)}")
+    for task in m["reasoning"]:
+        check_choice("model.reasoning", task, tuple(TASKS))
     if not (isinstance(m["factor"], (int, float)) and m["factor"] >= 1):
         raise ConfigError("model.factor", m["factor"], "a number >= 1 (the target extension factor)")
     for key in ("windows", "trials", "digits"):
@@ -201,7 +232,8 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
         scaling = method_scaling(cfg["method"], m["factor"], context)
         config = dict(experiment=EXPERIMENT.name, checkpoint=weights, scaling=scaling, method=cfg["method"],
                       scale=cfg["scale"], length=L, windows=m["windows"], depths=list(m["depths"]),
-                      trials=m["trials"], digits=m["digits"], dtype=m["dtype"], text=text_key)
+                      trials=m["trials"], digits=m["digits"], dtype=m["dtype"], text=text_key,
+                      **({"reasoning": list(m["reasoning"])} if m["reasoning"] else {}))
         members.append((config_hash(config), config))
     keys = [k for k, _ in members]
     if force:
@@ -265,8 +297,31 @@ def evaluate_member(model, ids: torch.Tensor, config: dict, context: int) -> lis
         for trial in range(config["trials"]):
             rows.append(dict(ids_, probe="passkey", depth=depth, trial=trial,
                              **passkey(model, L, depth, trial, config["digits"])))
+            for task in config.get("reasoning", ()):
+                rows.append(dict(ids_, probe="reasoning", task=task, depth=depth, trial=trial,
+                                 **reasoning(model, task, L, depth, trial)))
     model.restore()
     return rows
+
+
+def reasoning(model, task: str, L: int, depth: float, trial: int) -> dict:
+    """One zero-shot example of ``task`` whose prompt and answer fit L tokens: generated at ~4
+    characters a token, shortened in proportion until it fits; exact match of the greedy answer."""
+    from poslab.pretrained.model import decode_tokens, encode_text
+    from poslab.tasks import reasoning as rs
+
+    chars = 4 * L
+    for _ in range(6):
+        try:
+            ex = rs.generate(task, chars, depth, trial)
+        except ConfigError:  # too short for the task's inserts: the window cannot hold it
+            return dict(exact=None, prompt_tokens=None, answer="", output="")
+        ids, n_new = encode_text(model, ex.prompt), len(encode_text(model, ex.answer)) + 2
+        if len(ids) + n_new <= L:
+            text = decode_tokens(model, greedy(model, ids[None], n_new))
+            return dict(exact=rs.score(ex, text), prompt_tokens=len(ids), answer=ex.answer.strip(), output=text[:40])
+        chars = int(chars * (L - n_new) / len(ids) * 0.97)
+    return dict(exact=None, prompt_tokens=None, answer="", output="")
 
 
 def buckets(n: int) -> list[tuple[int, int]]:
@@ -351,7 +406,44 @@ def derived_rows(rows: list[dict]) -> list[dict]:
         if scale == 1:
             row["retention_cost"] = r["loss_in"] - base["loss_in"]
         out.append(row)
+    return out + ranking_rows(rows)
+
+
+def ranking_rows(rows: list[dict]) -> list[dict]:
+    """probe="ranking" per (task, scale > 1): Kendall's tau between the methods ordered by mean
+    exact match (higher first) and by loss past L0 (lower first), over methods with both."""
+    loss = {(r["method"], r["scale"]): r["loss_out"] for r in rows
+            if r.get("probe") == "summary" and r.get("loss_out") is not None}
+    cells: dict[tuple, list[float]] = {}
+    for r in rows:
+        if r.get("probe") == "reasoning" and r.get("exact") is not None and r["scale"] > 1:
+            cells.setdefault((r["task"], r["scale"], r["method"]), []).append(r["exact"])
+    out = []
+    for task, scale in sorted({(t, s) for t, s, _ in cells}):
+        methods = sorted(m for t, s, m in cells if (t, s) == (task, scale) and (m, scale) in loss)
+        if len(methods) < 2:
+            continue
+        exact = [sum(cells[(task, scale, m)]) / len(cells[(task, scale, m)]) for m in methods]
+        neg_loss = [-loss[(m, scale)] for m in methods]
+        out.append(dict(probe="ranking", task=task, scale=scale, tau=kendall_tau(exact, neg_loss), methods=len(methods),
+                        best_task=methods[max(range(len(methods)), key=lambda i: exact[i])],
+                        best_loss=methods[max(range(len(methods)), key=lambda i: neg_loss[i])]))
     return out
+
+
+def kendall_tau(x: list[float], y: list[float]) -> float | None:
+    """Kendall's tau-b of two score lists (ties counted as neither concordant nor discordant);
+    None when either list is constant."""
+    n, conc, disc, tx, ty = len(x), 0, 0, 0, 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            a, b = (x[i] > x[j]) - (x[i] < x[j]), (y[i] > y[j]) - (y[i] < y[j])
+            conc += a * b > 0
+            disc += a * b < 0
+            tx += a == 0 and b != 0
+            ty += b == 0 and a != 0
+    denom = ((conc + disc + tx) * (conc + disc + ty)) ** 0.5
+    return None if denom == 0 else (conc - disc) / denom
 
 
 def claims_for(study: StudyConfig) -> list[ClaimSpec]:
