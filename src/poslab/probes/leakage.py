@@ -313,6 +313,16 @@ def mean_cosine(x: Tensor) -> float:
 
 # ----------------------------------------------------------------------------- any model's intermediates
 
+def leakage_bytes(n: int, layers: int, heads: int, batch: int = 2) -> int:
+    """Bytes :func:`leakage` holds at its peak on windows of n internal positions (an estimate):
+    the per-pair sums (3 quantities x 3 arrays x layers x heads x n^2 float64), one chunk's
+    float64 scores, pattern and derived logits (5 x batch x layers x heads x n^2), and the cached
+    one-hot designs of the three fits with their pseudo-inverses and the SVD's workspace (about
+    4 x C x 6n float64, C = n (n + 1) / 2 causal pairs)."""
+    pairs_ = n * (n + 1) // 2
+    return 8 * (9 * layers * heads * n * n + 5 * batch * layers * heads * n * n + 4 * pairs_ * 6 * n)
+
+
 @dataclass
 class LeakageSums:
     """Leakage sums of any model's intermediates, added chunk by chunk.

@@ -34,7 +34,9 @@ With BOS, the same windows are also read (the ``variant`` column):
 
 Presets: quick = a tiny random Llama built in code (64-token context; windows of 48 tokens; the
 sink and (b) claims are n.a. on random weights, the causal-mask (a) and the closed-system check are
-architectural and judged); cpu = SmolLM2-135M (``smollm2-135m``), ``windows`` windows of 512 tokens.
+architectural and judged); cpu = SmolLM2-135M (``smollm2-135m``), 4 windows of 256 tokens: at 512
+tokens the leakage fit of 30 layers x 9 heads needs about 22 GiB (:func:`poslab.probes.leakage.
+leakage_bytes`; a run there was killed for memory on this 23 GiB machine), at 256 about 4 GiB.
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ def study(preset: str) -> StudyConfig:
         model = dict(checkpoint=TINY, length=48, windows=8, first_query=16, dtype="float32", ntk_factor=4.0,
                      window=8)
     else:
-        model = dict(checkpoint="smollm2-135m", length=512, windows=4, first_query=16, dtype="float32",
+        model = dict(checkpoint="smollm2-135m", length=256, windows=4, first_query=16, dtype="float32",
                      ntk_factor=4.0, window=64)
     return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
                        grid={"model.bos": MODES}, seeds=1)
@@ -170,6 +172,14 @@ def check(study: StudyConfig) -> None:
     layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
     require_attention_fits("model.length", m["length"], m["length"], heads, layers, batch=2,
                            what="scores and patterns (collect, with and without BOS)")
+    from poslab.pretrained.model import BYTES_LIMIT_FRACTION, memory_bytes
+    from poslab.probes.leakage import leakage_bytes
+
+    need, have = leakage_bytes(m["length"], layers, heads), memory_bytes() * BYTES_LIMIT_FRACTION
+    if need > have:
+        raise ConfigError("model.length", m["length"], f"a length whose leakage fit fits in memory: about "
+                                                       f"{need / 2**30:.1f} GiB for {layers} layers x {heads} heads, "
+                                                       f"{have / 2**30:.1f} GiB available")
 
 
 # ----------------------------------------------------------------------------- the run
