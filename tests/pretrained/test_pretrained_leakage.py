@@ -134,3 +134,21 @@ def test_bad_mode_is_refused():
     with pytest.raises(ConfigError) as e:
         validate(study, "cpu", EXP)
     assert e.value.field == "model.bos"
+
+
+def test_a_length_whose_leakage_fit_cannot_fit_in_memory_is_refused_with_the_estimate():
+    from poslab.probes.leakage import leakage_bytes
+
+    study = EXP.study("quick")
+    with pytest.raises(ConfigError, match="leakage fit fits in memory") as e:
+        validate(dataclasses.replace(study, model={**study.model, "length": 4000}), "cpu", EXP)
+    assert e.value.field == "model.length" and "GiB" in str(e.value)
+    assert leakage_bytes(512, 30, 9) > 20 * 2**30 > 5 * 2**30 > leakage_bytes(256, 30, 9)  # SmolLM2: why cpu is 256
+
+
+@pytest.mark.parametrize("bad, field", [(dict(ntk_factor=1.0), "model.ntk_factor"), (dict(window=0), "model.window")])
+def test_bad_variant_settings_are_refused(bad, field):
+    study = EXP.study("quick")
+    with pytest.raises(ConfigError) as e:
+        validate(dataclasses.replace(study, model={**study.model, **bad}), "cpu", EXP)
+    assert e.value.field == field
