@@ -336,6 +336,23 @@ def bench_lm(steps, members, encoding):
     run_bench(steps=steps, members=members, encoding=encoding, echo=click.echo)
 
 
+@bench.command("pretrained")
+@click.option("--model", default="smollm2-135m", show_default=True, help="smollm2-135m, an HF directory or a GGUF")
+@click.option("--lengths", default="2048", show_default=True, help="comma-separated window lengths in tokens")
+@click.option("--threads", type=int, default=1, show_default=True)
+def bench_pretrained(model, lengths, threads):
+    """A pretrained checkpoint's position-wise loss (chunked readout) beside its own forward."""
+    from poslab.bench import bench_pretrained as run_bench
+
+    try:
+        parsed = tuple(int(x) for x in lengths.split(","))
+    except ValueError:
+        raise ConfigError("--lengths", lengths, "comma-separated integers >= 2") from None
+    if min(parsed) < 2 or threads < 1:
+        raise ConfigError("--lengths/--threads", (lengths, threads), "lengths >= 2 and threads >= 1")
+    run_bench(model=model, lengths=parsed, threads=threads, echo=click.echo)
+
+
 @main.command()
 @click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
 @click.option("--run", "key", default=None, help="a run key (default: the latest member of --experiment)")

@@ -137,3 +137,25 @@ def test_inference_window_masks_far_keys_and_is_undone(tiny):
     torch.testing.assert_close(model.collect(batch).layers[0].pattern, plain)
     with pytest.raises(ConfigError, match="window"):
         model.set_window(0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_chunked_token_losses_equal_the_full_forward(tiny, kind):
+    model = load(tiny(kind))
+    tokens = lm_batch(b=2, s=50).tokens
+    full = torch.nn.functional.cross_entropy(model(tokens)[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(),
+                                             reduction="none").view(2, -1)
+    for chunk in (7, 49, 1024):  # uneven, exact and larger than the window
+        torch.testing.assert_close(model.token_losses(tokens, chunk=chunk), full, rtol=1e-5, atol=1e-5)
+
+
+def test_bench_pretrained_times_both_paths_side_by_side(tiny):
+    from poslab.bench import bench_pretrained
+
+    lines = []
+    (row,) = bench_pretrained(model=str(tiny("llama")), lengths=(48,), threads=1, echo=lines.append)
+    assert row["forward_s"] > 0 and row["losses_s"] > 0 and row["ratio"] == pytest.approx(
+        row["losses_s"] / row["forward_s"])
+    assert "x the forward's time" in lines[0]
+    with pytest.raises(ConfigError, match="--lengths"):
+        bench_pretrained(model=str(tiny("llama")), lengths=(10**9,), echo=lines.append)

@@ -68,7 +68,8 @@ class RetrievalHead(nn.Module):
             raise ConfigError("n_heads", cfg.n_heads, f"a divisor of d_model={cfg.d_model} (or set d_head)")
         require_positive_int("d_head", cfg.d_head)
         self.cfg = cfg
-        h, d, D, m = cfg.n_heads, cfg.d_head, cfg.d_model, cfg.vocab_size
+        self.d_head: int = cfg.d_head  # resolved (the config's field is Optional)
+        h, d, D, m = cfg.n_heads, self.d_head, cfg.d_model, cfg.vocab_size
         self.encoding = build_encoding(cfg.encoding, d_model=D, n_heads=h, d_head=d, max_len=cfg.max_len,
                                        d_head_from="d_model" if d * h == D else "d_head", **cfg.encoding_options)
         self.W_E = nn.Parameter(torch.randn(m, D))
@@ -87,7 +88,7 @@ class RetrievalHead(nn.Module):
     def _heads(self, x: Tensor, W: Tensor) -> Tensor:
         """[b, s, D] -> [b, h, s, d]."""
         b, s, _ = x.shape
-        return (x @ W.T).view(b, s, self.cfg.n_heads, self.cfg.d_head).transpose(1, 2)
+        return (x @ W.T).view(b, s, self.cfg.n_heads, self.d_head).transpose(1, 2)
 
     def forward(self, tokens: Tensor, lengths: Tensor | None = None, positions: Tensor | None = None,
                 return_intermediates: bool = False):
@@ -132,7 +133,7 @@ class RetrievalHead(nn.Module):
         [h, m, d] and the values of positions [h, T, d] (None when ``embed`` adds nothing).
         """
         m, D, dev = self.cfg.vocab_size, self.cfg.d_model, self.W_E.device
-        h, d = self.cfg.n_heads, self.cfg.d_head
+        h, d = self.cfg.n_heads, self.d_head
         t = torch.arange(T, device=dev)
         n = q_start + torch.arange(n_query, device=dev)  # [P] query positions
         x = self.W_E[None]  # [1, m, D]
@@ -147,7 +148,7 @@ class RetrievalHead(nn.Module):
             v_pos = self._heads(p_k, self.W_V)[0]
         k_pos, q_pos = t.repeat(m), n.repeat(m)  # [g], [gq]
         q, k = self.encoding.rotate_qk(q.reshape(1, h, -1, d), k.reshape(1, h, -1, d), q_pos, k_pos)  # [1, h, g., d]
-        scores = (q / math.sqrt(self.cfg.d_head)) @ k.transpose(-1, -2)  # [1, h, gq, g]
+        scores = (q / math.sqrt(self.d_head)) @ k.transpose(-1, -2)  # [1, h, gq, g]
         bias = self.encoding.score_bias(q, k, q_pos, k_pos)
         if bias is not None:
             scores = scores + bias

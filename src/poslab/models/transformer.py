@@ -313,6 +313,7 @@ class Transformer(nn.Module):
         if lengths is not None:
             # A padded query keeps itself so no softmax row is empty (its output is never read);
             # real queries are unaffected, their own key is always kept.
+            assert mask is not None  # key_padding was given
             mask = mask | torch.eye(n, dtype=torch.bool, device=device)
         return mask, False
 

@@ -54,6 +54,7 @@ from poslab.tasks.base import Batch
 
 DTYPES = ("float32", "bfloat16")
 ATTN = "poslab"  # the name poslab's recording attention is registered under
+LOSS_CHUNK = 1024  # positions per readout + loss chunk in token_losses
 BYTES_LIMIT_FRACTION = 0.8  # a forward may plan for this share of the machine's memory
 
 
@@ -262,11 +263,29 @@ class PretrainedLM(nn.Module):
         return masked_cross_entropy(self(batch.tokens), batch)
 
     @torch.no_grad()
-    def token_losses(self, tokens: Tensor) -> Tensor:
-        """Next-token loss at every position, [b, s - 1] (entry t predicts token t + 1)."""
-        logits = self(tokens)
-        return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(),
-                                           reduction="none").view(tokens.shape[0], -1)
+    def token_losses(self, tokens: Tensor, chunk: int = LOSS_CHUNK) -> Tensor:
+        """Next-token loss at every position, [b, s - 1] (entry t predicts token t + 1).
+
+        The checkpoint's body runs once; its readout and the loss run ``chunk`` positions at a time,
+        so the [b, s, vocabulary] logits are never held (49,152 x 8192 x 4 bytes = 1.5 GiB for
+        SmolLM2 at its context). Checkpoints whose logits are not the readout of the last hidden
+        state alone (a soft cap, a logit scale) take the plain forward."""
+        head, body = self.hf.get_output_embeddings(), getattr(self.hf, "base_model", None)
+        plain = (head is None or body is None or body is self.hf
+                 or any(getattr(self.config, k, None) for k in ("final_logit_softcapping", "logit_scale")))
+        if plain:
+            logits = self(tokens)
+            return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(),
+                                               reduction="none").view(tokens.shape[0], -1)
+        hidden = body(input_ids=tokens, use_cache=False).last_hidden_state  # [b, s, D]
+        b, s = tokens.shape
+        out = []
+        for lo in range(0, s - 1, chunk):
+            hi = min(lo + chunk, s - 1)
+            logits = head(hidden[:, lo:hi]).float()  # [b, c, m]
+            out.append(nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, lo + 1:hi + 1].flatten(),
+                                                   reduction="none").view(b, hi - lo))
+        return torch.cat(out, 1)
 
     def collect(self, batch: Batch, intervention=None) -> Intermediates:
         """The forward's intermediates under no_grad, through hooks on the checkpoint's modules
