@@ -339,6 +339,7 @@ class LeakageSums:
     sums: dict[str, PairSums] = field(default_factory=dict)
     log_z: Tensor | None = None  # sum over sequences of log Z_i, [l, h, n]
     received: Tensor | None = None  # sum over sequences of the weight received, [l, h, n]
+    to_key0: Tensor | None = None  # sum over sequences of each query's weight on key 0, [l, h, n]
     seen: int = 0  # sequences added
     keep: Tensor | None = None  # [n, n]
 
@@ -368,6 +369,8 @@ class LeakageSums:
         rc = received_attention(pattern, self.keep) * b
         self.log_z = lz if self.log_z is None else self.log_z + lz
         self.received = rc if self.received is None else self.received + rc
+        k0 = pattern[..., 0].sum(0)  # [l, h, n]
+        self.to_key0 = k0 if self.to_key0 is None else self.to_key0 + k0
         self.seen += b
 
     def result(self, early: int | None = None) -> dict[str, np.ndarray]:
@@ -375,7 +378,8 @@ class LeakageSums:
 
         ``component_a``, ``component_b``, ``component_b_key``, ``component_b_interaction``,
         ``r2_baseline``; the earlier definitions ``old_component_a``, ``old_component_b``;
-        ``log_z`` [l, h, n] mean log Z_i; ``received`` [l, h, n]; ``received_0``; ``sink`` bool.
+        ``log_z`` [l, h, n] mean log Z_i; ``received`` [l, h, n]; ``received_0``; ``sink`` bool;
+        ``to_key0`` [l, h, n] each query's mean weight on key 0.
         """
         if self.keep is None:
             raise ConfigError("sequences", 0, "at least 2 (one to fit, one held out)")
@@ -394,8 +398,9 @@ class LeakageSums:
             old_b = delta_r2(self.sums["logits"], i, j)["delta"]
             out[prefix + "old_component_b"] = old_b.numpy()
             out[prefix + "old_component_a"] = (delta_r2(self.sums["log_weights"], i, j)["delta"] - old_b).numpy()
-        assert self.log_z is not None and self.received is not None  # set by add(), with keep
+        assert self.log_z is not None and self.received is not None and self.to_key0 is not None  # set by add()
         out["log_z"] = (self.log_z / self.seen).numpy()
+        out["to_key0"] = (self.to_key0 / self.seen).numpy()
         out["received"] = (self.received / self.seen).numpy()
         out["received_0"] = out["received"][..., 0]
         out["sink"] = sink_heads(out["received_0"])

@@ -279,17 +279,10 @@ def head_rows(model, batch, config: dict, variant: str) -> list[dict]:
     """Per (layer, head): the share of attention on key 0 of queries >= first_query, sink or not,
     and the components (a), (b), early (b)."""
     from poslab.probes import leakage as lk
-    from poslab.tasks.base import Batch
 
-    q0, (n, L) = config["first_query"], batch.tokens.shape
+    q0 = config["first_query"]
     comp = lk.leakage(model, batch, early=q0, chunk=2)
-    share = []
-    for part in range(0, n, 2):  # mean weight on key 0 of queries i >= first_query, [l, h]
-        piece = slice(part, part + 2)
-        inter = model.collect(Batch(tokens=batch.tokens[piece], targets=batch.targets[piece],
-                                    lengths=batch.lengths[piece], loss_mask=batch.loss_mask[piece]))
-        share.append(torch.stack([x.pattern[:, :, q0:, 0].double().sum((0, 2)) for x in inter.layers]))
-    sink_share = (sum(share) / (n * (L - q0))).numpy()
+    sink_share = comp["to_key0"][..., q0:].mean(-1)  # mean weight on key 0 of queries i >= first_query, [l, h]
     return [dict(probe="head", bos=config["bos"], variant=variant, layer=layer, head=head,
                  sink_share=float(sink_share[layer, head]), sink=float(sink_share[layer, head] >= lk.SINK_THRESHOLD),
                  **{k: float(comp[k][layer, head]) for k in ("component_a", "component_b", "early_component_b",
