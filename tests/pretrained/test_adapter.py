@@ -12,7 +12,7 @@ from poslab.pretrained import load
 from poslab.probes.leakage import leakage
 from poslab.tasks.base import Batch
 
-KINDS = ("llama", "mistral", "gpt_neox", "gpt2")
+KINDS = ("llama", "mistral", "gpt_neox", "gptj", "gpt2")
 
 
 def lm_batch(b=3, s=40, seed=0):

@@ -20,17 +20,21 @@ the one forward it runs,
   mask, and returns the attention output exactly as eager attention does.
 
 Queries and keys before rotation are the rotated ones rotated back: with C = A cos, S = A sin
-(the half layout, pairs (i, i + r/2)), ``rot = x C + rotate_half(x) S`` so
-``x = (rot C - rotate_half(rot) S) / A^2`` on the r rotated channels (exact to float rounding;
-tests compare it with the ``q_proj`` output of a Llama). Keys and values of grouped-query
-attention are repeated to the query heads, as the attention itself does.
+per channel, ``rot = x C + partner(x) S`` so ``x = (rot C - partner(rot) S) / A^2`` on the r
+rotated channels (exact to float rounding; tests compare it with the ``q_proj`` output of a Llama
+and a GPT-J). ``partner`` is the layout's: ``rotate_half`` for the half layout, pairs (i, i + r/2)
+(Llama, GPT-NeoX, ...), ``rotate_every_two`` for the interleaved layout, pairs (2i, 2i + 1)
+(GPT-J); ``LAYOUTS`` says how each layout's rotary module hands (cos, sin) to the attention, and
+``MODEL_LAYOUTS`` which checkpoints use which (the default is half). Keys and values of
+grouped-query attention are repeated to the query heads, as the attention itself does.
 
 Position schedules: :class:`PoslabRotary` computes (cos, sin) from
 :func:`poslab.positional.rope_frequencies` (every ``ROPE_SCHEDULES`` entry, LongRoPE's per-pair
 factors and ``n_hat``, length-dependent schedules with the batch's longest position like Hugging
 Face) and takes the place of the checkpoint's rotary-embedding module(s). Its cos/sin are
-assembled exactly as Hugging Face assembles them (float32 ``position * inv_freq``, duplicated
-halves, times the attention factor), so given the same frequencies they are equal bit for bit;
+assembled exactly as Hugging Face assembles them (float32 ``position * inv_freq``; duplicated
+halves for the half layout, GPT-J's (sin, cos) of r/2 channels for the interleaved one; times the
+attention factor), so given the same frequencies they are equal bit for bit;
 poslab's frequencies are computed in float64 and rounded once, Hugging Face's in float32, and
 the two differ by at most 2 ulp (tests/pretrained/test_rotary_parity.py).
 
@@ -40,12 +44,14 @@ Notation: b batch, h query head, s/i/j position, d head dim, r rotated channels,
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
 from torch import Tensor, nn
 
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, check_choice
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.loss import masked_cross_entropy
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies, unscaled_positions
@@ -60,12 +66,54 @@ BYTES_LIMIT_FRACTION = 0.8  # a forward may plan for this share of the machine's
 
 # ----------------------------------------------------------------------------- the rotary module
 
+def rotate_half(x: Tensor) -> Tensor:
+    """The half layout's partner, signed: pair (i, i + r/2) -> (-x_{i + r/2}, x_i)."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotate_every_two(x: Tensor) -> Tensor:
+    """The interleaved layout's partner, signed: pair (2i, 2i + 1) -> (-x_{2i+1}, x_{2i})."""
+    pairs = x.unflatten(-1, (-1, 2))  # [..., r/2, 2]
+    return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A rotary pair layout and the (cos, sin) interface of the checkpoints that use it."""
+
+    emit: Callable[[Tensor, float], tuple[Tensor, Tensor]]  # angles [b, s, r/2], A -> the rotary module's output
+    cos_sin: Callable[[tuple], tuple[Tensor, Tensor]]  # that output -> (A cos, A sin) per channel, [b, s, r]
+    partner: Callable[[Tensor], Tensor]  # rotated = x (A cos) + partner(x) (A sin)
+
+
+def _emit_half(angles: Tensor, factor: float) -> tuple[Tensor, Tensor]:
+    emb = torch.cat((angles, angles), dim=-1)  # [b, s, r]: channels i and i + r/2 share angle i
+    return emb.cos() * factor, emb.sin() * factor
+
+
+def _emit_gptj(angles: Tensor, factor: float) -> tuple[Tensor, Tensor]:
+    return angles.sin() * factor, angles.cos() * factor  # GPT-J's order; its attention repeats each per pair
+
+
+LAYOUTS = {
+    "half": Layout(emit=_emit_half, cos_sin=lambda pe: (pe[0], pe[1]), partner=rotate_half),
+    "interleaved": Layout(emit=_emit_gptj, partner=rotate_every_two,
+                          cos_sin=lambda pe: (pe[1].repeat_interleave(2, -1), pe[0].repeat_interleave(2, -1))),
+}
+MODEL_LAYOUTS = {"gptj": "interleaved"}  # model_type -> layout; every other rotary checkpoint: half
+
+
 class PoslabRotary(nn.Module):
     """poslab's RoPE in the Hugging Face rotary-embedding interface: (x, position_ids [b, s]) ->
-    (cos, sin), each [b, s, r] (halves duplicated, attention factor applied), in x's dtype."""
+    the layout's pair, in x's dtype, attention factor applied: (cos, sin), each [b, s, r] with
+    halves duplicated (half), or GPT-J's (sin, cos), each [b, s, r/2] (interleaved)."""
 
-    def __init__(self, head_dim: int, base: float, scaling: dict | None, *, max_position_embeddings: int):
+    def __init__(self, head_dim: int, base: float, scaling: dict | None, *, max_position_embeddings: int,
+                 layout: str = "half"):
         super().__init__()
+        check_choice("layout", layout, LAYOUTS)
+        self.layout = layout
         self.head_dim, self.base, self.max_position_embeddings = head_dim, base, max_position_embeddings
         self.scaling = dict(scaling or {})
         self.rope_type = self.scaling.get("rope_type", self.scaling.get("type", "default"))
@@ -91,20 +139,18 @@ class PoslabRotary(nn.Module):
         if self.n_hat:
             inv_freq = torch.where(pos < self.n_hat, self.original_inv_freq, inv_freq)  # [b, s, r/2]
         freqs = pos * inv_freq  # [b, s, r/2], float32 as in the reference
-        emb = torch.cat((freqs, freqs), dim=-1)  # [b, s, r]
-        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+        a, b = LAYOUTS[self.layout].emit(freqs, self.attention_scaling)
+        return a.to(x.dtype), b.to(x.dtype)
 
 
-def rotate_half(x: Tensor) -> Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def unrotate(rot: Tensor, cos: Tensor, sin: Tensor, factor: float) -> Tensor:
-    """Queries or keys before the rotation: [b, h, s, d] from the rotated ones and cos, sin [b, s, r]."""
+def unrotate(rot: Tensor, position_embeddings: tuple, factor: float, layout: str = "half") -> Tensor:
+    """Queries or keys before the rotation: [b, h, s, d] from the rotated ones and the rotary
+    module's output the attention was handed (``layout``'s interface)."""
+    spec = LAYOUTS[layout]
+    cos, sin = spec.cos_sin(position_embeddings)  # [b, s, r] each
     r = cos.shape[-1]
     c, s = cos[:, None].to(rot.dtype), sin[:, None].to(rot.dtype)  # [b, 1, s, r]
-    head = (rot[..., :r] * c - rotate_half(rot[..., :r]) * s) / (factor * factor)
+    head = (rot[..., :r] * c - spec.partner(rot[..., :r]) * s) / (factor * factor)
     return head if r == rot.shape[-1] else torch.cat((head, rot[..., r:]), dim=-1)
 
 
@@ -160,6 +206,7 @@ class PretrainedLM(nn.Module):
         self.own_window = self.window
         self.inference_window: int | None = None  # a sliding window applied in collect (set_window)
         self.layers = _decoder_layers(hf, self.n_layers)
+        self.layout = MODEL_LAYOUTS.get(getattr(config, "model_type", ""), "half")  # rotary pair layout
         self._rotary_slots = [(parent, name) for parent, name, _ in _rotary_modules(hf)]
         self.own_rotary = [getattr(p, n) for p, n in self._rotary_slots]
         self.schedule: dict | None = None  # the poslab schedule in use (None: the checkpoint's own modules)
@@ -187,6 +234,9 @@ class PretrainedLM(nn.Module):
 
         out = {k: v for k, v in params.items() if k in KEYS and v is not None}
         partial = params.get("partial_rotary_factor", getattr(self.config, "partial_rotary_factor", None))
+        rotary_dim = getattr(self.config, "rotary_dim", None)  # GPT-J: rotated channels, absolute
+        if partial is None and rotary_dim:
+            partial = rotary_dim / self.d_head
         if partial not in (None, 1.0):
             out["partial_rotary_factor"] = float(partial)
         out.setdefault("rope_theta", float(getattr(self.config, "rope_theta", 10000.0)))
@@ -208,7 +258,8 @@ class PretrainedLM(nn.Module):
         if cfg.get("rope_type", cfg.get("type", "default")) not in LENGTH_DEPENDENT + ("default",):
             cfg.setdefault("original_max_position_embeddings", self.context)
         device = next(self.hf.parameters()).device
-        rotary = PoslabRotary(self.d_head, own["rope_theta"], cfg, max_position_embeddings=self.context).to(device)
+        rotary = PoslabRotary(self.d_head, own["rope_theta"], cfg, max_position_embeddings=self.context,
+                              layout=self.layout).to(device)
         for parent, name in self._rotary_slots:
             setattr(parent, name, rotary)
         self.schedule = cfg
@@ -232,7 +283,11 @@ class PretrainedLM(nn.Module):
         if not self._rotary_slots:
             raise ConfigError("encoding", self.encoding, "a rotary model (rotary_frequencies)")
         parent, name = self._rotary_slots[0]
-        return getattr(parent, name).inv_freq
+        inv_freq = getattr(getattr(parent, name), "inv_freq", None)
+        if inv_freq is None:  # a checkpoint module holding a sin/cos table (GPT-J): its own schedule, by poslab
+            own = self.own_scaling()
+            inv_freq = rope_frequencies(self.d_head, own["rope_theta"], own)[0]
+        return inv_freq
 
     @property
     def kv_cache(self) -> bool:
@@ -248,6 +303,10 @@ class PretrainedLM(nn.Module):
             raise ConfigError("length", L, "an integer >= 2")
         if self.encoding == "learned" and self.context and L > self.context:
             raise ConfigError("length", L, f"at most {self.context} (the checkpoint's learned position table)")
+        table = getattr(self.own_rotary[0], "embed_positions", None) if self.own_rotary else None
+        if self.schedule is None and table is not None and L > table.shape[0]:
+            raise ConfigError("length", L, f"at most {table.shape[0]} with the checkpoint's own sin/cos table "
+                                           "(set_schedule(None) computes the same angles at any length)")
         require_attention_fits("length", L, L, self.n_heads, self.n_layers if intermediates else 0,
                                what="scores and patterns (collect)" if intermediates else "mask")
 
@@ -324,9 +383,9 @@ class PretrainedLM(nn.Module):
             if cos_sin is None:  # no rotation: what the logits see is the projection itself
                 q, k = rec["rot_q"], rec["rot_k"]
             else:
-                cos, sin = cos_sin
                 factor = self._factor()
-                q, k = unrotate(rec["rot_q"], cos, sin, factor), unrotate(rec["rot_k"], cos, sin, factor)
+                q = unrotate(rec["rot_q"], cos_sin, factor, self.layout)
+                k = unrotate(rec["rot_k"], cos_sin, factor, self.layout)
             inter.layers.append(LayerIntermediates(
                 attn_scores=rec["attn_scores"], pattern=rec["pattern"], q=q, k=k, rot_q=rec["rot_q"],
                 rot_k=rec["rot_k"], v=rec["v"], resid_pre=rec["resid_pre"], resid_post=rec["resid_post"]))
@@ -432,8 +491,6 @@ def memory_bytes() -> int:
 def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | None = None) -> PretrainedLM:
     """A checkpoint as a :class:`PretrainedLM`: ``smollm2-135m`` (the built-in GGUF), a directory
     with config.json and safetensors, a .gguf file, or a hub id (needs a network)."""
-    from poslab.errors import check_choice
-
     check_choice("dtype", dtype, DTYPES)
     if dtype == "bfloat16" and device == "cpu":
         raise ConfigError("dtype", dtype, "float32 on cpu (bfloat16 is offered on a GPU)")

@@ -52,14 +52,15 @@ def entry_from_config(cfg: dict, name: str = "config") -> dict:
         entry["encoding"] = "alibi"
     elif "relative_attention_num_buckets" in cfg:
         entry["encoding"] = "t5_bias"
-    elif model_type in ("gpt2", "gpt_neo", "opt", "gptj") and model_type != "gptj" or \
-            cfg.get("position_embedding_type") == "absolute":
+    elif model_type in ("gpt2", "gpt_neo", "opt") or cfg.get("position_embedding_type") == "absolute":
         entry["encoding"] = "learned"
     else:
         entry["encoding"] = "rope"
         entry["rope_theta"] = float(params.get("rope_theta") or cfg.get("rope_theta") or
                                     cfg.get("rotary_emb_base") or 10000.0)
         partial = params.get("partial_rotary_factor") or cfg.get("partial_rotary_factor") or cfg.get("rotary_pct")
+        if not partial and cfg.get("rotary_dim") and head_dim:  # GPT-J: the rotated channels, absolute
+            partial = cfg["rotary_dim"] / head_dim
         if partial and partial != 1.0:
             entry["partial_rotary_factor"] = float(partial)
         scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")}

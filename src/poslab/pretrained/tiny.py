@@ -5,6 +5,7 @@ goes through the same loading path as any checkpoint a researcher has.
     tiny_checkpoint("llama", path)    # rotary, grouped-query attention, theta 10^4, context 64
     tiny_checkpoint("mistral", path)  # rotary, sliding window 16
     tiny_checkpoint("gpt_neox", path) # partial rotary (fraction 0.25)
+    tiny_checkpoint("gptj", path)     # rotary, interleaved pairs, rotary_dim 8 of head 16
     tiny_checkpoint("gpt2", path)     # learned absolute positions (context 64)
 """
 
@@ -31,6 +32,7 @@ CONFIGS = {
                                        num_attention_heads=4, max_position_embeddings=CONTEXT,
                                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                         "partial_rotary_factor": 0.25})),
+    "gptj": ("GPTJConfig", dict(n_embd=64, n_inner=128, n_layer=2, n_head=4, rotary_dim=8, n_positions=CONTEXT)),
     "gpt2": ("GPT2Config", dict(n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT)),
 }
 
