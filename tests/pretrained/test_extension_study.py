@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 pytest.importorskip("transformers", reason="the pretrained extra (transformers) is not installed")
+import torch
 from click.testing import CliRunner
 
 from poslab.cli import main
@@ -117,3 +118,89 @@ def test_refusals_before_any_work(tiny, tmp_path):
                                "--store", str(tmp_path / "s.sqlite")])
     assert out.exit_code == 2 and "an existing path" in out.output
     assert not (tmp_path / "s.sqlite").exists()
+
+
+# ----------------------------------------------------------------------------- LongRoPE searched on the checkpoint
+
+def naive_objective(model, ids, L, windows):
+    """Mean next-token loss over ``windows`` evenly spaced windows of L tokens, by hand."""
+    starts = [k * ((len(ids) - L) // max(windows - 1, 1)) for k in range(windows)]
+    losses = []
+    for a in starts:
+        with torch.no_grad():
+            logits = model(ids[a:a + L][None])[0]  # [L, vocabulary]
+        losses.append(torch.nn.functional.cross_entropy(logits[:-1], ids[a + 1:a + L]))
+    return float(torch.stack(losses).mean())
+
+
+def test_longrope_search_on_the_tiny_model_is_no_worse_than_its_seeds(tiny):
+    from poslab.experiments.longrope_search import longrope
+    from poslab.pretrained import load
+    from poslab.studies.pretrained_extension import corpus_ids, search_longrope, search_space, searched_scaling
+
+    study = EXP.study("quick")
+    budget, context, factor = study.model["search"], 64, study.model["factor"]
+    model = load(tiny("llama"))
+    with torch.no_grad():  # sharper attention than the random init's (std 0.02), so positions matter to the loss
+        for layer in model.layers:
+            layer.self_attn.q_proj.weight.mul_(8.0)
+            layer.self_attn.k_proj.weight.mul_(8.0)
+    train = corpus_ids(model, study, "train")
+    result = search_longrope(model, train, context, factor, budget)
+    assert model.schedule is None  # the checkpoint's rotary is back
+    L, windows = int(factor * context), budget["windows"]
+    space = search_space(model, context, factor)
+    assert set(result.origin.split("+")) <= {"pi", "ntk", "yarn"}
+    seeds = {}
+    for name, f in space.seeds().items():
+        model.set_schedule(longrope(context, [1.0] * len(f), space.legal(f, None), factor))
+        seeds[name] = naive_objective(model, train, L, windows)
+    model.set_schedule(searched_scaling(result.rows("long"), context))
+    best = naive_objective(model, train, L, windows)
+    model.restore()
+    assert max(seeds.values()) - min(seeds.values()) > 1e-4  # the seeds differ: the schedule reaches the loss
+    assert best == pytest.approx(result.trace[-1], abs=1e-5)  # the stored factors are the searched schedule
+    assert best <= min(seeds.values()) + 1e-6, (best, seeds)
+    assert all(a >= b for a, b in zip(result.trace, result.trace[1:], strict=False))
+    assert result.evaluations == 6 + 3 * (6 - 2)
+    again = search_longrope(model, train, context, factor, budget)  # deterministic given the seed
+    assert (again.factors, again.n_hat, again.trace, again.origin) == (result.factors, result.n_hat, result.trace,
+                                                                       result.origin)
+
+
+def test_quick_longrope_member_searches_once_stores_and_resumes(tmp_path):
+    study = dataclasses.replace(small(EXP.study("quick"), reasoning=["code"]),
+                                grid={"model.method": ("none", "longrope"), "model.scale": (1, 2)})
+    with Store(tmp_path / "s.sqlite") as store:
+        first = run_study(EXP, study, store=store, out=tmp_path / "out", progress=False)
+        assert first["members"] == 4 and first["trained"] == 4
+        stages = [r for r in store.runs(experiment=EXP.name) if r["config"].get("stage") == "longrope-search"]
+        assert len(stages) == 1  # one search serves both scales
+        rows = store.rows(experiment=EXP.name)
+        factors = {s: [r["factor"] for r in rows if r.get("probe") == "factors" and r.get("scale") == s]
+                   for s in (1, 2)}
+        assert len(factors[1]) == 8 and factors[1] == factors[2]  # 8 pairs of the tiny Llama's head 16
+        assert all(b >= a for a, b in zip(factors[1], factors[1][1:], strict=False))  # non-decreasing
+        summary = [r for r in rows if r.get("probe") == "summary" and r.get("method") == "longrope"]
+        assert len(summary) == 2 and all(r["loss_in"] > 0 for r in summary)
+        member = next(r for r in store.runs(experiment=EXP.name) if r["config"].get("method") == "longrope")
+        store.delete(member["key"])
+        again = run_study(EXP, study, store=store, out=tmp_path / "out", progress=False)
+        assert again["trained"] == 1 and again["reused"] == 3
+        assert len([r for r in store.runs(experiment=EXP.name) if r["config"].get("stage")]) == 1  # reused
+        rows = store.rows(experiment=EXP.name)
+        assert [r["factor"] for r in rows if r.get("probe") == "factors" and r.get("run_key") != stages[0]["key"]
+                and r.get("scale") == member["config"]["scale"]] == factors[1]
+    text = (tmp_path / "out" / "table.md").read_text()
+    assert "LongRoPE searched on the checkpoint" in text and "longrope: loss past L0 below no scaling's (x2)" in text
+
+
+def test_bad_search_budget_is_refused():
+    study = small(EXP.study("quick"))
+    study = dataclasses.replace(study, grid={"model.method": ("longrope",), "model.scale": (2,)})
+    for search, field in ((dict(population=2, generations=1, survivors=2, windows=1, seed=0), "model.search.survivors"),
+                          (dict(population=4, generations=1, survivors=2, windows=0, seed=0), "model.search.windows"),
+                          (dict(population=4), "model.search")):
+        with pytest.raises(ConfigError) as e:
+            validate(dataclasses.replace(study, model={**study.model, "search": search}), "cpu", EXP)
+        assert e.value.field == field

@@ -12,6 +12,8 @@ replacing the checkpoint's rotary embedding with poslab's (poslab.pretrained):
     ntk_by_parts  YaRN's ramp, no temperature                 (bloc97 2023)
     yarn          ramp and A = 0.1 ln F + 1                   (Peng et al. 2023)
     llama3        Llama 3.1's band blend (low 1, high 4)      (Meta 2024)
+    longrope      longrope: searched per-pair factors lambda_i and n-hat on this checkpoint
+                  (Ding et al. 2024), short factors 1, A = sqrt(1 + ln F / ln L0)
 
 Three measurements per (method, scale) member, on the checkpoint's tokenization of
 TinyShakespeare's validation split (or ``--corpus``), without BOS:
@@ -29,13 +31,31 @@ TinyShakespeare's validation split (or ``--corpus``), without BOS:
   L0 (probe "ranking": Kendall's tau between the two rankings; the survey's point is that they
   need not agree).
 
+LongRoPE is searched on the checkpoint itself with the char-LM study's search code
+(:func:`poslab.experiments.longrope_search.search`, evolutionary, seeded with PI, NTK and YaRN's
+factors): long factors lambda_i in [1, 2F], non-decreasing in i, and n-hat among ``N_HATS`` (cut at
+L0 / 4), on the objective "mean next-token loss over ``model.search.windows`` windows of F L0 tokens
+of the *training* split" (evenly spaced over it; the evaluation reads the validation split). Its
+budget is ``model.search`` (population, generations, survivors, windows, seed): evaluations =
+population + generations x (population - survivors), each one forward per window. The search is
+a stage stored under its own key (checkpoint, F, L0, budget, text), so every scale's member and a
+resumed run reuse it; given the seed it is deterministic on a CPU (numpy's seeded generator, the
+objective a plain forward; a GPU's kernels may differ in the last bits between runs, which the
+stored stage makes moot). Each longrope member carries the search's rows: ``search_result``
+(n-hat, the initial seed the winner descends from, objective first -> best, evaluations,
+seconds), ``search`` (best objective per generation) and ``factors`` (lambda_i per pair).
+
 Members are keyed by the checkpoint's content hash and the schedule's config (plus length,
-windows, passkey grid, corpus), stored and resumed like trained members (``Experiment.run``).
-LongRoPE (a searched per-pair schedule) is not searched on a pretrained model here.
+windows, passkey grid, corpus; for longrope the search budget), stored and resumed like trained
+members (``Experiment.run``).
 
 Presets: quick = a tiny random Llama built in code (context 64, seconds; its numbers mean nothing),
+search budget 6 x 3 (survivors 2: 18 evaluations, 2 windows of 128 tokens);
 cpu = SmolLM2-135M at 1x and 2x its 8192 context (8192 and 16384 tokens), one window, passkey at
-depth 0.5; gpu = 2x and 4x (16384, 32768), 4 windows, depths 0.1 / 0.5 / 0.9, 3 keys (not run here).
+depth 0.5, search budget 6 x 2 (survivors 2: 14 evaluations, one window of 16384 tokens; not run
+here: on an unloaded CPU each evaluation is one 16384-token forward, minutes each);
+gpu = 2x and 4x (16384, 32768), 4 windows, depths 0.1 / 0.5 / 0.9, 3 keys, search budget 16 x 8
+(survivors 4: 112 evaluations, 2 windows of 32768 tokens) (not run here).
 """
 
 from __future__ import annotations
@@ -54,7 +74,11 @@ from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, mean, probe
 from poslab.store import config_hash, git_revision
 
-METHODS = ("none", "pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3")
+METHODS = ("none", "pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3", "longrope")
+SEARCHED = ("longrope",)  # methods whose schedule is searched on the checkpoint (the rest: method_scaling)
+# LongRoPE's n-hat candidates (the paper: {0, 1, 2, 4, ..., 256} at L0 = 4096), cut at L0 / 4
+N_HATS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
+SEARCH_KEYS = ("population", "generations", "survivors", "windows", "seed")
 PRESETS = ("quick", "cpu", "gpu")
 TINY = "tiny-llama"  # the quick preset's checkpoint: poslab.pretrained.tiny, seed 0
 FIRST_BUCKET = 16  # positions [0, 16) form the first bucket, then powers of two
@@ -89,6 +113,13 @@ TABLES = [
                    Column("last quarter", "loss_last_quarter"), Column("seconds", "seconds", 1))),
     Table("Passkey exact match by depth", by=("method", "scale"), where=probe("passkey"),
           pivot=Pivot("depth", "exact", "depth {}")),
+    Table("LongRoPE searched on the checkpoint (objective: loss on training-split windows of F L0 tokens)",
+          by=("method",), where=probe("searched"), columns=(
+              Column("F", "s", 1), Column("n-hat", "n_hat", 0), Column("winner from", lambda g: g[0]["origin"]),
+              Column("objective first -> best", lambda g: g[0]["trace"]),
+              Column("evaluations", "evaluations", 0), Column("seconds", "seconds", 1))),
+    Table("LongRoPE's searched factors lambda_i = theta_i / theta'_i by pair", by=("method",),
+          where=probe("searched_factor"), pivot=Pivot("pair", "factor", "{}", 2)),
 ]
 TABLES += [
     Table("Reasoning and code: exact match by task", by=("method", "scale"), where=probe("reasoning"),
@@ -109,23 +140,27 @@ def study(preset: str) -> StudyConfig:
     common = dict(dtype="float32", digits=5)
     if preset == "quick":
         model = dict(common, checkpoint=TINY, factor=2.0, windows=2, depths=[0.1, 0.5, 0.9], trials=2,
-                     reasoning=list(REASONING))
+                     reasoning=list(REASONING),
+                     search=dict(population=6, generations=3, survivors=2, windows=2, seed=0))
         scales = (1, 2)
     elif preset == "cpu":
         model = dict(common, checkpoint="smollm2-135m", factor=2.0, windows=1, depths=[0.5], trials=1,
-                     reasoning=list(REASONING))
+                     reasoning=list(REASONING),
+                     search=dict(population=6, generations=2, survivors=2, windows=1, seed=0))
         scales = (1, 2)
     else:
         model = dict(common, checkpoint="smollm2-135m", factor=4.0, windows=4, depths=[0.1, 0.5, 0.9], trials=3,
-                     reasoning=list(REASONING))
+                     reasoning=list(REASONING),
+                     search=dict(population=16, generations=8, survivors=4, windows=2, seed=0))
         scales = (2, 4)
     return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
                        grid={"model.method": METHODS, "model.scale": scales}, seeds=1)
 
 
 def method_scaling(method: str, factor: float, context: int) -> dict | None:
-    """The scaling dict of a method for target factor F on a checkpoint of context L0 (None: untouched)."""
-    check_choice("model.method", method, METHODS)
+    """The scaling dict of a training-free method for target factor F on a checkpoint of context L0
+    (None: untouched); a searched method's comes from :func:`longrope_stage`."""
+    check_choice("model.method", method, tuple(x for x in METHODS if x not in SEARCHED))
     f = float(factor)
     return {
         "none": None,
@@ -147,11 +182,14 @@ def settings(study: StudyConfig) -> dict:
         if key not in m:
             raise ConfigError(f"model.{key}", None, "set by the preset")
     m.setdefault("reasoning", [])
+    m.setdefault("search", None)
     for key in m:
         if key not in ("checkpoint", "factor", "windows", "depths", "trials", "digits", "dtype",
-                       "method", "scale", "reasoning"):
+                       "method", "scale", "reasoning", "search"):
             raise ConfigError(f"model.{key}", key, "checkpoint, factor, windows, depths, trials, digits, dtype, "
-                                                   "method, scale, reasoning")
+                                                   "method, scale, reasoning, search")
+    if any(x in SEARCHED for x in study.axis("model.method")):
+        check_search(m["search"])
     from poslab.tasks.reasoning import TASKS
 
     if not isinstance(m["reasoning"], (list, tuple)):
@@ -173,6 +211,20 @@ def settings(study: StudyConfig) -> dict:
         if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0:
             raise ConfigError("model.scale", scale, "positive numbers (window length = scale x the context)")
     return m
+
+
+def check_search(search) -> None:
+    """The LongRoPE search budget: a dict of SEARCH_KEYS, positive integers (generations and seed
+    may be 0), survivors below the population."""
+    if not isinstance(search, dict) or set(search) != set(SEARCH_KEYS):
+        raise ConfigError("model.search", search, f"a dict with exactly the keys {', '.join(SEARCH_KEYS)}")
+    for key in SEARCH_KEYS:
+        value, least = search[key], 0 if key in ("generations", "seed") else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ConfigError(f"model.search.{key}", value, f"an integer >= {least}")
+    if search["survivors"] >= search["population"]:
+        raise ConfigError("model.search.survivors", search["survivors"],
+                          f"fewer than model.search.population={search['population']}")
 
 
 def checkpoint_source(name: str):
@@ -229,15 +281,18 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
     for point in grid_points(study):
         cfg = apply_point(study, point).model
         L = int(round(cfg["scale"] * context))
-        scaling = method_scaling(cfg["method"], m["factor"], context)
+        searched = cfg["method"] in SEARCHED
+        scaling = None if searched else method_scaling(cfg["method"], m["factor"], context)
         config = dict(experiment=EXPERIMENT.name, checkpoint=weights, scaling=scaling, method=cfg["method"],
                       scale=cfg["scale"], length=L, windows=m["windows"], depths=list(m["depths"]),
                       trials=m["trials"], digits=m["digits"], dtype=m["dtype"], text=text_key,
-                      **({"reasoning": list(m["reasoning"])} if m["reasoning"] else {}))
+                      **({"reasoning": list(m["reasoning"])} if m["reasoning"] else {}),
+                      **({"search": dict(m["search"])} if searched else {}))
         members.append((config_hash(config), config))
     keys = [k for k, _ in members]
+    stage_key = config_hash(stage_config(weights, m, context, text_key))
     if force:
-        for k in keys:
+        for k in keys + [stage_key]:
             store.delete(k)
     done = {r["key"] for r in store.runs(experiment=EXPERIMENT.name)} & set(keys)
     todo = [(k, c) for k, c in members if k not in done]
@@ -248,11 +303,19 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
         ids = corpus_ids(model, study)
         revision = git_revision(Path(__file__).parent)
         for i, (key, config) in enumerate(todo):
+            extra: list[dict] = []
+            if config["method"] in SEARCHED:
+                scaling, extra = longrope_stage(model, study, context, weights, store=store, progress=progress)
+                config_run = dict(config, scaling=scaling)
+            else:
+                config_run = config
             if progress:
                 print(f"pretrained-extension {i + 1}/{len(todo)}: {config['method']} x{config['scale']} "
                       f"({config['length']} tokens)", flush=True)
             t0 = time.perf_counter()
-            rows = evaluate_member(model, ids, config, context)
+            rows = evaluate_member(model, ids, config_run, context)
+            ids_ = {"method": config["method"], "scale": config["scale"], "length": config["length"]}
+            rows += [dict(r, **ids_) for r in extra]
             store.record(key, experiment=EXPERIMENT.name, config=config, rows=rows, status="finished",
                          timings=dict(eval_seconds=time.perf_counter() - t0), revision=revision)
     rows = store.rows(keys=keys)
@@ -262,11 +325,104 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
                 seconds=time.perf_counter() - start, files=files)
 
 
-def corpus_ids(model, study: StudyConfig) -> torch.Tensor:
+def corpus_ids(model, study: StudyConfig, split: str | None = None) -> torch.Tensor:
+    """The checkpoint's tokens of the study's text (its split, or ``split``)."""
     from poslab.pretrained.model import encode_text
     from poslab.tasks.text import CharText
 
-    return encode_text(model, CharText(**study.task).text)
+    return encode_text(model, CharText(**{**study.task, **({"split": split} if split else {})}).text)
+
+
+# ----------------------------------------------------------------------------- LongRoPE on the checkpoint
+
+def stage_config(weights: str, m: dict, context: int, text: dict) -> dict:
+    """What the LongRoPE search stage is keyed by: the checkpoint, F, L0, the budget, the text."""
+    return dict(experiment=EXPERIMENT.name, stage="longrope-search", checkpoint=weights, factor=m["factor"],
+                context=context, search=m["search"], n_hats=list(n_hats(context)), dtype=m["dtype"],
+                text={**text, "split": "train"})
+
+
+def n_hats(context: int) -> tuple[int, ...]:
+    return tuple(n for n in N_HATS if n <= context // 4)
+
+
+def search_space(model, context: int, factor: float):
+    """LongRoPE's search space on a checkpoint: long factors for its r rotated channels, base and L0
+    its own; seeds PI, NTK and YaRN's factors (SearchSpace.seeds)."""
+    from poslab.experiments.longrope_search import SearchSpace
+
+    own = model.own_scaling()
+    r = int(model.d_head * own.get("partial_rotary_factor", 1.0))
+    return SearchSpace(L0=context, head_dim=r, base=own["rope_theta"], s=float(factor), n_hats=n_hats(context))
+
+
+def lm_objective(ids: torch.Tensor, L: int, windows: int):
+    """model -> mean next-token loss over ``windows`` windows of L tokens of ``ids``, evenly spaced."""
+    if ids.numel() < windows * L:
+        raise ConfigError("model.search.windows", windows, f"at most {ids.numel() // L} windows of {L} tokens "
+                                                           f"(the training split has {ids.numel()} tokens)")
+    stride = (ids.numel() - L) // max(windows - 1, 1)
+    starts = [k * stride for k in range(windows)]
+
+    def objective(model) -> float:
+        return float(torch.stack([model.token_losses(ids[a:a + L][None])[0].mean() for a in starts]).mean())
+
+    return objective
+
+
+def scheduled(model, scaling: dict):
+    """``model`` under ``scaling`` (the search's rescale: the checkpoint's weights stay, its rotary changes)."""
+    model.set_schedule(scaling)
+    return model
+
+
+def search_longrope(model, train_ids: torch.Tensor, context: int, factor: float, search: dict):
+    """LongRoPE's search on the checkpoint (:func:`poslab.experiments.longrope_search.search`) for
+    target F, objective on training windows of F L0 tokens; the checkpoint's rotary is restored."""
+    from poslab.experiments.longrope_search import SearchConfig
+    from poslab.experiments.longrope_search import search as evolve
+
+    budget = SearchConfig(population=search["population"], generations=search["generations"],
+                          survivors=search["survivors"])
+    objective = lm_objective(train_ids, int(round(factor * context)), search["windows"])
+    try:
+        return evolve(model, objective, search_space(model, context, factor), budget, seed=search["seed"],
+                      rescale=scheduled)
+    finally:
+        model.restore()
+
+
+def searched_scaling(rows: list[dict], context: int) -> dict:
+    """The longrope dict of a stored search: its factors rows (per pair) and n-hat."""
+    from poslab.experiments.longrope_search import longrope
+
+    result = next(r for r in rows if r.get("probe") == "search_result")
+    factors = [r["factor"] for r in sorted((r for r in rows if r.get("probe") == "factors"), key=lambda r: r["pair"])]
+    return longrope(context, [1.0] * len(factors), factors, result["s"], result["n_hat"])
+
+
+def longrope_stage(model, study: StudyConfig, context: int, weights: str, *, store,
+                   progress: bool = True) -> tuple[dict, list[dict]]:
+    """(The searched longrope dict, the search's rows): from the store, or searched now and stored."""
+    m = settings(study)
+    config = stage_config(weights, m, context, dict(study.task))
+    key = config_hash(config)
+    if key in {r["key"] for r in store.runs(experiment=EXPERIMENT.name)}:
+        rows = [{k: v for k, v in r.items() if k != "run_key"} for r in store.rows(keys=[key])]
+        return searched_scaling(rows, context), rows
+    from poslab.experiments.longrope_search import SearchConfig
+
+    search = m["search"]
+    n = SearchConfig(population=search["population"], generations=search["generations"],
+                     survivors=search["survivors"]).evaluations
+    if progress:
+        print(f"pretrained-extension: LongRoPE search, {n} evaluations of {search['windows']} training window(s) "
+              f"of {int(round(m['factor'] * context))} tokens", flush=True)
+    result = search_longrope(model, corpus_ids(model, study, "train"), context, m["factor"], search)
+    rows = result.rows("long")
+    store.record(key, experiment=EXPERIMENT.name, config=config, rows=rows, status="finished",
+                 timings=dict(search_seconds=result.seconds), revision=git_revision(Path(__file__).parent))
+    return searched_scaling(rows, context), rows
 
 
 def evaluate_member(model, ids: torch.Tensor, config: dict, context: int) -> list[dict]:
@@ -406,7 +562,20 @@ def derived_rows(rows: list[dict]) -> list[dict]:
         if scale == 1:
             row["retention_cost"] = r["loss_in"] - base["loss_in"]
         out.append(row)
-    return out + ranking_rows(rows)
+    return out + ranking_rows(rows) + search_rows(rows)
+
+
+def search_rows(rows: list[dict]) -> list[dict]:
+    """One copy of each searched method's search (every scale's member carries it): probe
+    "searched" (its search_result row) and "searched_factor" (its factors rows)."""
+    seen, out = set(), []
+    for r in rows:
+        if r.get("probe") in ("search_result", "factors"):
+            key = (r["probe"], r.get("method"), r.get("pair"))
+            if key not in seen:
+                seen.add(key)
+                out.append(dict(r, probe="searched" if r["probe"] == "search_result" else "searched_factor"))
+    return out
 
 
 def ranking_rows(rows: list[dict]) -> list[dict]:
