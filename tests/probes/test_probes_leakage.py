@@ -287,3 +287,31 @@ def test_per_sequence_interventions_are_sliced_with_the_chunks():
     chunked = leakage(model, batch, intervention=iv, chunk=3)
     for key in ("component_a", "component_b", "received_0"):
         np.testing.assert_allclose(chunked[key], whole[key], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n, window, early", [(9, None, None), (40, 12, None), (48, None, 20)])
+@pytest.mark.parametrize("fit", list(lk.FITS))
+def test_one_hot_fit_equals_the_dense_pseudo_inverse(n, window, early, fit):
+    """OneHotFit never builds the design: its coefficients and predictions equal the dense
+    minimum-norm least squares pinv(X) y and X pinv(X) y."""
+    i, j = lk.pairs(lk.keep_mask(n, window), early)
+    y = torch.randn(4, len(i), generator=torch.Generator().manual_seed(n), dtype=torch.float64)
+    X = lk.design(i, j, n, fit)
+    X_pinv = torch.linalg.pinv(X)
+    fit_ = lk.OneHotFit(i, j, n, fit)
+    torch.testing.assert_close(fit_.coefficients(y), (X_pinv @ y.T).T, rtol=0, atol=1e-10)
+    torch.testing.assert_close(fit_.predict(y), (X @ (X_pinv @ y.T)).T, rtol=0, atol=1e-10)
+
+
+def test_leakage_sums_of_chosen_layers_equal_each_layer_alone():
+    """Sums added layer by layer in place: two layers at once equal each layer's sums alone."""
+    inter = as_intermediates(torch.randn(4, 2, 3, 12, 12, generator=torch.Generator().manual_seed(3)))  # [b, l, h, n, n]
+    both = lk.LeakageSums()
+    both.add(inter)
+    for k in range(2):
+        alone = lk.LeakageSums(layers=[k])
+        alone.add(inter)
+        for q in lk.QUANTITIES:
+            torch.testing.assert_close(both.sums[q].fit_sum[k], alone.sums[q].fit_sum[0])
+            torch.testing.assert_close(both.sums[q].test_sq[k], alone.sums[q].test_sq[0])
+        assert both.sums["centred"].n_fit == alone.sums["centred"].n_fit == 2

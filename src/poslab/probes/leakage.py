@@ -105,11 +105,41 @@ def pairs(keep: Tensor, queries: int | None = None) -> tuple[Tensor, Tensor]:
 
 
 def design(i: Tensor, j: Tensor, n: int, fit: str) -> Tensor:
-    """One-hot features of each pair for one of :data:`FITS`, [C, F]: offset i - j, query i, key j."""
+    """One-hot features of each pair for one of :data:`FITS`, [C, F]: offset i - j, query i, key j
+    (the dense design; the fits use :class:`OneHotFit`, which never builds it)."""
     if fit not in FITS:
         raise ConfigError("fit", fit, ", ".join(FITS))
     column = dict(offset=i - j, query=i, key=j)
     return torch.cat([torch.nn.functional.one_hot(column[t], n) for t in FITS[fit]], dim=1).double()
+
+
+class OneHotFit:
+    """Minimum-norm least squares on a one-hot design X [C, F] without building X or its
+    pseudo-inverse: X^T y is a sum per feature (index_add), X c a sum of gathered coefficients,
+    and X^+ = (X^T X)^+ X^T with the Gram matrix X^T X [F, F] a table of pair counts. Memory is
+    O(F^2) beside the data, where the dense X and X^+ of 512 positions take about 3 GiB."""
+
+    def __init__(self, i: Tensor, j: Tensor, n: int, fit: str):
+        if fit not in FITS:
+            raise ConfigError("fit", fit, ", ".join(FITS))
+        column = dict(offset=i - j, query=i, key=j)
+        self.index = torch.stack([column[t] + n * k for k, t in enumerate(FITS[fit])])  # [blocks, C]
+        self.F = n * len(FITS[fit])
+        a, b = self.index[:, None, :], self.index[None, :, :]  # every pair of blocks
+        counts = torch.bincount((a * self.F + b).reshape(-1), minlength=self.F * self.F)
+        self.gram_pinv = torch.linalg.pinv(counts.reshape(self.F, self.F).double(), hermitian=True)
+
+    def coefficients(self, y: Tensor) -> Tensor:
+        """X^+ y for every row of y [lead, C] -> [lead, F]."""
+        xty = torch.zeros(y.shape[0], self.F, dtype=torch.float64)
+        for idx in self.index:
+            xty.index_add_(1, idx, y.double())
+        return xty @ self.gram_pinv  # the Gram pseudo-inverse is symmetric
+
+    def predict(self, y: Tensor) -> Tensor:
+        """X X^+ y, the least-squares prediction on every pair, [lead, C]."""
+        coef = self.coefficients(y)
+        return sum(coef[:, idx] for idx in self.index)
 
 
 def centred(scores: Tensor, keep: Tensor) -> Tensor:
@@ -141,6 +171,12 @@ class PairSums:
     def __add__(self, other: PairSums) -> PairSums:
         return PairSums(self.fit_sum + other.fit_sum, self.test_sum + other.test_sum, self.test_sq + other.test_sq,
                         self.n_fit + other.n_fit, self.n_test + other.n_test)
+
+    def add_(self, slot: int, other: PairSums) -> None:
+        """Add one layer's sums into slot ``slot`` of the leading axis, in place (counts are the caller's)."""
+        self.fit_sum[slot] += other.fit_sum
+        self.test_sum[slot] += other.test_sum
+        self.test_sq[slot] += other.test_sq
 
     def check(self) -> None:
         if self.n_fit < 1 or self.n_test < 1:
@@ -175,8 +211,8 @@ def predictions(sums: PairSums, i: Tensor, j: Tensor, fit: str) -> Tensor:
     mean = fit_means(sums, i, j)  # [lead, C]
     if fit == "pair":
         return mean.reshape(*lead, len(i))
-    X, X_pinv = _least_squares(sums.fit_sum.shape[-1], fit, i.numpy().tobytes(), j.numpy().tobytes())
-    return (X @ (X_pinv @ mean.T)).T.reshape(*lead, len(i))
+    return _fit(sums.fit_sum.shape[-1], fit, i.numpy().tobytes(), j.numpy().tobytes()).predict(mean).reshape(
+        *lead, len(i))
 
 
 def r_squared(sums: PairSums, i: Tensor, j: Tensor, fit: str) -> Tensor:
@@ -191,12 +227,10 @@ def r_squared(sums: PairSums, i: Tensor, j: Tensor, fit: str) -> Tensor:
 
 
 @functools.lru_cache(maxsize=32)
-def _least_squares(n: int, fit: str, i_bytes: bytes, j_bytes: bytes) -> tuple[Tensor, Tensor]:
-    """The design of a pair set and its pseudo-inverse (minimum-norm least squares; the one-hot
-    blocks are collinear), computed once per pair set and reused for every head, layer and run."""
+def _fit(n: int, fit: str, i_bytes: bytes, j_bytes: bytes) -> OneHotFit:
+    """The fit of a pair set, computed once per pair set and reused for every head, layer and run."""
     i, j = (torch.from_numpy(np.frombuffer(b, dtype=np.int64).copy()) for b in (i_bytes, j_bytes))
-    X = design(i, j, n, fit)
-    return X, torch.linalg.pinv(X)
+    return OneHotFit(i, j, n, fit)
 
 
 def delta_r2(sums: PairSums, i: Tensor, j: Tensor) -> dict[str, Tensor]:
@@ -221,8 +255,8 @@ def component_b(sums: PairSums, i: Tensor, j: Tensor) -> dict[str, Tensor]:
     var = (s2 / N - (s1 / N).square()).reshape(-1)  # V, [lead]
     out = {}
     for name, fit in (("component_b", "query"), ("component_b_interaction", "key")):
-        X, X_pinv = _least_squares(sums.fit_sum.shape[-1], fit, i.numpy().tobytes(), j.numpy().tobytes())
-        r_fit, r_test = (m - (X @ (X_pinv @ m.T)).T for m in (m_fit, m_test))
+        model = _fit(sums.fit_sum.shape[-1], fit, i.numpy().tobytes(), j.numpy().tobytes())
+        r_fit, r_test = (m - model.predict(m) for m in (m_fit, m_test))
         out[name] = (r_fit * r_test).mean(-1)
     small = var <= 1e-12 * s2.reshape(-1).div(N).clamp_min(1e-300)  # no variance: nothing to explain
     for name in out:
@@ -237,8 +271,7 @@ def offset_profile(sums: PairSums, i: Tensor, j: Tensor) -> Tensor:
     among the pairs; defined up to a constant, which no log-normaliser variance sees)."""
     n = sums.fit_sum.shape[-1]
     lead = sums.fit_sum.shape[:-2]
-    _, X_pinv = _least_squares(n, "query", i.numpy().tobytes(), j.numpy().tobytes())
-    coef = (X_pinv @ fit_means(sums, i, j).T).T  # [lead, 2n]: offsets, then queries
+    coef = _fit(n, "query", i.numpy().tobytes(), j.numpy().tobytes()).coefficients(fit_means(sums, i, j))  # [lead, 2n]
     f = coef[:, :n].clone()
     seen = torch.zeros(n, dtype=torch.bool)
     seen[i - j] = True
@@ -316,11 +349,13 @@ def mean_cosine(x: Tensor) -> float:
 def leakage_bytes(n: int, layers: int, heads: int, batch: int = 2) -> int:
     """Bytes :func:`leakage` holds at its peak on windows of n internal positions (an estimate):
     the per-pair sums (3 quantities x 3 arrays x layers x heads x n^2 float64), one chunk's
-    float64 scores, pattern and derived logits (5 x batch x layers x heads x n^2), and the cached
-    one-hot designs of the three fits with their pseudo-inverses and the SVD's workspace (about
-    4 x C x 6n float64, C = n (n + 1) / 2 causal pairs)."""
+    intermediates from ``collect`` (float32 scores and pattern of every layer), one layer's float64
+    copies and derived logits (about 8 x batch x heads x n^2), and the fits' per-pair means,
+    predictions and residuals (about 8 x layers x heads x C float64, C = n (n + 1) / 2 causal
+    pairs) with the one-hot fit's Gram matrix and its pseudo-inverse (3 x (3n)^2)."""
     pairs_ = n * (n + 1) // 2
-    return 8 * (9 * layers * heads * n * n + 5 * batch * layers * heads * n * n + 4 * pairs_ * 6 * n)
+    return 8 * (9 * layers * heads * n * n + batch * layers * heads * n * n + 8 * batch * heads * n * n
+                + 8 * layers * heads * pairs_ + 3 * (3 * n) ** 2)
 
 
 @dataclass
@@ -348,29 +383,36 @@ class LeakageSums:
         chosen = range(len(inter.layers)) if self.layers is None else self.layers
         if not chosen or any(not 0 <= k < len(inter.layers) for k in chosen):
             raise ConfigError("layers", list(chosen), f"layer indices in [0, {len(inter.layers) - 1}]")
-        scores = torch.stack([inter.layers[k].attn_scores for k in chosen], 1).double().cpu()  # [b, l, h, n, n]
-        pattern = torch.stack([inter.layers[k].pattern for k in chosen], 1).double().cpu()
-        n = scores.shape[-1]
+        n = inter.layers[chosen[0]].attn_scores.shape[-1]
         if self.keep is None:
             self.keep = keep_mask(n, self.window)
-        if self.check_softmax and self.seen == 0:
-            got = (pattern - torch.softmax(scores.masked_fill(~self.keep, -math.inf), -1)).abs().max()
-            if not bool(got <= SOFTMAX_TOL):
-                raise ConfigError("model", f"weights off the causal softmax of the logits by {float(got):.2g}",
-                                  f"causal softmax attention (window {self.window}) whose pattern is the "
-                                  "softmax of attn_scores over the kept keys")
-        b = scores.shape[0]
+        b = inter.layers[chosen[0]].attn_scores.shape[0]
         held = held_out_sequences(b, self.seen)
-        ys = dict(centred=centred(scores, self.keep), logits=scores, log_weights=log_weights(scores, self.keep))
-        for q, y in ys.items():
-            s = pair_sums(y, held)
-            self.sums[q] = s if q not in self.sums else self.sums[q] + s
-        lz = log_partition(scores, self.keep).sum(0)  # [l, h, n]
-        rc = received_attention(pattern, self.keep) * b
-        self.log_z = lz if self.log_z is None else self.log_z + lz
-        self.received = rc if self.received is None else self.received + rc
-        k0 = pattern[..., 0].sum(0)  # [l, h, n]
-        self.to_key0 = k0 if self.to_key0 is None else self.to_key0 + k0
+        if not self.sums:  # per-pair sums over every chosen layer, added to in place layer by layer
+            h = inter.layers[chosen[0]].attn_scores.shape[1]
+            zeros = lambda: torch.zeros(len(chosen), h, n, n, dtype=torch.float64)  # noqa: E731
+            self.sums = {q: PairSums(zeros(), zeros(), zeros(), 0, 0) for q in QUANTITIES}
+            self.log_z, self.received, self.to_key0 = (torch.zeros(len(chosen), h, n, dtype=torch.float64)
+                                                       for _ in range(3))
+        assert self.log_z is not None and self.received is not None and self.to_key0 is not None
+        for slot, k in enumerate(chosen):  # one layer at a time: float64 copies of one layer's [b, h, n, n] only
+            scores = inter.layers[k].attn_scores.double().cpu()  # [b, h, n, n]
+            pattern = inter.layers[k].pattern.double().cpu()
+            if self.check_softmax and self.seen == 0:
+                got = (pattern - torch.softmax(scores.masked_fill(~self.keep, -math.inf), -1)).abs().max()
+                if not bool(got <= SOFTMAX_TOL):
+                    raise ConfigError("model", f"weights off the causal softmax of the logits by {float(got):.2g}",
+                                      f"causal softmax attention (window {self.window}) whose pattern is the "
+                                      "softmax of attn_scores over the kept keys")
+            ys = dict(centred=centred(scores, self.keep), logits=scores, log_weights=log_weights(scores, self.keep))
+            for q, y in ys.items():
+                self.sums[q].add_(slot, pair_sums(y, held))
+            self.log_z[slot] += log_partition(scores, self.keep).sum(0)  # [h, n]
+            self.received[slot] += received_attention(pattern, self.keep) * b
+            self.to_key0[slot] += pattern[..., 0].sum(0)
+        for q in QUANTITIES:
+            self.sums[q].n_fit += int((~held).sum())
+            self.sums[q].n_test += int(held.sum())
         self.seen += b
 
     def result(self, early: int | None = None) -> dict[str, np.ndarray]:

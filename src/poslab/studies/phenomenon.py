@@ -180,16 +180,6 @@ def head_pinning(cells: list[dict], Lmax: int) -> list[dict]:
     return out
 
 
-def pinning(cells: list[dict]) -> tuple[float, float]:
-    """Share of cells whose peak sits at their (K, seed)'s most common peak position, and the
-    median over (K, seed) of max - min peak position across lengths (0 = one fixed position)."""
-    by: dict[tuple, list[int]] = {}
-    for r in cells:
-        by.setdefault((r["K"], r["seed"]), []).append(r["peak_position"])
-    hits = sum(max(p.count(v) for v in p) for p in by.values())
-    return hits / len(cells), float(np.median([max(p) - min(p) for p in by.values()]))
-
-
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     Lmax = study.train.max_length
     rows = labelled(rows, Lmax)

@@ -34,9 +34,13 @@ With BOS, the same windows are also read (the ``variant`` column):
 
 Presets: quick = a tiny random Llama built in code (64-token context; windows of 48 tokens; the
 sink and (b) claims are n.a. on random weights, the causal-mask (a) and the closed-system check are
-architectural and judged); cpu = SmolLM2-135M (``smollm2-135m``), 4 windows of 256 tokens: at 512
-tokens the leakage fit of 30 layers x 9 heads needs about 22 GiB (:func:`poslab.probes.leakage.
-leakage_bytes`; a run there was killed for memory on this 23 GiB machine), at 256 about 4 GiB.
+architectural and judged); cpu = SmolLM2-135M (``smollm2-135m``), 16 windows of 512 tokens. The
+leakage fit holds per-pair sums and solves its one-hot least squares through the Gram matrix
+(:class:`poslab.probes.leakage.OneHotFit`), about 8 GiB at 512 tokens for 30 layers x 9 heads
+(:func:`poslab.probes.leakage.leakage_bytes`; the dense design and pseudo-inverse it replaced needed
+about 22 GiB there, and a run was killed for memory on this 23 GiB machine, so the earlier cpu
+preset read 4 windows of 256 tokens). The BOS swaps read windows cut at ``first_query``: their
+early (b) sees nothing later.
 """
 
 from __future__ import annotations
@@ -131,7 +135,7 @@ def study(preset: str) -> StudyConfig:
         model = dict(checkpoint=TINY, length=48, windows=8, first_query=16, dtype="float32", ntk_factor=4.0,
                      window=8)
     else:
-        model = dict(checkpoint="smollm2-135m", length=256, windows=4, first_query=16, dtype="float32",
+        model = dict(checkpoint="smollm2-135m", length=512, windows=16, first_query=16, dtype="float32",
                      ntk_factor=4.0, window=64)
     return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
                        grid={"model.bos": MODES}, seeds=1)
@@ -301,14 +305,22 @@ def replacements(model, tokens: torch.Tensor, seed: int = 0) -> dict[str, torch.
 
 
 def swap_rows(model, batch, config: dict) -> list[dict]:
-    """Per replacement (probe "intervention"): per (layer, head) early (b) with it in place."""
+    """Per replacement (probe "intervention"): per (layer, head) early (b) with it in place.
+
+    Early (b) reads only the pairs of queries i < first_query, and under a causal mask their
+    logits depend only on positions < first_query: the windows are cut there, which gives the same
+    numbers (tested) at a small share of the cost."""
     from poslab.models.intervention import Intervention
     from poslab.probes import leakage as lk
+    from poslab.tasks.base import Batch
 
+    q0 = config["first_query"]
+    tokens = batch.tokens[:, :q0]
+    early = Batch(tokens=tokens, targets=tokens, lengths=torch.full((len(tokens),), q0),
+                  loss_mask=torch.ones_like(tokens, dtype=torch.bool))
     rows = []
     for name, x0 in replacements(model, batch.tokens).items():
-        comp = lk.leakage(model, batch, intervention=Intervention(bos_embedding=x0), early=config["first_query"],
-                          chunk=2)
+        comp = lk.leakage(model, early, intervention=Intervention(bos_embedding=x0), early=q0, chunk=2)
         rows += [dict(probe="intervention", intervention=SWAPS[name], layer=layer, head=head,
                       early_component_b=float(comp["early_component_b"][layer, head]))
                  for layer in range(model.n_layers) for head in range(model.n_heads)]
