@@ -305,7 +305,8 @@ def test_one_hot_fit_equals_the_dense_pseudo_inverse(n, window, early, fit):
 
 def test_leakage_sums_of_chosen_layers_equal_each_layer_alone():
     """Sums added layer by layer in place: two layers at once equal each layer's sums alone."""
-    inter = as_intermediates(torch.randn(4, 2, 3, 12, 12, generator=torch.Generator().manual_seed(3)))  # [b, l, h, n, n]
+    scores = torch.randn(4, 2, 3, 12, 12, generator=torch.Generator().manual_seed(3))  # [b, l, h, n, n]
+    inter = as_intermediates(scores)
     both = lk.LeakageSums()
     both.add(inter)
     for k in range(2):
