@@ -139,7 +139,7 @@ class OneHotFit:
     def predict(self, y: Tensor) -> Tensor:
         """X X^+ y, the least-squares prediction on every pair, [lead, C]."""
         coef = self.coefficients(y)
-        return sum(coef[:, idx] for idx in self.index)
+        return torch.stack([coef[:, idx] for idx in self.index]).sum(0)
 
 
 def centred(scores: Tensor, keep: Tensor) -> Tensor:
