@@ -7,6 +7,7 @@ import csv
 
 import numpy as np
 import pytest
+import torch
 
 from poslab.errors import ConfigError
 from poslab.experiments.config import apply_overrides
@@ -32,7 +33,7 @@ def test_quick_end_to_end_every_method_is_a_stored_run(tmp_path, monkeypatch):
         assert first["trained"] == 1 and first["variants"] == len(ce.METHODS) - 1
         names = {p.name for p in first["files"]}
         assert {"rows.csv", "table.md", "claims.json", "positionwise_loss.png", "bend.png",
-                "passkey_heatmap.png"} <= names
+                "passkey_heatmap.png", "reasoning.png"} <= names
         runs = store.runs(experiment=ce.name)
         assert sorted(r["config"]["variant"] or "rope" for r in runs) == sorted(ce.METHODS)  # one run each
         assert len({r["key"] for r in runs}) == len(ce.METHODS)
@@ -41,10 +42,16 @@ def test_quick_end_to_end_every_method_is_a_stored_run(tmp_path, monkeypatch):
             got = {(r["probe"], r["length"]) for r in rows if r["method"] == method}
             for L in ("32", "128"):
                 assert {("loss", L), ("positionwise", L), ("passkey", L)} <= got, method
+            # every reasoning task at 128 (at L0 = 32 only brackets fits: the others are left out)
+            cells = {(r["task"], r["length"]) for r in rows if r["probe"] == "reasoning" and r["method"] == method}
+            assert {(t, "128") for t in ce.REASONING} <= cells and ("brackets", "32") in cells, method
+            assert all(0 <= float(r["exact"]) <= 1 for r in rows if r["probe"] == "reasoning")
         buckets = [r for r in rows if r["probe"] == "positionwise" and r["method"] == "rope" and r["length"] == "128"]
         assert len(buckets) == 128 // (32 // ce.BUCKETS)  # buckets of L0 / 4 positions
         table = (tmp_path / "out" / "table.md").read_text()
         assert all(f"| {m} |" in table for m in ce.METHODS) and "Methods without rows" not in table
+        assert "Reasoning and code: exact match" in table and "| base2x+ft | code |" in table
+        assert "Rankings: methods by exact match" in table and "ranking of the methods by exact match" in table
         stored = store.rows(experiment=ce.name)
         results = [r for r in stored if r.get("probe") == "search_result"]
         assert {(r["method"], r["set"]) for r in results} == {
@@ -161,4 +168,74 @@ def test_bend_rows_flat_then_rising_and_the_shift():
 
 def test_claims_flip():
     report = check_flips(ce.CLAIMS)
-    assert not report.failures and len(report.judged) == len(ce.CLAIMS)
+    assert not report.failures and len(report.judged) == len([c for c in ce.CLAIMS if c.op is not None])
+
+
+class Scripted(torch.nn.Module):
+    """A causal oracle: at position t it predicts the character that follows tokens[:t + 1] in the
+    first script that starts with them (else token 0). Scripts are windows with the continuation
+    the oracle should write."""
+
+    def __init__(self, scripts: list[torch.Tensor], vocab: int):
+        super().__init__()
+        self.scripts, self.vocab = scripts, vocab
+
+    def forward(self, tokens):
+        b, L = tokens.shape
+        logits = torch.zeros(b, L, self.vocab)
+        for i in range(b):
+            for t in range(L):
+                nxt = next((int(s[t + 1]) for s in self.scripts if len(s) > t + 1
+                            and torch.equal(s[:t + 1], tokens[i, :t + 1])), 0)
+                logits[i, t, nxt] = 1.0
+        return logits
+
+
+def test_reasoning_exact_match_is_greedy_decoding_and_its_strict_score():
+    from poslab.tasks import reasoning as rs
+    from poslab.tasks.passkey import PasskeyText
+
+    task = PasskeyText(reasoning=("code", "multikey"))
+    L, n = 96, 3
+    scripts, wanted = [], {}
+    for name in task.reasoning:
+        for depth in ce.PASSKEY_DEPTHS:
+            tokens, first = ce.reasoning_windows(task, name, L, depth, n, 0)
+            for i in range(n):
+                answer = task.decode(tokens[i, first[i]:])
+                # trial 0 writes the answer then "."; trial 1 runs on into a digit; trial 2 errs in the answer
+                text = (answer + ".", answer + "7", answer[:-1] + ("1" if answer[-1] != "1" else "2") + ".")[i]
+                scripts.append(torch.cat([tokens[i, :first[i]], task.encode(text)]))
+                wanted[(name, depth, i)] = (tokens[i, :first[i]], answer, text)
+    oracle = Scripted(scripts, task.vocab_size)
+    rows = ce.reasoning(lambda length: oracle, task, [L], n, 0, "cpu")
+    assert {(r["task"], r["depth"]) for r in rows} == {(t, d) for t in task.reasoning for d in ce.PASSKEY_DEPTHS}
+    assert all(r["exact"] == pytest.approx(1 / 3) for r in rows)
+    for (_, _, i), (prompt, answer, text) in list(wanted.items())[:6]:  # explicit greedy decoding agrees
+        got = task.decode(torch.tensor(rs.greedy_text(oracle, prompt, len(answer) + 1)))
+        assert got == text[:len(answer) + 1]
+        strict = got.startswith(answer) and not got[len(answer)].isalnum()
+        assert strict == (i == 0) and rs.score(answer, got) == float(i == 0)
+
+
+def test_ranking_rows_by_hand():
+    L0 = 32
+    loss = [dict(probe="loss", method=m, seed=0, length=128, loss=v) for m, v in (("rope", 5.0), ("pi", 4.0),
+                                                                                  ("yarn", 3.0))]
+    exact = [dict(probe="reasoning", method=m, seed=0, task="code", length=128, depth=d, exact=e)
+             for m, e in (("rope", 0.0), ("pi", 1.0), ("yarn", 0.5)) for d in (0.0, 1.0)]
+    at_L0 = [dict(probe="reasoning", method="rope", seed=0, task="code", length=32, depth=0.0, exact=1.0)]
+    (got,) = ce.ranking_rows(loss + exact + at_L0, L0)
+    assert got["best_task"] == "pi" and got["best_loss"] == "yarn" and got["multiple"] == 4.0
+    assert got["tau"] == pytest.approx(1 / 3)  # (rope, pi) and (rope, yarn) agree, (pi, yarn) does not
+    flat = [dict(r, exact=0.0) for r in exact]
+    (tied,) = ce.ranking_rows(loss + flat, L0)
+    assert tied["tau"] is None and tied["best_task"] is None and tied["best_loss"] == "yarn"
+
+
+@pytest.mark.parametrize("setting, field", [("task.reasoning=[\"sudoku\"]", "reasoning"),
+                                            ("task.reasoning_share=0.95", "reasoning_share"),
+                                            ("task.reasoning_weight=0", "reasoning_weight")])
+def test_bad_mixture_settings_stop_before_work(setting, field):
+    with pytest.raises(ConfigError, match=field):
+        validate(apply_overrides(tiny(), [setting], fixed=ce.FIXED), "cpu", ce.EXPERIMENT)

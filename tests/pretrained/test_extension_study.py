@@ -84,7 +84,8 @@ def test_derived_rows():
 
 
 def test_rankings_by_task_against_loss():
-    from poslab.studies.pretrained_extension import kendall_tau, ranking_rows
+    from poslab.experiments.ranking import kendall_tau
+    from poslab.studies.pretrained_extension import ranking_rows
 
     assert kendall_tau([1, 2, 3], [1, 2, 3]) == pytest.approx(1.0)
     assert kendall_tau([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)

@@ -130,3 +130,99 @@ def test_weighted_loss_is_the_weighted_mean_over_the_mask():
     batch.loss_weight = torch.ones(3, 7)
     plain = Batch(tokens=targets, targets=targets, loss_mask=mask, lengths=torch.full((3,), 7))
     assert masked_cross_entropy(logits, batch) == pytest.approx(float(masked_cross_entropy(logits, plain)), rel=1e-6)
+
+
+# --- the reasoning mixture (tasks of poslab.tasks.reasoning ending a share of the windows)
+
+from poslab.tasks import reasoning as rs  # noqa: E402
+
+MIX = dict(share=0.1, answer_weight=10.0, reasoning=tuple(rs.TASKS), reasoning_share=0.5, reasoning_weight=5.0)
+
+
+def _windows(task, batch):
+    """Each window's L + 1 characters (its tokens, then the last target)."""
+    return [task.decode(torch.cat([batch.tokens[i], batch.targets[i, -1:]])) for i in range(batch.tokens.shape[0])]
+
+
+def test_mixture_same_seed_same_text_and_passkey_draws_unchanged():
+    task = PasskeyText(**MIX)
+    a, wa = task.sample_with_answers(gen(7), 24, 96)
+    b, wb = task.sample_with_answers(gen(7), 24, 96)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.loss_weight, b.loss_weight) and torch.equal(wa, wb)
+    c, _ = task.sample_with_answers(gen(8), 24, 96)
+    assert not torch.equal(a.tokens, c.tokens)
+    # listing tasks without a share changes nothing but the vocabulary's tail: same ids, same windows
+    plain, _ = PasskeyText(share=0.3).sample_with_answers(gen(3), 24, 96)
+    listed, _ = PasskeyText(share=0.3, reasoning=("code",)).sample_with_answers(gen(3), 24, 96)
+    assert torch.equal(plain.tokens, listed.tokens) and torch.equal(plain.targets, listed.targets)
+
+
+def test_mixture_vocabulary_covers_every_reasoning_character_and_keeps_passkey_ids():
+    plain, mixed = PasskeyText(), PasskeyText(**MIX)
+    assert mixed.vocab.startswith(plain.vocab)  # corpus, then needle characters, then the reasoning ones
+    assert set(rs.characters()) <= set(mixed.vocab) and len(set(mixed.vocab)) == mixed.vocab_size
+    assert not set(rs.characters()) <= set(plain.vocab)  # TinyShakespeare lacks brackets, '=', '_', ...
+    assert PasskeyText(reasoning=("multikey",)).vocab == mixed.vocab  # one vocabulary whatever the tasks
+
+
+def test_mixture_windows_end_with_an_example_and_weight_its_answer():
+    task = PasskeyText(**MIX)
+    batch, answer = task.sample_with_answers(gen(11), 64, 96)
+    texts = _windows(task, batch)
+    kinds = {"passkey": 0, "reasoning": 0, "plain": 0}
+    for i, text in enumerate(texts):
+        weights = batch.loss_weight[i]
+        if (weights == 10.0).any():  # a passkey: its digits weigh answer_weight
+            kinds["passkey"] += 1
+            assert task.decode(batch.targets[i][weights == 10.0]).isdigit()
+        elif (weights == 5.0).any():  # a reasoning example: its answer, less the leading space, weighs 5
+            kinds["reasoning"] += 1
+            got = task.decode(batch.targets[i][weights == 5.0])
+            assert text.endswith(" " + got) and weights[-len(got):].eq(5.0).all()
+            assert torch.equal(answer[i], weights == 5.0)
+            assert any(_solves(t, text[:-len(got) - 1], got) for t in rs.TASKS), text  # its prompt asks for it
+        else:
+            kinds["plain"] += 1
+            assert not answer[i].any() and (weights == 1.0).all()
+    assert all(kinds.values()), kinds
+    assert 0.3 < kinds["reasoning"] / 64 < 0.7
+
+
+def _solves(task, text, answer):
+    from test_reasoning import solve_compact  # tests/tasks is on the path, as demo_shift is for its test
+
+    try:
+        return solve_compact(task, text) == " " + answer
+    except (AttributeError, IndexError, ValueError):  # not this task's question
+        return False
+
+
+def test_mixture_window_too_short_for_every_task_stays_plain_text():
+    task = PasskeyText(share=0.0, reasoning=("multivalue",), reasoning_share=1.0)
+    batch, answer = task.sample_with_answers(gen(0), 8, 30)  # multivalue needs about 62 characters
+    assert not answer.any()
+    corpus = CharText()
+    assert batch.tokens.max() < corpus.vocab_size
+
+
+@pytest.mark.parametrize("field, value", [
+    ("reasoning", ("sudoku",)), ("reasoning", "multikey"), ("reasoning", ("code", "code")),
+    ("reasoning_share", -0.1), ("reasoning_share", 0.95), ("reasoning_share", True), ("reasoning_share", "0.2"),
+    ("reasoning_weight", 0), ("reasoning_weight", math.nan), ("reasoning_weight", True)])
+def test_bad_mixture_values_are_refused_naming_the_field(field, value):
+    options = dict(MIX, **{field: value})
+    with pytest.raises(ConfigError, match=field):
+        PasskeyText(**options)
+
+
+def test_a_share_without_tasks_is_refused():
+    with pytest.raises(ConfigError, match="reasoning"):
+        PasskeyText(reasoning_share=0.2)
+    assert PasskeyText(reasoning=["code", "brackets"]).reasoning == ("code", "brackets")  # a --set list
+
+
+def test_docstring_code_window_is_real_output():
+    task = PasskeyText(share=0.1, reasoning=tuple(rs.TASKS), reasoning_share=0.5)
+    batch, answer = task.sample_with_answers(gen(0), 6, 64)
+    assert task.decode(batch.tokens[5]) == ", none we\nCBMRS = 51595. VAUCO = CBMRS. vars = 51595: CBMRS VAUC"
+    assert task.decode(batch.targets[5][answer[5]]) == "CBMRS VAUCO"

@@ -161,3 +161,69 @@ def test_the_docstring_worked_examples_are_what_the_generators_give():
     code = generate("code", 130, 0.0, 0, functions=2)
     assert code.prompt == ("def f_rhyq(x):\n    return x * 2 + 42\ndef f_tbbs(x):\n    return x * 3 + 12\n"
                            "print(f_rhyq(6))  # prints") and code.answer == " 54"
+
+
+# --- the compact form (the character LM's), fitting a window, and the character set
+
+def solve_compact(task, prompt):
+    if task == "multikey":
+        key = re.search(r"(\w+):$", prompt).group(1)
+        return " " + re.search(rf"{key}: (\d+)\.", prompt).group(1)
+    if task == "multivalue":
+        key = re.search(r"(\w+) all:$", prompt).group(1)
+        return " " + ", ".join(re.findall(rf"{key}: (\d+)\.", prompt))
+    if task == "vartrack":
+        value, holds = re.search(r"vars = (\d+):$", prompt).group(1), []
+        for name, rhs in re.findall(r"([A-Z]+) = (\w+)\.", prompt):
+            if rhs == value or rhs in holds:
+                holds.append(name)
+        return " " + " ".join(holds)
+    if task == "brackets":
+        stack = []
+        for c in prompt:
+            if c in OPENERS:
+                stack.append(c)
+            elif c in CLOSERS:
+                stack.pop()
+        if prompt.endswith("close first:"):
+            return " " + CLOSERS[OPENERS.index(stack[0])]
+        return " " + " ".join(CLOSERS[OPENERS.index(c)] for c in reversed(stack))
+    name, x = re.search(r"(f_\w+)\((\d+)\) =$", prompt).groups()
+    a, b = re.search(rf"{name}\(x\) = x\*(\d+)\+(\d+)", prompt).groups()
+    return f" {int(x) * int(a) + int(b)}"
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_compact_form_is_solvable_and_fits_the_char_lm_window(task):
+    from poslab.tasks.reasoning import CHAR_PARAMS, fitted
+
+    for total in (65, 128, 513):
+        for seed in range(3):
+            ex = fitted(task, total, 0.5, seed, **CHAR_PARAMS[task])
+            assert ex is not None and len(ex.prompt) + len(ex.answer) <= total
+            assert solve_compact(task, ex.prompt) == ex.answer
+            assert ex == fitted(task, total, 0.5, seed, **CHAR_PARAMS[task])
+    assert fitted(task, 12, 0.5, 0, **CHAR_PARAMS[task]) is None  # nothing fits 12 characters
+    with pytest.raises(ConfigError, match="form"):
+        generate(task, 300, 0.5, 0, form="terse")
+
+
+def test_characters_cover_every_generated_character():
+    """characters() is derived from the templates and alphabets; every generated text stays in it."""
+    from poslab.tasks.reasoning import FORMS, characters
+
+    allowed = set(characters())
+    assert len(allowed) == len(characters())
+    params = {"multikey": [dict(keys=1), dict(keys=9)], "multivalue": [dict(values=1), dict(values=6)],
+              "vartrack": [dict(hops=1, chains=1), dict(hops=5, chains=4)],
+              "brackets": [dict(nesting=1, groups=0), dict(nesting=8, groups=6, ask="outermost")],
+              "code": [dict(functions=1), dict(functions=12, arg=731)]}
+    seen = set()
+    for task in TASKS:
+        for p in params[task]:
+            for form in FORMS:
+                for seed in range(8):
+                    ex = generate(task, 1500, seed / 7, seed, form=form, **p)
+                    seen |= set(ex.prompt + ex.answer)
+    assert seen <= allowed
+    assert set("0123456789()[]{}<>=_*+#\n") <= seen  # the characters TinyShakespeare lacks are really emitted

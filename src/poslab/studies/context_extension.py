@@ -5,10 +5,16 @@ long-context generalization; context extension must be evaluated through short-c
 retention, position-wise perplexity, retrieval ..." A character-level RoPE language model
 (nanoGPT's CPU recipe for TinyShakespeare: 4 layers, 4 heads, width 128, context L0 = 64, batch
 12, 2000 AdamW steps; 10% of training windows carry a passkey whose answer digits weigh 10 in the
-loss, :mod:`poslab.tasks.passkey`) is extended to L_t = s L0 (s = ``FACTOR`` = 4) by every method
-of ``METHODS`` and measured by three protocols on the validation split: the loss per position
-bucket (width L0 / 4) on windows of {1, 2, 4, 8} L0, short-context retention (loss at L0 minus
-plain RoPE's) and passkey retrieval at depths ``PASSKEY_DEPTHS``.
+loss, and 25% end with an example of a reasoning or code task whose answer characters weigh 10,
+:mod:`poslab.tasks.passkey`) is extended to L_t = s L0 (s = ``FACTOR`` = 4) by every method of
+``METHODS`` and measured by four protocols on the validation split: the loss per position bucket
+(width L0 / 4) on windows of {1, 2, 4, 8} L0, short-context retention (loss at L0 minus plain
+RoPE's), passkey retrieval at depths ``PASSKEY_DEPTHS``, and the reasoning and code tasks
+(``REASONING``: multi-key and multi-value needles, variable tracking, brackets, code, in the compact
+form of :mod:`poslab.tasks.reasoning` that fits L0) by the same depth x length grid, exact match of
+the greedy answer (:func:`reasoning`). Per task and length past L0 the methods are ranked by exact
+match and by loss (probe "ranking", Kendall's tau, :mod:`poslab.experiments.ranking`): the survey
+predicts the two rankings need not agree.
 
 ``METHODS`` is the registry: ``{name: Method(build, trains)}``. Every method but ``rope`` (the
 trained member) is an evaluate-only variant of the trained member, so each is a run of its own in
@@ -44,6 +50,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -67,6 +74,7 @@ from poslab.experiments.longrope_search import (
     with_scaling,
 )
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, save, write_outputs
+from poslab.experiments.ranking import rank_agreement
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe
 from poslab.positional.scaling_laws import (
@@ -77,6 +85,7 @@ from poslab.positional.scaling_laws import (
     pair_with_periods,
 )
 from poslab.probes.positionwise import loss_rows
+from poslab.tasks import reasoning as rs
 from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.text import CharText
 from poslab.train import TrainConfig, lm_recipe
@@ -98,6 +107,10 @@ BUCKETS = 4  # position buckets per L0
 # The training mix: each window carries a passkey with probability PASSKEY_SHARE, its answer digits
 # weighted ANSWER_WEIGHT (with weight 1 the copy was never learned, shares 0.1-0.5, up to 6000 steps)
 PASSKEY_SHARE, ANSWER_WEIGHT = 0.1, 10.0
+# ... and with probability REASONING_SHARE ends with an example of a reasoning task (compact form,
+# rs.CHAR_PARAMS), its answer characters weighted REASONING_WEIGHT
+REASONING = tuple(rs.TASKS)
+REASONING_SHARE, REASONING_WEIGHT = 0.25, 10.0
 SEARCH = SearchConfig(population=16, generations=8, survivors=4)  # 112 evaluations (LongRoPE: 64 x 40)
 FIXED = {"train.max_length": "the training length L0 every schedule is built around",
          "train.min_length": "the training length L0 (one window length)",
@@ -132,6 +145,14 @@ CLAIMS = [
               where=probe("passkey") & is_("method", "rope") & is_("multiple", 1.0), op=">=", threshold=0.5,
               paper="the ceiling extensions are measured against", note="{seeds} seeds; below 0.5 the grid "
               "cannot rank the extensions"),
+    ClaimSpec(name="{task}: exact match within the training length (the ceiling)", measure=mean("exact"),
+              where=probe("reasoning") & is_("method", "rope") & is_("multiple", 1.0), per=("task",), op=">=",
+              threshold=0.5, paper="the ceiling extensions are measured against",
+              note="{seeds} seeds; below 0.5 the task cannot rank the extensions"),
+    ClaimSpec(name="{task}: ranking of the methods by exact match agrees with the ranking by loss (x{multiple})",
+              paper="survey: perplexity alone does not judge extension (reasoning and code tasks must)",
+              where=probe("ranking"), per=("task", "multiple"), measure=mean("tau", "Kendall's tau"),
+              na="the survey predicts disagreement but gives no number; tau is reported"),
     ClaimSpec(name="{method}: loss at L_t minus plain RoPE's", where=_at(FACTOR) & is_("extension", True),
               per=("method",), measure=mean("delta_rope"), op="<", threshold=0.0, paper="extension helps (survey)"),
     ClaimSpec(name="longrope-progressive: loss at 8 L0 minus longrope+ft's", measure=mean("diff"),
@@ -167,6 +188,17 @@ TABLES = [
           pivot=Pivot("length", "accuracy", "L={}")),
     Table("Passkey answer-digit loss (nats; ln 10 = 2.303 for a guess)", by=_BY, where=probe("passkey"),
           pivot=Pivot("length", "loss", "L={}")),
+    Table("Reasoning and code: exact match of the greedy answer (averaged over depths)", by=(*_BY, "task"),
+          where=probe("reasoning"), pivot=Pivot("length", "exact", "L={}")),
+    Table("Reasoning and code: answer-character accuracy (teacher-forced, the leading space excluded)",
+          by=(*_BY, "task"), where=probe("reasoning"), pivot=Pivot("length", "answer_accuracy", "L={}")),
+    Table("Rankings: methods by exact match against methods by loss at the same length (L > L0)",
+          by=("multiple", "task"), where=probe("ranking"),
+          columns=(Column("Kendall tau", "tau"), Column("methods", lambda g: g[0]["methods"]),
+                   Column("best by task", lambda g: g[0]["best_task"]),
+                   Column("best by loss", lambda g: g[0]["best_loss"])),
+          intro="Per seed: the methods ordered by mean exact match (over depths) and by validation loss at that "
+                "length; tau is empty where every method has the same exact match."),
     Table("RoPE scaling law (Liu et al. 2023)", by=("method",), where=probe("scaling_law"), columns=(
         Column("head dim", "head_dim", 0), Column("base", "base", 0),
         Column("critical dim d_extra", "critical_dimension", 0),
@@ -196,6 +228,9 @@ FIGURES = [
     Lines("bend.png", x="position", y="loss", panel="method", vline=lambda rows: rows[0]["bound"],
           where=probe("positionwise") & is_("longest", True) & is_("method", "rope", "base2x+ft"),
           ylabel="loss (nats)"),
+    Lines("reasoning.png", x="length", y="exact", series=("method",), panel="task", where=probe("reasoning"),
+          logx=True, vline=lambda rows: rows[0]["L0"], ylim=(-0.05, 1.05), ylabel="exact match",
+          xlabel="window length (line: L0)"),
 ]
 
 
@@ -217,7 +252,8 @@ def study(preset: str) -> StudyConfig:
                     **({"encoding_options": {"rope": {"scaling": m.scaling(L0)}}} if m.scaling else {})}
                 for k, m in METHODS.items() if k != "rope"}
     return StudyConfig(model_type="transformer", model=model, task_type="passkey",
-                       task=dict(share=PASSKEY_SHARE, answer_weight=ANSWER_WEIGHT),
+                       task=dict(share=PASSKEY_SHARE, answer_weight=ANSWER_WEIGHT, reasoning=list(REASONING),
+                                 reasoning_share=REASONING_SHARE, reasoning_weight=REASONING_WEIGHT),
                        encoding="rope", grid={"encoding": ("rope",)}, seeds=seeds, variants=variants, train=train,
                        eval=ev)
 
@@ -382,6 +418,7 @@ def evaluate(ctx) -> list[dict]:
     rows = positionwise(built.model_at, ctx.task.corpus, ev.lengths, L0, ev.n_sequences, ev.chunk, ctx.device)
     rows += passkey(built.model_at, ctx.task.corpus, ev.lengths, max(2, ev.n_sequences // 4), ev.seed,
                     ctx.task.digits, ctx.device)
+    rows += reasoning(built.model_at, ctx.task, ev.lengths, max(2, ev.n_sequences // 4), ev.seed, ctx.device)
     rows += built.rows
     if method == "rope":
         rows.append(_law_row(_base(ctx.model), L0, ctx.model.cfg.d_head))
@@ -423,6 +460,67 @@ def passkey(model_at, corpus, lengths, n: int, seed: int, digits: int, device) -
                              digit_accuracy=float(right.sum() / answer.sum()), loss=float(ce[answer].mean()),
                              passkeys=n))
     return rows
+
+
+def reasoning(model_at, task: PasskeyText, lengths, n: int, seed: int, device) -> list[dict]:
+    """Exact match of the greedy answer per reasoning task of ``task`` by depth x length: ``n``
+    examples per cell, each ending a validation window of L characters (:func:`reasoning_windows`).
+
+    One teacher-forced forward per (length, task), every depth in it: greedy decoding writes the
+    answer iff every answer character is the argmax after the characters before it, and the
+    prediction after the last is not a letter or digit (``rs.score``'s run-on rule; strict about the
+    single leading space a character model is trained on). Also the accuracy and loss of the
+    answer's characters (its leading space excluded), as the training weights them. A depth whose
+    example cannot fit L is left out."""
+    alnum = torch.tensor([c.isalnum() for c in task.vocab], device=device)
+    rows = []
+    for L in lengths:
+        model = model_at(L)
+        for name in task.reasoning:
+            cells = [(depth, cell) for depth in PASSKEY_DEPTHS
+                     if (cell := reasoning_windows(task, name, L, depth, n, seed)) is not None]
+            if not cells:
+                continue
+            tokens = torch.cat([c[0] for _, c in cells]).to(device)  # [cells x n, L]
+            first = torch.cat([c[1] for _, c in cells]).to(device)  # [cells x n]
+            full = model(tokens)  # [cells x n, L, vocab]
+            logits = full[:, :-1]  # position t predicts token t + 1
+            ce = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")  # [cells x n, L - 1]
+            right = logits.argmax(-1) == tokens[:, 1:]
+            t = torch.arange(L - 1, device=device)
+            answer = t >= first[:, None] - 1  # predicting the answer, leading space included
+            content = t >= first[:, None]  # ... without it
+            exact = (right | ~answer).all(1) & ~alnum[full[:, -1].argmax(-1)]  # no run-on after the answer
+            for k, (depth, _) in enumerate(cells):
+                i = slice(k * n, (k + 1) * n)
+                rows.append(dict(probe="reasoning", task=name, length=L, depth=depth,
+                                 exact=float(exact[i].float().mean()),
+                                 answer_accuracy=float(right[i][content[i]].float().mean()),
+                                 loss=float(ce[i][content[i]].mean()), examples=n))
+    return rows
+
+
+@functools.lru_cache(maxsize=512)
+def reasoning_windows(task: PasskeyText, name: str, L: int, depth: float, n: int,
+                      seed: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``n`` windows of L characters (token ids of ``task``'s vocabulary, [n, L]) and the index of
+    each one's answer (its leading space) [n]: validation text, a line break, then an example of
+    ``name`` at ``depth`` (``rs.fitted`` with rs.CHAR_PARAMS, seed ``seed * 1000 + trial``), prompt and
+    answer ending the window, as the training mixture writes them. None when it cannot fit L."""
+    examples = [rs.fitted(name, L - 1, depth, seed * 1000 + trial, **rs.CHAR_PARAMS[name]) for trial in range(n)]
+    if any(ex is None for ex in examples):
+        return None
+    text = CharText(corpus=task.corpus, split="val").ids  # corpus ids are the same in task's vocabulary
+    g = torch.Generator().manual_seed(_cell_seed(seed + 101 + list(rs.TASKS).index(name), L, depth))
+    starts = torch.randint(0, text.numel() - L, (n,), generator=g)
+    tokens = text[starts[:, None] + torch.arange(L)]  # [n, L]
+    first = torch.empty(n, dtype=torch.long)
+    for i, ex in enumerate(examples):
+        assert ex is not None
+        ids = task.encode("\n" + ex.prompt + ex.answer)  # as the training mixture writes it
+        tokens[i, L - len(ids):] = ids
+        first[i] = L - len(ex.answer)
+    return tokens, first
 
 
 def _cell_seed(seed: int, L: int, depth: float) -> int:
@@ -521,12 +619,29 @@ def derived_rows(rows: list[dict], L0: int) -> list[dict]:
             if (a, seed, int(L)) in table and (b, seed, int(L)) in table:
                 out.append(dict(probe="vs", pair=f"{a} - {b}", seed=seed, length=int(L),
                                 diff=table[(a, seed, int(L))] - table[(b, seed, int(L))]))
-    out += bend_rows(rows, L0)
+    out += bend_rows(rows, L0) + ranking_rows(rows, L0)
     bends = {(r["method"], r["seed"]): r["bend"] for r in out if r["probe"] == "bend"}
     for seed in seeds:
         rope, tuned = bends.get(("rope", seed)), bends.get(("base2x+ft", seed))
         if rope and tuned:
             out.append(dict(probe="bend_shift", seed=seed, ratio=tuned / rope))
+    return out
+
+
+def ranking_rows(rows: list[dict], L0: int) -> list[dict]:
+    """probe="ranking" per (seed, task, length > L0): Kendall's tau between the methods ordered by
+    mean exact match over depths (higher first) and by loss at that length (lower first)."""
+    loss = {(r["method"], r["seed"], r["length"]): r["loss"] for r in rows if r.get("probe") == "loss"}
+    cells: dict[tuple, dict[str, list[float]]] = {}
+    for r in rows:
+        if r.get("probe") == "reasoning" and r["length"] > L0 and r.get("exact") is not None:
+            cells.setdefault((r["seed"], r["task"], r["length"]), {}).setdefault(r["method"], []).append(r["exact"])
+    out = []
+    for (seed, task, L), exact in sorted(cells.items()):
+        got = rank_agreement({m: float(np.mean(v)) for m, v in exact.items()},
+                             {m: v for (m, s, length), v in loss.items() if s == seed and length == L})
+        if got is not None:
+            out.append(dict(probe="ranking", seed=seed, task=task, length=L, multiple=L / L0, **got))
     return out
 
 
@@ -563,7 +678,10 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"({SEARCH.evaluations} objective evaluations per search, {SEARCH.survivors} survivors). Fine-tuning: "
              f"{max(2, int(FT_SHARE * study.train.steps))} AdamW steps at lr {FT_LR} (base2x+ft: "
              f"{max(2, int(BASE_FT_SHARE * study.train.steps))} at L0). Passkeys: "
-             f"{max(2, study.eval.n_sequences // 4)} per (length, depth), depths {list(PASSKEY_DEPTHS)}.")
+             f"{max(2, study.eval.n_sequences // 4)} per (length, depth), depths {list(PASSKEY_DEPTHS)}; "
+             f"the reasoning and code tasks ({', '.join(study.task.get('reasoning', ()))}; training share "
+             f"{study.task.get('reasoning_share', 0)}, answer weight {study.task.get('reasoning_weight', 1)}) "
+             f"on the same grid, compact form.")
     return write_outputs(out, title=title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro, tables=TABLES,
                          figures=FIGURES, sections=sections, more_figures=partial(passkey_heatmap, study))
 

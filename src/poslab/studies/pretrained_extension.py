@@ -70,6 +70,7 @@ import torch
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
+from poslab.experiments.ranking import rank_agreement
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, mean, probe
 from poslab.store import config_hash, git_revision
@@ -589,30 +590,11 @@ def ranking_rows(rows: list[dict]) -> list[dict]:
             cells.setdefault((r["task"], r["scale"], r["method"]), []).append(r["exact"])
     out = []
     for task, scale in sorted({(t, s) for t, s, _ in cells}):
-        methods = sorted(m for t, s, m in cells if (t, s) == (task, scale) and (m, scale) in loss)
-        if len(methods) < 2:
-            continue
-        exact = [sum(cells[(task, scale, m)]) / len(cells[(task, scale, m)]) for m in methods]
-        neg_loss = [-loss[(m, scale)] for m in methods]
-        out.append(dict(probe="ranking", task=task, scale=scale, tau=kendall_tau(exact, neg_loss), methods=len(methods),
-                        best_task=methods[max(range(len(methods)), key=lambda i: exact[i])],
-                        best_loss=methods[max(range(len(methods)), key=lambda i: neg_loss[i])]))
+        exact = {m: sum(v) / len(v) for (t, s, m), v in cells.items() if (t, s) == (task, scale)}
+        got = rank_agreement(exact, {m: v for (m, s), v in loss.items() if s == scale})
+        if got is not None:
+            out.append(dict(probe="ranking", task=task, scale=scale, **got))
     return out
-
-
-def kendall_tau(x: list[float], y: list[float]) -> float | None:
-    """Kendall's tau-b of two score lists (ties counted as neither concordant nor discordant);
-    None when either list is constant."""
-    n, conc, disc, tx, ty = len(x), 0, 0, 0, 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            a, b = (x[i] > x[j]) - (x[i] < x[j]), (y[i] > y[j]) - (y[i] < y[j])
-            conc += a * b > 0
-            disc += a * b < 0
-            tx += a == 0 and b != 0
-            ty += b == 0 and a != 0
-    denom = ((conc + disc + tx) * (conc + disc + ty)) ** 0.5
-    return None if denom == 0 else (conc - disc) / denom
 
 
 def claims_for(study: StudyConfig) -> list[ClaimSpec]:

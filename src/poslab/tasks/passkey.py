@@ -32,10 +32,26 @@ scale (4 layers, width 128, 2000 steps) a plain share is not enough: with w = 1,
 20 at share 0.1 copies every passkey within the training length (README, context extension).
 w = 1 adds no weight tensor (the plain mean).
 
+The reasoning mixture: ``reasoning`` names tasks of :mod:`poslab.tasks.reasoning` (multi-key and
+multi-value needles, variable tracking, brackets, code) and ``reasoning_share`` the probability that
+a window (when not a passkey one: share + reasoning_share <= 1) ends with an example of one of them,
+drawn uniformly, in its compact form and ``CHAR_PARAMS`` (:func:`poslab.tasks.reasoning.fitted`):
+corpus text, a line break, then the prompt and the answer, the answer's last character the last
+target. A window too short for the drawn task's example stays plain text (at L = 32 only brackets
+fits). The answer's characters, its leading space excluded, weigh ``reasoning_weight`` in the loss,
+as ``answer_weight`` weighs a passkey's digits::
+
+    L = 64, vartrack   tokens ", none we\nCBMRS = 51595. VAUCO = CBMRS. vars = 51595: CBMRS VAUC"
+                       answer "CBMRS VAUCO" (weighted), its last character the last target
+    (all five tasks, share 0.1, reasoning_share 0.5, generator seed 0: the sixth of 6 windows)
+
 The vocabulary is the corpus's, with any needle character it lacks (TinyShakespeare has no digit
-but "3") appended after it, so plain text has the same token ids as under ``CharText``:
+but "3") appended after it, so plain text has the same token ids as under ``CharText``; with
+``reasoning`` non-empty (whichever tasks), the characters the reasoning generators can emit
+(:func:`poslab.tasks.reasoning.characters`) that are still missing follow, so a passkey keeps its ids:
 
     TinyShakespeare: 65 corpus characters + "012456789" -> vocab_size 74; "0" -> 65, "3" -> 9
+    with reasoning: 74 + "#()*+<=>[]_{}" -> vocab_size 87
 
 Worked examples (``digits=5``, L = 40, N = 16, Q = 14, so p = round(11 delta); validation
 split, generator seed 0; tokens shown, then the answer targets)::
@@ -57,6 +73,7 @@ import torch
 from torch import Tensor
 
 from poslab.errors import ConfigError, check_choice
+from poslab.tasks import reasoning as rs
 from poslab.tasks.base import Batch, Length, length_range
 from poslab.tasks.text import SPLITS, load_corpus
 
@@ -79,6 +96,9 @@ class PasskeyText:
     depth: float | None = None  # needle depth delta in [0, 1]; None: uniform per window
     score: str = "all"  # "all": every next-character target; "answer": the answer digits only
     answer_weight: float = 1.0  # weight of an answer digit in the training loss (other targets: 1)
+    reasoning: tuple[str, ...] = ()  # tasks of poslab.tasks.reasoning mixed in (their CHAR_PARAMS); (): none
+    reasoning_share: float = 0.0  # probability that a window ends with a reasoning example instead
+    reasoning_weight: float = 1.0  # weight of a reasoning answer character in the training loss
 
     def __post_init__(self):
         check_choice("split", self.split, SPLITS)
@@ -94,14 +114,35 @@ class PasskeyText:
             raise ConfigError("answer_weight", self.answer_weight, "a finite number > 0")
         if self.score == "answer" and self.share != 1:
             raise ConfigError("share", self.share, "1.0 when score='answer' (only passkey windows have an answer)")
-        _vocab(self.corpus)  # read and check the corpus now, before any work
+        self._check_reasoning()
+        _vocab(self.corpus, bool(self.reasoning))  # read and check the corpus now, before any work
+
+    def _check_reasoning(self) -> None:
+        tasks = self.reasoning
+        if isinstance(tasks, list):
+            object.__setattr__(self, "reasoning", tuple(tasks))  # a --set list; frozen, hashable
+        allowed = f"a list of distinct tasks among {', '.join(rs.TASKS)}"
+        if not isinstance(self.reasoning, tuple) or len(set(self.reasoning)) != len(self.reasoning):
+            raise ConfigError("reasoning", tasks, allowed)
+        for task in self.reasoning:
+            check_choice("reasoning", task, tuple(rs.TASKS))
+        room = 1 - self.share if _is_number(self.share) else 1.0
+        if not (_is_number(self.reasoning_share) and 0 <= self.reasoning_share <= room + 1e-12):
+            raise ConfigError("reasoning_share", self.reasoning_share,
+                              f"a number in [0, {room:g}] (share + reasoning_share <= 1)")
+        if self.reasoning_share > 0 and not self.reasoning:
+            raise ConfigError("reasoning", list(self.reasoning), f"{allowed}, non-empty when reasoning_share > 0")
+        if not (_is_number(self.reasoning_weight) and math.isfinite(self.reasoning_weight)
+                and self.reasoning_weight > 0):
+            raise ConfigError("reasoning_weight", self.reasoning_weight, "a finite number > 0")
 
     # -- vocabulary ----------------------------------------------------------------------------
 
     @property
     def vocab(self) -> str:
-        """The corpus's characters, then the needle characters it lacks; a token indexes it."""
-        return _vocab(self.corpus)
+        """The corpus's characters, then the needle characters it lacks, then (with ``reasoning``)
+        the reasoning characters it still lacks; a token indexes it."""
+        return _vocab(self.corpus, bool(self.reasoning))
 
     @property
     def vocab_size(self) -> int:
@@ -159,10 +200,13 @@ class PasskeyText:
 
     def sample_with_answers(self, generator: torch.Generator, batch_size: int,
                             length: Length) -> tuple[Batch, Tensor]:
-        """The batch and the answer mask [b, s]: True at the targets that are answer digits.
+        """The batch and the answer mask [b, s]: True at the targets that are answer digits (and
+        the answer characters of reasoning windows).
 
-        Draws, in order: window offsets [b], lengths [b] (only when lo < hi), passkey flags [b],
-        digits [b, digits], depths [b] (only when ``depth`` is None).
+        Draws, in order: window offsets [b], lengths [b] (only when lo < hi), one uniform u [b]
+        (passkey if u < share, reasoning if share <= u < share + reasoning_share), digits
+        [b, digits], depths [b] (only when ``depth`` is None); with reasoning_share > 0 then the
+        reasoning task [b], example seed [b] and depth [b] (only when ``depth`` is None).
         """
         lo, hi = length_range(length)
         self.validate(lo)
@@ -176,7 +220,9 @@ class PasskeyText:
             lengths = torch.full((b,), hi, dtype=torch.long)
         else:
             lengths = torch.randint(lo, hi + 1, (b,), generator=generator, device=device).cpu()
-        planted = (torch.rand(b, generator=generator, device=device) < self.share).cpu()  # [b]
+        u = torch.rand(b, generator=generator, device=device).cpu()  # [b]
+        planted = u < self.share
+        mixed = (u >= self.share) & (u < self.share + self.reasoning_share)
         planted &= lengths >= self.needle_length + self.query_length  # a needle only where it fits
         digits = torch.randint(0, 10, (b, self.digits), generator=generator, device=device).cpu()
         if self.depth is None:
@@ -198,17 +244,47 @@ class PasskeyText:
             q_pos = q[:, None] + torch.arange(Q)  # [b, Q]
             out[rows.expand(-1, N)[planted], n_pos[planted]] = needle[planted]
             out[rows.expand(-1, Q)[planted], q_pos[planted]] = query[planted]
+        answer_chars = torch.full((b,), self.digits)  # [b]: characters of the answer ending the window
+        if self.reasoning_share > 0:
+            mixed, answer_chars = self._plant_reasoning(generator, out, lengths, mixed, answer_chars)
         tokens, targets = out[:, :-1].contiguous(), out[:, 1:].contiguous()  # [b, hi] each
         real = cols[:-1] < lengths[:, None]  # [b, hi]
-        # target t is character t + 1: the answer digits are characters L - digits + 1 .. L
-        answer = (cols[1:] >= (lengths + 1 - self.digits)[:, None]) & real & planted[:, None]
+        # target t is character t + 1: the answer's a characters are characters L - a + 1 .. L
+        ending = (cols[1:] >= (lengths + 1 - answer_chars)[:, None]) & real  # [b, hi]
+        answer, reasoning = ending & planted[:, None], ending & mixed[:, None]
         loss_mask = answer if self.score == "answer" else real
         batch = Batch(tokens=tokens.masked_fill(~real, 0).to(device),
                       targets=targets.masked_fill(~real, 0).to(device), loss_mask=loss_mask.to(device),
                       lengths=lengths.to(device))
-        if self.answer_weight != 1 and self.score == "all":
-            batch.loss_weight = torch.where(answer, float(self.answer_weight), 1.0).to(device)  # [b, hi]
-        return batch, answer.to(device)
+        if (self.answer_weight != 1 or self.reasoning_weight != 1) and self.score == "all":
+            weight = torch.where(answer, float(self.answer_weight), 1.0)
+            batch.loss_weight = torch.where(reasoning, float(self.reasoning_weight), weight).to(device)  # [b, hi]
+        return batch, (answer | reasoning).to(device)
+
+    def _plant_reasoning(self, generator: torch.Generator, out: Tensor, lengths: Tensor, mixed: Tensor,
+                         answer_chars: Tensor) -> tuple[Tensor, Tensor]:
+        """Overwrite the end of each ``mixed`` window (its L + 1 characters in ``out``) with a
+        reasoning example, prompt then answer (``reasoning.fitted``); a window too short for it
+        stays plain text. Returns the windows that got one and each window's answer length."""
+        b, device = out.shape[0], generator.device
+        which = torch.randint(0, len(self.reasoning), (b,), generator=generator, device=device).cpu()
+        seeds = torch.randint(0, 2 ** 31 - 1, (b,), generator=generator, device=device).cpu()
+        if self.depth is None:
+            depth = torch.rand(b, generator=generator, device=device, dtype=torch.float64).cpu()
+        else:
+            depth = torch.full((b,), float(self.depth), dtype=torch.float64)
+        mixed, answer_chars = mixed.clone(), answer_chars.clone()
+        for i in mixed.nonzero().flatten().tolist():
+            task = self.reasoning[int(which[i])]
+            L = int(lengths[i])
+            ex = rs.fitted(task, L, float(depth[i]), int(seeds[i]), **rs.CHAR_PARAMS[task])
+            if ex is None:
+                mixed[i] = False
+                continue
+            text = "\n" + ex.prompt + ex.answer  # a line break keeps a key from running on from corpus text
+            out[i, L + 1 - len(text):L + 1] = self.encode(text)
+            answer_chars[i] = len(ex.answer.lstrip())  # the leading space is not weighted
+        return mixed, answer_chars
 
     def _templates(self, digits: Tensor) -> tuple[Tensor, Tensor]:
         """digits [b, k] -> needle ids [b, N] and question ids [b, Q] with those digits in place."""
@@ -225,12 +301,18 @@ class PasskeyText:
 
 
 @functools.lru_cache(maxsize=8)
-def _vocab_cached(corpus: str | None, where: str, size: int) -> str:
+def _vocab_cached(corpus: str | None, where: str, size: int, reasoning: bool) -> str:
     vocab = load_corpus(corpus).vocab
-    needed = sorted(set(NEEDLE.format("0123456789") + QUERY.format("")) - set(vocab))
-    return vocab + "".join(needed)
+    vocab += "".join(sorted(set(NEEDLE.format("0123456789") + QUERY.format("")) - set(vocab)))
+    if reasoning:  # after the needle's characters, so a passkey has the same ids with or without
+        vocab += "".join(sorted(set(rs.characters()) - set(vocab)))
+    return vocab
 
 
-def _vocab(corpus: str | None) -> str:
+def _vocab(corpus: str | None, reasoning: bool = False) -> str:
     data = load_corpus(corpus)
-    return _vocab_cached(corpus, data.where, len(data.text))
+    return _vocab_cached(corpus, data.where, len(data.text), reasoning)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)

@@ -55,7 +55,8 @@ Notation: L the requested length in characters, d the depth in [0, 1].
 from __future__ import annotations
 
 import random
-import re
+import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -64,9 +65,39 @@ from poslab.errors import ConfigError, check_choice
 
 FILLER = ("The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.", "There and back again.",
           "The river runs to the sea.", "A bird sings in the morning.", "The road is long and quiet.")
-KEY_NEEDLE = "The special magic number for {key} is: {value}."
+LOWER, UPPER, DIGITS = string.ascii_lowercase, string.ascii_uppercase, string.digits  # names and values
 OPENERS, CLOSERS = "([{<", ")]}>"
+SEPARATORS = (" ", "\n", ", ")  # between filler pieces (code: lines), between answer items
 ASKS = ("all", "outermost")
+# Every template of a form; "compact" says the same in fewer characters, so that the tasks fit the
+# 64-character windows a character LM trains on (poslab.tasks.passkey's reasoning mixture).
+FORMS = {
+    "prose": dict(
+        needle="The special magic number for {key} is: {value}.",
+        ask_key="What is the special magic number for {key}? The special magic number for {key} is:",
+        ask_values="What are all the special magic numbers for {key}? In order, they are:",
+        assign="VAR {name} = {value}.",
+        ask_vars="Question: which variables are assigned the value {value}? Answer:",
+        ask_all="Question: write the brackets that close every bracket still open, innermost first. Answer:",
+        ask_outermost="Question: which bracket closes the first bracket still open? Answer:",
+        define="def f_{name}(x):\n    return x * {a} + {b}",
+        call="print(f_{name}({x}))  # prints"),
+    "compact": dict(
+        needle="{key}: {value}.", ask_key="{key}:", ask_values="{key} all:",
+        assign="{name} = {value}.", ask_vars="vars = {value}:",
+        ask_all="close:", ask_outermost="close first:",
+        define="f_{name}(x) = x*{a}+{b}", call="f_{name}({x}) ="),
+}
+KEY_NEEDLE = FORMS["prose"]["needle"]
+
+
+def characters() -> str:
+    """Every character a generator can emit, sorted: the literal text of every template of every
+    form, the filler, the separators, and the alphabets names, values and brackets are drawn from."""
+    literal = "".join(text for form in FORMS.values() for template in form.values()
+                      for text, *_ in string.Formatter().parse(template))
+    return "".join(sorted(set(literal + "".join(FILLER) + "".join(SEPARATORS) + LOWER + UPPER + DIGITS
+                              + OPENERS + CLOSERS)))
 
 
 @dataclass(frozen=True)
@@ -149,46 +180,53 @@ def _after(rng: random.Random, depth: float, n: int) -> list[float]:
 
 # ----------------------------------------------------------------------------- the tasks
 
-def _multikey(rng, length, depth, keys: int = 4):
+def _form(form: str) -> dict:
+    check_choice("form", form, FORMS)
+    return FORMS[form]
+
+
+def _multikey(rng, length, depth, keys: int = 4, form: str = "prose"):
     _count("keys", keys, 1, 64)
-    names = _names(rng, keys, 6, "abcdefghijklmnopqrstuvwxyz")
+    t = _form(form)
+    names = _names(rng, keys, 6, LOWER)
     values = [str(rng.randrange(10 ** 6, 10 ** 7)) for _ in names]
-    inserts = [(depth, KEY_NEEDLE.format(key=names[0], value=values[0]))]
-    inserts += [(rng.random(), KEY_NEEDLE.format(key=k, value=v)) for k, v in zip(names[1:], values[1:], strict=True)]
-    question = (f"What is the special magic number for {names[0]}? "
-                f"The special magic number for {names[0]} is:")
+    inserts = [(depth, t["needle"].format(key=names[0], value=values[0]))]
+    inserts += [(rng.random(), t["needle"].format(key=k, value=v)) for k, v in zip(names[1:], values[1:], strict=True)]
+    question = t["ask_key"].format(key=names[0])
     return _layout(rng, length, sorted(inserts, key=lambda x: x[0]), question), " " + values[0]
 
 
-def _multivalue(rng, length, depth, values: int = 3):
+def _multivalue(rng, length, depth, values: int = 3, form: str = "prose"):
     _count("values", values, 1, 64)
-    key = _names(rng, 1, 6, "abcdefghijklmnopqrstuvwxyz")[0]
+    t = _form(form)
+    key = _names(rng, 1, 6, LOWER)[0]
     vals = [str(rng.randrange(10 ** 6, 10 ** 7)) for _ in range(values)]
-    inserts = [(d, KEY_NEEDLE.format(key=key, value=v)) for d, v in zip(_after(rng, depth, values), vals, strict=True)]
-    question = f"What are all the special magic numbers for {key}? In order, they are:"
-    return _layout(rng, length, inserts, question), " " + ", ".join(vals)
+    inserts = [(d, t["needle"].format(key=key, value=v)) for d, v in zip(_after(rng, depth, values), vals, strict=True)]
+    return _layout(rng, length, inserts, t["ask_values"].format(key=key)), " " + ", ".join(vals)
 
 
-def _vartrack(rng, length, depth, hops: int = 3, chains: int = 2):
+def _vartrack(rng, length, depth, hops: int = 3, chains: int = 2, form: str = "prose"):
     _count("hops", hops, 1, 32)
     _count("chains", chains, 1, 8)
-    names = _names(rng, hops * chains, 5, "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    t = _form(form)
+    names = _names(rng, hops * chains, 5, UPPER)
     values = [str(v) for v in rng.sample(range(10 ** 4, 10 ** 5), chains)]
     inserts = []
     for c in range(chains):
         chain = names[c * hops:(c + 1) * hops]
         depths = _after(rng, depth, hops) if c == 0 else sorted(rng.random() for _ in range(hops))
-        texts = [f"VAR {chain[0]} = {values[c]}."] + [f"VAR {b} = {a}." for a, b in zip(chain, chain[1:], strict=False)]
+        texts = [t["assign"].format(name=chain[0], value=values[c])]
+        texts += [t["assign"].format(name=b, value=a) for a, b in zip(chain, chain[1:], strict=False)]
         inserts += list(zip(depths, texts, strict=True))
     inserts.sort(key=lambda x: x[0])  # stable: a chain's own statements keep their order
-    question = f"Question: which variables are assigned the value {values[0]}? Answer:"
-    return _layout(rng, length, inserts, question), " " + " ".join(names[:hops])
+    return _layout(rng, length, inserts, t["ask_vars"].format(value=values[0])), " " + " ".join(names[:hops])
 
 
-def _brackets(rng, length, depth, nesting: int = 3, groups: int = 2, ask: str = "all"):
+def _brackets(rng, length, depth, nesting: int = 3, groups: int = 2, ask: str = "all", form: str = "prose"):
     _count("nesting", nesting, 1, 32)
     _count("groups", groups, 0, 32)
     check_choice("ask", ask, ASKS)
+    t = _form(form)
     opened = [rng.randrange(4) for _ in range(nesting)]
     inserts = [(d, OPENERS[o]) for d, o in zip(_after(rng, depth, nesting), opened, strict=True)]
     for _ in range(groups):  # balanced groups: they never change which brackets stay open
@@ -197,35 +235,34 @@ def _brackets(rng, length, depth, nesting: int = 3, groups: int = 2, ask: str = 
         inserts.append((rng.uniform(depth, 1), text))
     inserts.sort(key=lambda x: x[0])
     if ask == "all":
-        question = "Question: write the brackets that close every bracket still open, innermost first. Answer:"
-        answer = " " + " ".join(CLOSERS[o] for o in reversed(opened))
+        question, answer = t["ask_all"], " " + " ".join(CLOSERS[o] for o in reversed(opened))
     else:
-        question = "Question: which bracket closes the first bracket still open? Answer:"
-        answer = " " + CLOSERS[opened[0]]
+        question, answer = t["ask_outermost"], " " + CLOSERS[opened[0]]
     return _layout(rng, length, inserts, question), answer
 
 
-def _code(rng, length, depth, functions: int = 8, arg: int | None = None):
+def _code(rng, length, depth, functions: int = 8, arg: int | None = None, form: str = "prose"):
     _count("functions", functions, 1, 4096)
-    names = _names(rng, functions, 4, "abcdefghijklmnopqrstuvwxyz")
+    t = _form(form)
+    names = _names(rng, functions, 4, LOWER)
     taken = set(names)
 
     def define(name):
-        return f"def f_{name}(x):\n    return x * {rng.randint(2, 9)} + {rng.randint(1, 99)}"
+        a, b = rng.randint(2, 9), rng.randint(1, 99)
+        return t["define"].format(name=name, a=a, b=b), a, b
 
-    target = define(names[0])
-    others = [define(n) for n in names[1:]]
-    extra = iter(_names(rng, 4096, 4, "abcdefghijklmnopqrstuvwxyz", taken))  # filler: more distractors
+    target, a, b = define(names[0])
+    others = [define(n)[0] for n in names[1:]]
+    extra = iter(_names(rng, 4096, 4, LOWER, taken))  # filler: more distractors
     inserts = [(depth, target)] + [(rng.random(), o) for o in others]
     inserts.sort(key=lambda x: x[0])
     x = rng.randint(1, 9) if arg is None else _count("arg", arg, 0, 999)
-    a, b = map(int, re.findall(r"\d+", target.split(":", 1)[1]))
-    question = f"print(f_{names[0]}({x}))  # prints"
-    return _layout(rng, length, inserts, question, filler=lambda r: define(next(extra)), sep="\n"), f" {x * a + b}"
+    question = t["call"].format(name=names[0], x=x)
+    return _layout(rng, length, inserts, question, filler=lambda r: define(next(extra))[0], sep="\n"), f" {x * a + b}"
 
 
-TASKS = {"multikey": _multikey, "multivalue": _multivalue, "vartrack": _vartrack, "brackets": _brackets,
-         "code": _code}
+TASKS: dict[str, Callable[..., tuple[str, str]]] = {
+    "multikey": _multikey, "multivalue": _multivalue, "vartrack": _vartrack, "brackets": _brackets, "code": _code}
 
 
 def generate(task: str, length: int, depth: float, seed: int = 0, **params) -> Example:
@@ -252,6 +289,33 @@ def grid(task: str, lengths, depths, trials: int = 1, seed: int = 0, **params) -
         for d in depths:
             _check(task, L, d, seed)
     return [generate(task, L, d, seed * 1000 + t, **params) for L in lengths for d in depths for t in range(trials)]
+
+
+# The character LM's settings: the compact form, counts small enough that prompt and answer fit a
+# 64-character window (context-extension's L0) with room for filler; see ``fitted``.
+CHAR_PARAMS = {"multikey": dict(keys=2, form="compact"), "multivalue": dict(values=2, form="compact"),
+               "vartrack": dict(hops=2, chains=1, form="compact"),
+               "brackets": dict(nesting=3, groups=1, form="compact"), "code": dict(functions=2, form="compact")}
+
+
+def fitted(task: str, total: int, depth: float, seed: int = 0, **params) -> Example | None:
+    """An example whose prompt and answer together hold at most ``total`` characters (a window
+    that ends with the answer), or None when the task's inserts and question cannot fit. The
+    requested length is lowered by the overshoot until it fits, so ``Example.length`` may be below
+    ``total``; the same arguments always give the same example."""
+    room = total
+    while room >= 1:
+        try:
+            ex = generate(task, room, depth, seed, **params)
+        except ConfigError as e:
+            if e.field == "length":
+                return None
+            raise
+        over = len(ex.prompt) + len(ex.answer) - total
+        if over <= 0:
+            return ex
+        room -= over
+    return None
 
 
 def score(answer: str | Example, generated: str) -> float:
