@@ -1,5 +1,7 @@
-"""The plain-SDPA baseline of ``poslab bench lm`` computes what poslab's Transformer computes: the
-same logits with copied weights, for both encodings the benchmark compares."""
+"""The benchmarks' own code: the plain-SDPA baseline of ``poslab bench lm`` computes what poslab's
+Transformer computes (the same logits with copied weights, for both encodings the benchmark
+compares); ``poslab bench profile``'s phases add up to the wall time, and timing a study changes
+nothing it computes."""
 
 import pytest
 import torch
@@ -34,13 +36,64 @@ def test_plain_gpt_equals_transformer_with_copied_weights(encoding):
         assert not torch.allclose(plain(tokens), ours(tokens), atol=1e-3)
 
 
-def test_bench_profile_splits_a_study_into_phases_that_add_up():
+TINY = ("seeds=1", "train.steps=5", "eval.n_sequences=16", "eval.lengths=[12]")
+
+
+def test_bench_profile_splits_a_study_into_phases_that_add_up_to_its_wall_time():
     from poslab.bench import PHASES, bench_profile
 
-    got = bench_profile("k1", preset="quick", overrides=("seeds=1", "train.steps=5", "eval.n_sequences=16",
-                                                          "eval.lengths=[12]"), echo=lambda *_: None)
+    got = bench_profile("k1", preset="quick", overrides=TINY, echo=lambda *_: None)
     seconds = {r["phase"]: r["seconds"] for r in got["rows"]}
-    assert set(seconds) == {*PHASES, "other"} and all(v >= 0 for v in seconds.values())
-    assert sum(seconds.values()) <= got["wall"] * 1.001  # the phases never count time twice
-    for phase in ("sampling", "forward", "backward", "optimizer", "evaluation", "tables and figures"):
+    assert list(seconds) == [*PHASES, "other", "wall"]
+    wall = seconds.pop("wall")
+    assert wall == got["wall"] and all(v >= 0 for v in seconds.values())
+    assert sum(seconds.values()) == pytest.approx(wall, rel=1e-9)  # "other" is the remainder ...
+    assert seconds["other"] < 0.1 * wall  # ... and small: the spans cover the run
+    for phase in ("setup", "sampling", "forward", "backward", "optimizer", "evaluation", "store",
+                  "tables and figures"):
         assert seconds[phase] > 0, phase
+    per = {r["phase"]: r["ms_per_member_step"] for r in got["rows"]}
+    assert per["forward"] == pytest.approx(1e3 * seconds["forward"] / got["member_steps"])
+
+
+def test_a_timed_study_stores_bit_for_bit_the_weights_and_rows_of_an_untimed_one(tmp_path):
+    from poslab.experiments.config import apply_overrides
+    from poslab.experiments.executors import Inline
+    from poslab.experiments.runner import run_study
+    from poslab.store import Store
+    from poslab.studies import get_experiment
+    from poslab.train import PhaseTimer
+
+    exp = get_experiment("k1")
+    study = apply_overrides(exp.study("quick"), list(TINY), fixed=exp.fixed)
+    stored = []
+    for name, timer in (("untimed", None), ("timed", PhaseTimer())):
+        with Store(tmp_path / name / "s.sqlite") as store:
+            run_study(exp, study, store=store, out=tmp_path / name / "out", progress=False, executor=Inline(),
+                      timer=timer)
+            runs = store.runs(experiment="k1")
+            stored.append(({r["key"]: store.load_weights(r["key"]) for r in runs if r["weights"]},
+                           [{k: v for k, v in row.items() if "seconds" not in k} for row in store.rows()]))
+        assert timer is None or timer.seconds["forward"] > 0
+    (untimed, rows_untimed), (timed, rows_timed) = stored
+    assert untimed.keys() == timed.keys() and untimed
+    for key, weights in untimed.items():
+        for name, w in weights.items():
+            assert torch.equal(w, timed[key][name]), (key, name)
+    assert repr(rows_untimed) == repr(rows_timed)  # repr: NaN (no weight to measure) equals NaN
+
+
+def test_a_timer_needs_the_inline_executor_and_its_spans_do_not_nest(tmp_path):
+    from poslab.experiments.executors import ProcessPool
+    from poslab.experiments.runner import run_study
+    from poslab.store import Store
+    from poslab.studies import get_experiment
+    from poslab.train import PhaseTimer
+
+    exp = get_experiment("k1")
+    timer = PhaseTimer()
+    with Store(tmp_path / "s.sqlite") as store, pytest.raises(ValueError, match="inline"):
+        run_study(exp, exp.study("quick"), store=store, out=tmp_path / "out", progress=False,
+                  executor=ProcessPool(2), timer=timer)
+    with pytest.raises(RuntimeError, match="nest"), timer("forward"), timer("backward"):
+        pass

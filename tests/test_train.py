@@ -11,7 +11,7 @@ from poslab.models.loss import masked_cross_entropy
 from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
 from poslab.models.transformer import Transformer, TransformerConfig
 from poslab.tasks import Batch, build_task, eval_batch
-from poslab.train import DataStream, TrainConfig, _optimizer, evaluate_loss, train_ensemble, train_plain
+from poslab.train import DataStream, PhaseTimer, TrainConfig, _optimizer, evaluate_loss, train_ensemble, train_plain
 
 CFG = TrainConfig(steps=50, batch_size=32, min_length=8, max_length=16)
 
@@ -151,6 +151,22 @@ def test_transformer_members_equal_the_seed_trained_alone(task, kw, encoding):
         assert rel_err(p, plain.state_dict()[name]) < 1e-5, name
     assert rel_err(ens.models[2].layers[0].W_Q, make().layers[0].W_Q) > 1e-2  # it trained
     assert abs(ens.loss_curve[-1, 2] - losses[-1]) < 1e-4
+
+
+@pytest.mark.parametrize("members", [1, 3])
+def test_a_timed_ensemble_trains_bit_for_bit_what_an_untimed_one_does(members):
+    cfg = TrainConfig(steps=20, batch_size=8, min_length=8, max_length=16, optimizer="adamw", weight_decay=0.1,
+                      lr_schedule="cosine", warmup_steps=5, grad_clip=1.0)
+    tasks, seeds = [build_task("shift", K=2)] * members, list(range(members))
+    timer = PhaseTimer()
+    timed = train_ensemble(transformer(), tasks, seeds, cfg, progress=False, timer=timer)
+    untimed = train_ensemble(transformer(), tasks, seeds, cfg, progress=False)
+    for a, b in zip(timed.models, untimed.models, strict=True):
+        for name, p in a.state_dict().items():
+            assert torch.equal(p, b.state_dict()[name]), name
+    assert (timed.loss_curve == untimed.loss_curve).all()
+    assert set(timer.seconds) == {"setup", "sampling", "forward", "backward", "optimizer"}
+    assert all(s > 0 for s in timer.seconds.values())
 
 
 def test_cosine_schedule_warms_up_then_decays_to_the_floor():

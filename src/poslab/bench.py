@@ -479,62 +479,58 @@ def _lm_eval_figure(rows: list[dict], fit: dict, encoding: str, steps: int, path
 
 # ----------------------------------------------------------------------------- where a study's time goes
 
-# Phase -> the functions whose inclusive time it is (matched by function name, and file where a
-# name is common). The phases do not nest in one another, so their sum never counts time twice;
-# what they do not cover (Python between the steps, validation, grouping) is "other".
-PHASES: dict[str, tuple[tuple[str, str], ...]] = {
-    "sampling": (("tasks/base.py", "sample_steps"),),  # every training batch (evaluation sets are "evaluation")
-    "forward": (("train.py", "member_loss"),),  # under vmap: once per step for all members
-    "backward": (("torch/_tensor.py", "backward"),),
-    "optimizer": (("torch/optim/", "step"), ("train.py", "_clip_per_member")),
-    "evaluation": (("experiments/runner.py", "evaluate_member"),),
-    "variants": (("experiments/runner.py", "evaluate_variant"),),
-    "store": (("poslab/store.py", "record"), ("poslab/store.py", "rows"), ("poslab/store.py", "load_weights")),
-    "tables and figures": (("poslab/studies/", "report"),),
-}
+# The phases of one study, in the order they first happen. The trainer and the runner time them
+# with perf_counter spans at their boundaries (train.PhaseTimer); spans never nest, so the phases
+# never count a second twice; "other" is the wall time no span covers (the loss curve, progress
+# bars, Python between the spans).
+PHASES = ("setup", "sampling", "forward", "backward", "optimizer", "evaluation", "variants", "store",
+          "tables and figures")
+TRAINING = ("sampling", "forward", "backward", "optimizer")
 
 
 def bench_profile(experiment: str = "phenomenon", *, preset: str = "paper", overrides: tuple[str, ...] = (),
-                  echo=print) -> dict:
-    """Run one study inline in a fresh temporary store under cProfile and split its wall time into
-    PHASES, in seconds and per member-step (training phases)."""
-    import cProfile
-    import pstats
+                  device: str = "cpu", echo=print) -> dict:
+    """Run one study inline (one process, its groups one after another) in a fresh temporary
+    store, and split its wall time into PHASES: seconds, share of the wall time, and ms per
+    member-step (trained members x steps; for the evaluation phases, their cost spread over
+    the same member-steps). The spans read the clock only: the run computes what it computes
+    untimed (tests/test_train.py)."""
     import tempfile
-    import time
 
+    from poslab.errors import ConfigError
     from poslab.experiments.config import apply_overrides
     from poslab.experiments.executors import Inline
     from poslab.experiments.runner import run_study, validate
     from poslab.store import Store
     from poslab.studies import get_experiment
+    from poslab.train import PhaseTimer
 
     exp = get_experiment(experiment)
+    if exp.run is not None:
+        raise ConfigError("experiment", experiment, "a study that trains members (this one only evaluates "
+                                                    "a pretrained checkpoint)")
     study = apply_overrides(exp.study(preset), list(overrides), fixed=exp.fixed)
-    trained = validate(study, "cpu", exp)
+    trained = validate(study, device, exp)
+    timer = PhaseTimer(sync=torch.cuda.synchronize if device == "cuda" else None)
     with tempfile.TemporaryDirectory(prefix="poslab-profile-") as tmp, Store(Path(tmp) / "s.sqlite") as store:
-        profiler = cProfile.Profile()
         start = time.perf_counter()
-        profiler.enable()
-        summary = run_study(exp, study, store=store, out=Path(tmp) / "out", progress=False, executor=Inline())
-        profiler.disable()
+        summary = run_study(exp, study, store=store, out=Path(tmp) / "out", device=device, progress=False,
+                            executor=Inline(), timer=timer)
         wall = time.perf_counter() - start
-    stats = pstats.Stats(profiler).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
-    seconds = {phase: sum(ct for (file, _, name), (_, _, _, ct, _) in stats.items()
-                          if any(name == fn and part in file for part, fn in funcs))
-               for phase, funcs in PHASES.items()}
-    seconds["other"] = max(0.0, wall - sum(seconds.values()))
+    seconds = {phase: timer.seconds.get(phase, 0.0) for phase in PHASES}
+    seconds["other"] = wall - sum(seconds.values())
     member_steps = len(trained) * study.train.steps
-    rows = [dict(phase=p, seconds=s, share=s / wall,
-                 ms_per_member_step=1e3 * s / member_steps if p in ("sampling", "forward", "backward", "optimizer")
-                 else None) for p, s in seconds.items()]
-    echo(f"{experiment} --preset {preset}: {len(trained)} trained members x {study.train.steps} steps, "
-         f"{summary['variants']} evaluate-only variants; {wall:.1f} s under cProfile (inline, one process)")
+    rows = [dict(phase=p, seconds=s, share=s / wall, ms_per_member_step=1e3 * s / member_steps)
+            for p, s in seconds.items()]
+    rows.append(dict(phase="wall", seconds=wall, share=1.0, ms_per_member_step=1e3 * wall / member_steps))
+    echo(f"{experiment} --preset {preset}{''.join(f' --set {o}' for o in overrides)}: {len(trained)} trained "
+         f"members x {study.train.steps} steps = {member_steps:,} member-steps, {summary['variants']} "
+         f"evaluate-only variants; inline on {device}, {torch.get_num_threads()} thread(s)")
+    echo(f"  {'phase':<20} {'seconds':>9} {'share':>7} {'ms/member-step':>15}")
     for r in rows:
-        per = f"  {r['ms_per_member_step']:.3f} ms/member-step" if r["ms_per_member_step"] is not None else ""
-        echo(f"  {r['phase']:<20} {r['seconds']:8.2f} s  {100 * r['share']:5.1f}%{per}")
+        echo(f"  {r['phase']:<20} {r['seconds']:9.2f} {100 * r['share']:6.1f}% {r['ms_per_member_step']:15.4f}")
     return dict(experiment=experiment, preset=preset, wall=wall, members=len(trained), steps=study.train.steps,
-                rows=rows)
+                member_steps=member_steps, rows=rows)
 
 
 def bench_pretrained(*, model: str = "smollm2-135m", lengths=(2048,), threads: int = 1, echo=print) -> list[dict]:

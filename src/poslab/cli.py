@@ -10,6 +10,7 @@
     poslab bench train [--steps N] [--plain-steps N]
     poslab bench eval [--lengths 1000,...,1000000] [--figure PATH]   streamed evaluation to 10^6
     poslab bench eval --model lm [--lengths 1000,10000,30000] [--device cuda]   the LM's position-wise loss
+    poslab bench profile [EXPERIMENT] [--preset P] [--set key=value]   where one study's wall time goes
 
 Bad input stops before any work with one line naming the field and the allowed values, exit 2.
 """
@@ -267,12 +268,14 @@ def bench_train(steps, plain_steps, workers):
 @click.argument("experiment", default="phenomenon")
 @click.option("--preset", default="paper", show_default=True)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="as in poslab run")
-def bench_profile(experiment, preset, overrides):
-    """Where one study's wall time goes: sampling, forward, backward, optimizer, evaluation,
-    variants, store, tables and figures (cProfile, inline, a temporary store)."""
+@click.option("--device", default="cpu", show_default=True, help="cpu | cuda")
+def bench_profile(experiment, preset, overrides, device):
+    """Where one study's wall time goes: setup, sampling, forward, backward, optimizer, evaluation,
+    variants, store, tables and figures; seconds, share of the wall time and ms per member-step
+    (timed at the phase boundaries, inline, in a temporary store)."""
     from poslab.bench import bench_profile as profile
 
-    profile(experiment, preset=preset, overrides=overrides, echo=click.echo)
+    profile(experiment, preset=preset, overrides=overrides, device=device, echo=click.echo)
 
 
 @bench.command("eval")

@@ -39,7 +39,8 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -120,6 +121,45 @@ class TrainResult:
     diverged_at: list[int | None]  # step at which a member diverged, None if it did not
     snapshots: dict[int, list[dict[str, Tensor]]] = field(default_factory=dict)  # step -> state dicts
     seconds: float = 0.0
+
+
+class PhaseTimer:
+    """Wall seconds per named phase, summed over ``perf_counter`` spans: ``with timer("forward"): ...``.
+
+    Spans may not nest (a span opened inside another raises), so no second is counted twice and
+    the phases of one process sum to at most its wall time. ``sync`` runs before each clock read:
+    on a GPU pass ``torch.cuda.synchronize``, or a span ends before the kernels it launched do.
+    The timer reads the clock only; it touches no tensor, generator or order of operations, so a
+    timed run computes bit for bit what an untimed one does (tests/test_train.py)."""
+
+    def __init__(self, sync: Callable[[], None] | None = None):
+        self.seconds: dict[str, float] = {}
+        self.sync = sync
+        self._open: str | None = None
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        if self._open is not None:
+            raise RuntimeError(f"phase {phase!r} opened inside {self._open!r}: spans may not nest")
+        self._open = phase
+        if self.sync is not None:
+            self.sync()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.sync is not None:
+                self.sync()
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+            self._open = None
+
+
+_UNTIMED = nullcontext()
+
+
+def spans(timer: PhaseTimer | None) -> Callable[[str], AbstractContextManager]:
+    """``timer`` itself, or a stand-in whose spans time nothing."""
+    return timer if timer is not None else (lambda phase: _UNTIMED)
 
 
 class DataStream:
@@ -245,21 +285,27 @@ def _set_lr(opt: torch.optim.Optimizer, cfg: TrainConfig, step: int) -> None:
 
 def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainConfig, *,
                    device: str | torch.device = "cpu", progress: bool = True, desc: str = "train",
-                   position: int = 0) -> TrainResult:
+                   position: int = 0, timer: PhaseTimer | None = None) -> TrainResult:
     """Train one member per (task, seed) pair; every member's model comes from ``make_model()``.
 
     ``make_model`` must build models of one parameter shape and one forward (it is called after
     seeding); the model provides ``loss(batch)`` for one member. Tasks may differ per member
-    (another offset K, say) as long as their batches have one shape.
+    (another offset K, say) as long as their batches have one shape. ``timer`` (``poslab bench
+    profile``) adds the time of each step's phases to its own: ``setup`` (models, optimizer),
+    ``sampling``, ``forward`` (with the divergence check), ``backward``, ``optimizer`` (clipping,
+    frozen members); the loss curve, snapshots and progress bar are left to the caller's "other".
     """
     cfg.validate()
     if len(tasks) != len(seeds):
         raise ValueError("one task per seed")
-    models = [build_member(make_model, s).to(device) for s in seeds]
-    params, buffers = stack_module_state(models)  # name -> [e, ...]
-    params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
-    buffers = {k: v[0] for k, v in buffers.items()}  # identical across members: shared, not mapped
-    template = _LossOf(copy.deepcopy(models[0]).to("meta"))
+    span = spans(timer)
+    with span("setup"):
+        models = [build_member(make_model, s).to(device) for s in seeds]
+        params, buffers = stack_module_state(models)  # name -> [e, ...]
+        params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+        buffers = {k: v[0] for k, v in buffers.items()}  # identical across members: shared, not mapped
+        template = _LossOf(copy.deepcopy(models[0]).to("meta"))
+        opt = _optimizer(params, cfg, fused=device_fused(device), member_axis=True)
 
     n_queries = None  # the batches' query hint: a Python int, the same for every member
 
@@ -271,7 +317,6 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
     if len(seeds) == 1:  # one member: the same call without vmap, whose batching costs ~15-25% (poslab bench lm)
         def losses_fn(p, tensors):
             return member_loss({k: v[0] for k, v in p.items()}, {k: v[0] for k, v in tensors.items()})[None]
-    opt = _optimizer(params, cfg, fused=device_fused(device), member_axis=True)
     streams = [DataStream(t, s, cfg) for t, s in zip(tasks, seeds, strict=True)]
     E = len(seeds)
     alive = torch.ones(E, dtype=torch.bool, device=device)
@@ -283,26 +328,30 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
     bar = tqdm(range(1, cfg.steps + 1), desc=desc, disable=not progress, unit="step", leave=False, position=position)
     batches = ensemble_batches(streams, device)
     for step in bar:
-        batch = next(batches)  # tensors [e, b, ...]
+        with span("sampling"):
+            batch = next(batches)  # tensors [e, b, ...]
         n_queries = batch.n_queries
         tensors = {k: getattr(batch, k) for k in Batch.TENSORS if getattr(batch, k) is not None}
-        losses = losses_fn(params, tensors)  # [e]
-        finite = torch.isfinite(losses)
-        if not bool(finite[alive].all()):
-            for e in (~finite & alive).nonzero().flatten().tolist():
-                diverged_at[e] = step
-            alive = alive & finite
-            frozen = {k: v.detach().clone() for k, v in params.items()}
-        opt.zero_grad(set_to_none=True)
-        _set_lr(opt, cfg, step - 1)
-        torch.where(alive, losses, torch.zeros_like(losses)).sum().backward()
-        if cfg.grad_clip is not None:
-            _clip_per_member(params, cfg.grad_clip)
-        opt.step()
-        if not bool(alive.all()):
-            with torch.no_grad():  # frozen members keep the weights they diverged with
-                for k, v in params.items():
-                    v[~alive] = frozen[k][~alive]
+        with span("forward"):
+            losses = losses_fn(params, tensors)  # [e]
+            finite = torch.isfinite(losses)
+            if not bool(finite[alive].all()):
+                for e in (~finite & alive).nonzero().flatten().tolist():
+                    diverged_at[e] = step
+                alive = alive & finite
+                frozen = {k: v.detach().clone() for k, v in params.items()}
+        with span("backward"):
+            opt.zero_grad(set_to_none=True)
+            torch.where(alive, losses, torch.zeros_like(losses)).sum().backward()
+        with span("optimizer"):
+            _set_lr(opt, cfg, step - 1)
+            if cfg.grad_clip is not None:
+                _clip_per_member(params, cfg.grad_clip)
+            opt.step()
+            if not bool(alive.all()):
+                with torch.no_grad():  # frozen members keep the weights they diverged with
+                    for k, v in params.items():
+                        v[~alive] = frozen[k][~alive]
         curve[step - 1] = losses.detach().cpu().numpy()
         if step in cfg.snapshot_steps:
             snapshots[step] = [{k: v[e].detach().cpu().clone() for k, v in params.items()} for e in range(E)]

@@ -36,12 +36,12 @@ from torch import nn
 
 from poslab.errors import ConfigError
 from poslab.experiments.config import StudyConfig, _coerce, apply_point, grid_points, short_name
-from poslab.experiments.executors import Executor, make_executor
+from poslab.experiments.executors import Executor, Inline, make_executor
 from poslab.models import model_classes
 from poslab.positional import check_encoding
 from poslab.store import Store, config_hash, git_revision
 from poslab.tasks import Task, build_task, task_options
-from poslab.train import TrainResult, build_member, train_ensemble
+from poslab.train import PhaseTimer, TrainResult, build_member, spans, train_ensemble
 
 DEVICES = ("cpu", "cuda")
 
@@ -306,44 +306,47 @@ class MemberResult:
 
 
 def train_members(group: list[Member], *, device: str = "cpu", progress: bool = True, desc: str = "train",
-                  position: int = 0) -> TrainResult:
+                  position: int = 0, timer: PhaseTimer | None = None) -> TrainResult:
     """Train one group (one group key) as one ensemble."""
     study = group[0].study
     return train_ensemble(group[0].make_model(), [m.task for m in group], [m.seed for m in group], study.train,
-                          device=device, progress=progress, desc=desc, position=position)
+                          device=device, progress=progress, desc=desc, position=position, timer=timer)
 
 
 def train_group(experiment_name: str, group: list[Member], device: str = "cpu", progress: bool = True,
-                position: int = 0) -> list[MemberResult]:
+                position: int = 0, timer: PhaseTimer | None = None) -> list[MemberResult]:
     """Train one group as an ensemble and evaluate every member.
 
     A pure function of its (picklable) arguments, so an executor may run it anywhere: in this
-    process, in a worker process, or on a Ray worker. It never touches the store.
+    process, in a worker process, or on a Ray worker. It never touches the store. ``timer``
+    (inline only: a worker's copy never comes back) also gets each member's ``evaluation``.
     """
     from poslab.studies import get_experiment
 
     experiment = get_experiment(experiment_name)
     label = ",".join(f"{k}={v}" for k, v in group[0].ids.items() if k not in ("seed", "K"))
     result = train_members(group, device=device, progress=progress, position=position,
-                           desc=f"{experiment_name} {label} x{len(group)}")
+                           desc=f"{experiment_name} {label} x{len(group)}", timer=timer)
+    span = spans(timer)
     out = []
     for i, member in enumerate(group):
-        model = result.models[i].eval()
-        untrained = build_member(member.make_model(), member.seed).to(device).eval()
-        start = time.perf_counter()
-        snapshots = {step: states[i] for step, states in result.snapshots.items()}  # train.snapshot_steps
-        trained = dict(group_train_seconds=result.seconds, group_size=len(group),
-                       train_threads=torch.get_num_threads(), cores=os.cpu_count() or 1,
-                       final_loss=[float(x) for x in result.loss_curve[-1:, i]],
-                       loss_curve=[float(x) for x in result.loss_curve[:, i]])
-        rows = evaluate_member(experiment, MemberContext(model, untrained, member, device, snapshots, trained))
-        out.append(MemberResult(member=member, rows=rows, diverged_at=result.diverged_at[i],
-                                weights={k: v.detach().cpu() for k, v in model.state_dict().items()},
-                                timings=dict(train_seconds=result.seconds / len(group), group_size=len(group),
-                                             group_train_seconds=result.seconds,
-                                             eval_seconds=time.perf_counter() - start,
-                                             diverged_at=result.diverged_at[i],
-                                             final_loss=[float(x) for x in result.loss_curve[-1:, i]])))
+        with span("evaluation"):
+            model = result.models[i].eval()
+            untrained = build_member(member.make_model(), member.seed).to(device).eval()
+            start = time.perf_counter()
+            snapshots = {step: states[i] for step, states in result.snapshots.items()}  # train.snapshot_steps
+            trained = dict(group_train_seconds=result.seconds, group_size=len(group),
+                           train_threads=torch.get_num_threads(), cores=os.cpu_count() or 1,
+                           final_loss=[float(x) for x in result.loss_curve[-1:, i]],
+                           loss_curve=[float(x) for x in result.loss_curve[:, i]])
+            rows = evaluate_member(experiment, MemberContext(model, untrained, member, device, snapshots, trained))
+            out.append(MemberResult(member=member, rows=rows, diverged_at=result.diverged_at[i],
+                                    weights={k: v.detach().cpu() for k, v in model.state_dict().items()},
+                                    timings=dict(train_seconds=result.seconds / len(group), group_size=len(group),
+                                                 group_train_seconds=result.seconds,
+                                                 eval_seconds=time.perf_counter() - start,
+                                                 diverged_at=result.diverged_at[i],
+                                                 final_loss=[float(x) for x in result.loss_curve[-1:, i]])))
     return out
 
 
@@ -409,45 +412,55 @@ def split_groups(groups: list[list[Member]], slots: int) -> list[list[Member]]:
 
 def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: Path,
               device: str = "cpu", force: bool = False, progress: bool = True, workers: int = 1,
-              executor: Executor | str | None = None) -> dict:
+              executor: Executor | str | None = None, timer: PhaseTimer | None = None) -> dict:
     """Run (or resume) a study and write its report; returns a summary of what was done.
 
     ``workers`` > 1 trains that many groups at once in worker processes (each a share of the
     cores; on CPU, groups are split to give every worker one, :func:`split_groups`); ``executor``
     may be given instead. Only this process writes the store, as each
-    group comes back.
+    group comes back. ``timer`` (``poslab bench profile``; the inline executor only) gets the
+    run's phases: setup, the training phases of :func:`~poslab.train.train_ensemble`,
+    evaluation, variants, store, and "tables and figures".
     """
-    check_output_folder(out)
-    trained = validate(study, device, experiment)
+    span = spans(timer)
+    with span("setup"):
+        check_output_folder(out)
+        trained = validate(study, device, experiment)
     if experiment.run is not None:
         return experiment.run(study, store=store, out=out, device=device, force=force, progress=progress)
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError("workers", workers, "a positive integer")
-    variants = variant_members(experiment.name, study, trained)
-    everyone = trained + [v for v, _ in variants]
-    if force:
-        for m in everyone:
-            store.delete(m.key)
-    done = {r["key"] for r in store.runs(experiment=experiment.name)} & {m.key for m in everyone}  # diverged too
+    with span("setup"):
+        variants = variant_members(experiment.name, study, trained)
+        everyone = trained + [v for v, _ in variants]
+    with span("store"):
+        if force:
+            for m in everyone:
+                store.delete(m.key)
+        done = {r["key"] for r in store.runs(experiment=experiment.name)} & {m.key for m in everyone}  # diverged too
     todo = [m for m in trained if m.key not in done]
     groups: dict[str, list[Member]] = {}
     for m in todo:
         groups.setdefault(m.group_key(), []).append(m)
-    revision = git_revision(Path(__file__).parent)
+    with span("setup"):
+        revision = git_revision(Path(__file__).parent)
     start = time.perf_counter()
 
     def record(results: list[MemberResult]) -> None:
-        for r in results:
-            store.record(r.member.key, experiment=experiment.name, config=r.member.config(), rows=r.rows,
-                         status="finished" if r.diverged_at is None else "diverged", timings=r.timings,
-                         weights=r.weights, revision=revision)
+        with span("store"):
+            for r in results:
+                store.record(r.member.key, experiment=experiment.name, config=r.member.config(), rows=r.rows,
+                             status="finished" if r.diverged_at is None else "diverged", timings=r.timings,
+                             weights=r.weights, revision=revision)
 
     if isinstance(executor, str) or executor is None:
         executor = make_executor(executor or "local", workers=min(workers, max(1, len(todo))), device=device)
+    if timer is not None and not isinstance(executor, Inline):
+        raise ValueError("a PhaseTimer sees this process only: time a study with the inline executor")
     batches = list(groups.values())
     if device == "cpu":  # a core per job beats every core on one job (poslab bench lm: 52 ms/step on one
         batches = split_groups(batches, getattr(executor, "slots", 1))  # thread, 33 on two)
-    jobs = [(experiment.name, group, device, progress, i) for i, group in enumerate(batches)]
+    jobs = [(experiment.name, group, device, progress, i, timer) for i, group in enumerate(batches)]
     for results in executor.map_unordered(train_group, jobs):
         record(results)
 
@@ -455,12 +468,18 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     for variant, base in variants:
         if variant.key in done:
             continue
-        weights = store.load_weights(base.key)
-        record([evaluate_variant(experiment.name, variant, weights, device)])
+        with span("store"):
+            weights = store.load_weights(base.key)
+        with span("variants"):
+            result = evaluate_variant(experiment.name, variant, weights, device)
+        record([result])
         evaluated += 1
-    rows = store.rows(keys=[m.key for m in everyone])
-    out.mkdir(parents=True, exist_ok=True)
-    files = experiment.report(rows, study, out)
-    store.record_outputs(experiment.name, out)
+    with span("store"):
+        rows = store.rows(keys=[m.key for m in everyone])
+    with span("tables and figures"):
+        out.mkdir(parents=True, exist_ok=True)
+        files = experiment.report(rows, study, out)
+    with span("store"):
+        store.record_outputs(experiment.name, out)
     return dict(members=len(trained), trained=len(todo), reused=len(trained) - len(todo),
                 variants=len(variants), evaluated=evaluated, seconds=time.perf_counter() - start, files=files)
