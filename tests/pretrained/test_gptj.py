@@ -124,3 +124,25 @@ def test_collect_equals_an_eager_forward(tiny):
     torch.testing.assert_close(inter.layers[1].q, q, rtol=1e-5, atol=1e-5)
     assert float((inter.layers[1].rot_q - q)[:, :, 1:, :8].abs().max()) > 1e-3  # the rotary channels turn
     assert torch.equal(inter.layers[1].rot_q[..., 8:], q[..., 8:])  # the rest pass through
+
+
+def test_no_scaling_past_the_own_table_runs_on_poslabs_identical_angles(tiny):
+    """pretrained-extension's "none" at 2x a GPT-J context: the checkpoint's table stops at
+    n_positions, so the study reads the same angles from poslab's rotary; within the table both
+    give the same loss."""
+    from poslab.studies.pretrained_extension import evaluate_member
+
+    model = load(tiny("gptj"))
+    assert model.own_table_length() == 64
+    ids = torch.randint(0, 256, (400,), generator=torch.Generator().manual_seed(4))
+    config = dict(method="none", scaling=None, scale=2, length=128, windows=2, depths=[], trials=1, digits=5)
+    rows = evaluate_member(model, ids, config, context=64)
+    summary = next(r for r in rows if r["probe"] == "summary")
+    assert summary["loss_out"] is not None and torch.isfinite(torch.tensor(summary["loss_out"]))
+    inside = dict(config, scale=1, length=64)
+    own = next(r for r in evaluate_member(model, ids, inside, context=64) if r["probe"] == "summary")
+    assert model.schedule is None  # within the table the checkpoint's own module ran
+    model.set_schedule(None)
+    by_poslab = model.token_losses(ids[:128].view(2, 64)).mean()  # the member's two windows
+    model.restore()
+    assert float(by_poslab) == pytest.approx(own["loss_in"], abs=1e-5)

@@ -296,6 +296,12 @@ class PretrainedLM(nn.Module):
 
     # --- checks
 
+    def own_table_length(self) -> int | None:
+        """Positions the checkpoint's own rotary module holds a sin/cos table for (GPT-J's stops at
+        n_positions); None when it computes angles at any position."""
+        table = getattr(self.own_rotary[0], "embed_positions", None) if self.own_rotary else None
+        return None if table is None else int(table.shape[0])
+
     def check_length(self, L: int, *, intermediates: bool = False) -> None:
         """ConfigError if one sequence of L tokens cannot run here: a learned table too short, or
         attention that would not fit in memory (the estimate is in the message)."""
@@ -303,9 +309,9 @@ class PretrainedLM(nn.Module):
             raise ConfigError("length", L, "an integer >= 2")
         if self.encoding == "learned" and self.context and L > self.context:
             raise ConfigError("length", L, f"at most {self.context} (the checkpoint's learned position table)")
-        table = getattr(self.own_rotary[0], "embed_positions", None) if self.own_rotary else None
-        if self.schedule is None and table is not None and L > table.shape[0]:
-            raise ConfigError("length", L, f"at most {table.shape[0]} with the checkpoint's own sin/cos table "
+        table = self.own_table_length()
+        if self.schedule is None and table is not None and L > table:
+            raise ConfigError("length", L, f"at most {table} with the checkpoint's own sin/cos table "
                                            "(set_schedule(None) computes the same angles at any length)")
         require_attention_fits("length", L, L, self.n_heads, self.n_layers if intermediates else 0,
                                what="scores and patterns (collect)" if intermediates else "mask")

@@ -434,6 +434,9 @@ def evaluate_member(model, ids: torch.Tensor, config: dict, context: int) -> lis
                                                     f"(the text has {ids.numel()} tokens)")
     if config["scaling"] is None:
         model.restore()
+        table = model.own_table_length()
+        if table is not None and L > table:  # GPT-J's own table stops at n_positions: the same angles, by poslab
+            model.set_schedule(None)
     else:
         model.set_schedule(config["scaling"])
     ids_ = {"method": config["method"], "scale": config["scale"], "length": L}
