@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from poslab.experiments.claims import Claim, claims_markdown, markdown_table, read_claims, summary
+from poslab.experiments.stages import is_stage
 from poslab.store import Store
 
 BUDGETS = (("seeds", "seed"), ("train steps", "train.steps"), ("batch size", "train.batch_size"),
@@ -45,8 +46,8 @@ class Section:
 
 
 def store_listing(db: Store) -> list[tuple[str, str, int]]:
-    """(experiment, status, runs) for everything the store holds."""
-    counts = Counter((r["experiment"], r["status"]) for r in db.runs())
+    """(experiment, status, runs) for everything the store holds (stored stages as status "stage")."""
+    counts = Counter((r["experiment"], "stage" if is_stage(r["config"]) else r["status"]) for r in db.runs())
     return [(e, s, n) for (e, s), n in sorted(counts.items())]
 
 
@@ -80,13 +81,15 @@ def sections(db: Store, results: Path | None) -> list[Section]:
     names += sorted({r["experiment"] for r in runs} - set(names))
     out = []
     for name in names:
-        mine = [r for r in runs if r["experiment"] == name]
+        mine = [r for r in runs if r["experiment"] == name and not is_stage(r["config"])]
+        stages = sum(r["experiment"] == name and is_stage(r["config"]) for r in runs)
         module = EXPERIMENTS.get(name)
         folder = results / name if results is not None else written.get(name, Path("results") / name)
         claims_file = folder / "claims.json"
         out.append(Section(
             name=name, title=module.title if module is not None else name,
-            statuses=dict(sorted(Counter(r["status"] for r in mine).items())),
+            statuses={**dict(sorted(Counter(r["status"] for r in mine).items())),
+                      **({"stored stages": stages} if stages else {})},
             budgets=[(what, _distinct(_get(r["config"], path) for r in mine)) for what, path in BUDGETS],
             claims=read_claims(claims_file) if claims_file.exists() else None,
             figures=sorted(folder.glob("*.png")) if folder.is_dir() else [],

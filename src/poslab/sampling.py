@@ -14,6 +14,7 @@ def load_member(store, key: str | None = None, *, experiment: str = "lm", encodi
                 seed: int = 0):
     """(model in eval mode, its task, run key) of a stored member: by run key, or the latest
     finished trained member of ``experiment`` with that encoding and seed."""
+    from poslab.experiments.stages import is_stage
     from poslab.models import model_classes
     from poslab.tasks import build_task
 
@@ -24,7 +25,8 @@ def load_member(store, key: str | None = None, *, experiment: str = "lm", encodi
             raise ConfigError("--run", key, "the key of a run in the store (poslab report lists them)")
     else:
         found = [r for r in runs if r["experiment"] == experiment and r["status"] == "finished"
-                 and r["config"].get("variant") is None and r["config"].get("seed") == seed
+                 and not is_stage(r["config"]) and r["config"].get("variant") is None
+                 and r["config"].get("seed") == seed
                  and (encoding is None or r["config"]["model"].get("encoding") == encoding)]
         if not found:
             have = sorted({(r["config"]["model"].get("encoding"), r["config"].get("seed")) for r in runs

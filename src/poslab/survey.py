@@ -58,6 +58,7 @@ def measurements(store_path: str | Path,
                  declarations: dict[str, Extrapolation] | None = None) -> dict[str, dict[str, str]]:
     """encoding -> {survey column: text} for what the store at ``store_path`` holds, read
     through ``declarations`` (default :data:`EXTRAPOLATION`)."""
+    from poslab.experiments.stages import is_stage
     from poslab.store import Store
 
     declarations = EXTRAPOLATION if declarations is None else declarations
@@ -65,7 +66,8 @@ def measurements(store_path: str | Path,
     if not path.exists():
         return {}
     with Store(path) as store:
-        runs = {r["key"]: r for r in store.runs() if r["status"] == "finished" and r["experiment"] in declarations}
+        runs = {r["key"]: r for r in store.runs() if r["status"] == "finished" and r["experiment"] in declarations
+                and not is_stage(r["config"])}
         rows = [r for r in store.rows() if r["run_key"] in runs]
     cells: dict[tuple, list] = defaultdict(list)  # (encoding, column, experiment, summary) -> [(L, L_train, v, seed)]
     for r in rows:

@@ -13,6 +13,7 @@ from poslab.errors import ConfigError
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.runner import run_study, validate
 from poslab.experiments.spec import check_flips
+from poslab.experiments.stages import is_stage
 from poslab.positional.scaling_laws import critical_dimension
 from poslab.store import Store
 from poslab.studies import context_extension as ce
@@ -34,8 +35,13 @@ def test_quick_end_to_end_every_method_is_a_stored_run(tmp_path, monkeypatch):
         names = {p.name for p in first["files"]}
         assert {"rows.csv", "table.md", "claims.json", "positionwise_loss.png", "bend.png",
                 "passkey_heatmap.png", "reasoning.png"} <= names
-        runs = store.runs(experiment=ce.name)
+        every = store.runs(experiment=ce.name)
+        runs = [r for r in every if not is_stage(r["config"])]
         assert sorted(r["config"]["variant"] or "rope" for r in runs) == sorted(ce.METHODS)  # one run each
+        stages = {r["config"]["stage"]: r for r in every if is_stage(r["config"])}  # searches and fine-tunes
+        assert set(stages) == {f"context-extension/{m}" for m, spec in ce.METHODS.items() if spec.stored}
+        assert all(bool(r["weights"]) == ce.METHODS[name.split("/")[1]].trains for name, r in stages.items()
+                   if name != "context-extension/longrope-progressive")  # progressive: searched on longrope+ft
         assert len({r["key"] for r in runs}) == len(ce.METHODS)
         rows = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
         for method in ce.METHODS:
@@ -52,7 +58,7 @@ def test_quick_end_to_end_every_method_is_a_stored_run(tmp_path, monkeypatch):
         assert all(f"| {m} |" in table for m in ce.METHODS) and "Methods without rows" not in table
         assert "Reasoning and code: exact match" in table and "| base2x+ft | code |" in table
         assert "Rankings: methods by exact match" in table and "ranking of the methods by exact match" in table
-        stored = store.rows(experiment=ce.name)
+        stored = store.rows(keys=[r["key"] for r in runs])
         results = [r for r in stored if r.get("probe") == "search_result"]
         assert {(r["method"], r["set"]) for r in results} == {
             ("longrope", "long"), ("longrope", "short"), ("longrope-progressive", "long"),
@@ -69,6 +75,22 @@ def test_quick_end_to_end_every_method_is_a_stored_run(tmp_path, monkeypatch):
         assert [r["gain"] for r in stored if r.get("probe") == "readjust"]
         again = run_study(ce.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
         assert again["trained"] == 0 and again["evaluated"] == 0
+        # the stored methods' rows are lost; a fresh process reads their stages back: no search, no fine-tune
+        lost = {r["key"]: r["config"]["variant"] for r in runs if ce.METHODS[r["config"]["variant"] or "rope"].stored}
+        before = {k: [r for r in stored if r["run_key"] == k] for k in lost}
+        for key in lost:
+            store.delete(key)
+        ce._MEMO.clear()
+        monkeypatch.setattr(ce, "search", lambda *a, **k: pytest.fail("searched again"))
+        monkeypatch.setattr(ce, "finetune", lambda *a, **k: pytest.fail("fine-tuned again"))
+        resumed = run_study(ce.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
+        assert resumed["evaluated"] == len(lost)
+        for key, method in lost.items():
+            got = store.rows(keys=[key])
+            assert len(got) == len(before[key]), method
+            for a, b in zip(got, before[key], strict=True):
+                assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], nan_ok=True) if isinstance(a[k], float)
+                                                    else a[k] == b[k] for k in a if k != "seconds"), (method, a, b)
 
 
 def test_bad_input_stops_before_work():

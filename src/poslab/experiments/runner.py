@@ -37,6 +37,7 @@ from torch import nn
 from poslab.errors import ConfigError
 from poslab.experiments.config import StudyConfig, _coerce, apply_point, grid_points, short_name
 from poslab.experiments.executors import Executor, Inline, make_executor
+from poslab.experiments.stages import Stages
 from poslab.models import model_classes
 from poslab.positional import check_encoding
 from poslab.store import Store, config_hash, git_revision
@@ -112,6 +113,9 @@ class MemberContext:
     snapshots: dict[int, dict[str, torch.Tensor]] = dataclasses.field(default_factory=dict)  # step -> weights
     # how training went: group_train_seconds, group_size, final_loss, loss_curve (this member's, per step)
     timings: dict = dataclasses.field(default_factory=dict)
+    # the study's stored stages (searches, fine-tuned copies: experiments.stages), where the store is at
+    # hand (evaluate-only variants run in the runner's process); None in a training worker
+    stages: Stages | None = None
 
     @property
     def study(self) -> StudyConfig:
@@ -357,7 +361,7 @@ def evaluate_member(experiment: Experiment, ctx: MemberContext) -> list[dict]:
 
 
 def evaluate_variant(experiment_name: str, variant: Member, weights: dict[str, torch.Tensor],
-                     device: str = "cpu") -> MemberResult:
+                     device: str = "cpu", stages: Stages | None = None) -> MemberResult:
     """Evaluate trained weights under a variant's config (no training)."""
     from poslab.studies import get_experiment
 
@@ -368,7 +372,7 @@ def evaluate_variant(experiment_name: str, variant: Member, weights: dict[str, t
     model = model.to(device).eval()
     untrained = build_member(make, variant.seed).to(device).eval()
     start = time.perf_counter()
-    rows = evaluate_member(experiment, MemberContext(model, untrained, variant, device))
+    rows = evaluate_member(experiment, MemberContext(model, untrained, variant, device, stages=stages))
     return MemberResult(member=variant, rows=rows, weights=None, diverged_at=None,
                         timings=dict(eval_seconds=time.perf_counter() - start))
 
@@ -465,13 +469,14 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
         record(results)
 
     evaluated = 0
+    stages = Stages(store, experiment.name, revision, force)
     for variant, base in variants:
         if variant.key in done:
             continue
         with span("store"):
             weights = store.load_weights(base.key)
         with span("variants"):
-            result = evaluate_variant(experiment.name, variant, weights, device)
+            result = evaluate_variant(experiment.name, variant, weights, device, stages)
         record([result])
         evaluated += 1
     with span("store"):

@@ -16,11 +16,14 @@ the greedy answer (:func:`reasoning`). Per task and length past L0 the methods a
 match and by loss (probe "ranking", Kendall's tau, :mod:`poslab.experiments.ranking`): the survey
 predicts the two rankings need not agree.
 
-``METHODS`` is the registry: ``{name: Method(build, trains)}``. Every method but ``rope`` (the
-trained member) is an evaluate-only variant of the trained member, so each is a run of its own in
-the store (its own key, resumed like training, its search and fine-tuning rows beside its
-protocol rows). A method reuses another's stage (``stage(ctx, name)``: LongRoPE+ft fine-tunes
-under LongRoPE's searched factors) from this process, or recomputes it, seeded, after a resume.
+``METHODS`` is the registry: ``{name: Method(build, trains, stored)}``. Every method but ``rope``
+(the trained member) is an evaluate-only variant of the trained member, so each is a run of its own
+in the store (its own key, resumed like training, its search and fine-tuning rows beside its
+protocol rows). A searched or fine-tuned method is also a stage of its own
+(:mod:`poslab.experiments.stages`): its searched schedule or fine-tuned weights are stored under a
+key of the trained member, the method and the search / fine-tuning constants, so a resumed run,
+or a later method built on it (``stage(ctx, name)``: LongRoPE+ft fine-tunes under LongRoPE's
+searched factors), reads it back instead of searching or fine-tuning again.
 
 - training-free schedules (:mod:`poslab.positional.rope_scaling`): ``pi``, ``ntk``, ``dynamic``,
   ``ntk_by_parts``, ``yarn``, ``llama3`` (the variant carries the schedule dict, so it is keyed);
@@ -51,6 +54,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import math
 import time
 from collections.abc import Callable
@@ -275,12 +279,14 @@ def check(study: StudyConfig) -> None:
 
 @dataclass
 class Built:
-    """A method applied to one trained member: its model at each length, its stage rows, and
-    what later stages reuse (factors, the fine-tuned model)."""
+    """A method applied to one trained member: its model at each length, its stage rows, what a
+    stored stage rebuilds it from (``info``, JSON: the searched schedule, the fine-tuning
+    schedules) and the fine-tuned copy (``tuned``), which later stages reuse."""
 
     model_at: Callable[[int], torch.nn.Module]
     rows: list[dict] = field(default_factory=list)
     info: dict = field(default_factory=dict)
+    tuned: torch.nn.Module | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +294,7 @@ class Method:
     build: Callable[..., Built]  # (ctx) -> Built
     trains: bool  # changes the weights (fine-tuning)
     scaling: Callable[[int], dict] | None = None  # training-free: its rope_scaling dict for L0 (the variant's)
+    stored: bool = False  # a search or a fine-tune: a stage of its own in the store (experiments.stages)
 
 
 _MEMO: dict[tuple[str, str], Built] = {}
@@ -295,11 +302,41 @@ _MEMO: dict[tuple[str, str], Built] = {}
 
 def stage(ctx, method: str) -> Built:
     """``METHODS[method]`` built on ctx's trained member, once per process (keyed by the trained
-    member's run key: a stage method's variant changes nothing else in the config)."""
-    key = (dataclasses.replace(ctx.member, variant=None).key, method)
-    if key not in _MEMO:
-        _MEMO[key] = METHODS[method].build(ctx)
-    return _MEMO[key]
+    member's run key: a stage method's variant changes nothing else in the config). A stored
+    method is read back from the store's stage when ``ctx.stages`` holds it, else computed and
+    recorded there (its rows with ``info``, and the fine-tuned weights)."""
+    member = dataclasses.replace(ctx.member, variant=None).key
+    if (member, method) in _MEMO:
+        return _MEMO[(member, method)]
+    spec, stages = METHODS[method], getattr(ctx, "stages", None)
+    stored = stages.get(stage_config(member, method)) if spec.stored and stages is not None else None
+    if stored is None:
+        clock = time.perf_counter()
+        built = spec.build(ctx)
+        if spec.stored and stages is not None:
+            tuned = built.tuned
+            weights = None if tuned is None else {k: v.detach().cpu() for k, v in tuned.state_dict().items()}
+            stages.put(stage_config(member, method), [dict(probe="stage", info=json.dumps(built.info))] + built.rows,
+                       weights, seconds=time.perf_counter() - clock)
+    else:
+        rows, weights = stored
+        info = json.loads(rows[0]["info"])
+        built = Built(lambda L: ctx.model, rows[1:], info, _reload(ctx, info, weights) if weights else None)
+        built.model_at = _view(ctx, built)
+    _MEMO[(member, method)] = built
+    return built
+
+
+def stage_config(member: str, method: str) -> dict:
+    """What a stored stage is keyed by: the trained member, the method and every constant its
+    search or fine-tuning reads."""
+    return dict(stage=f"context-extension/{method}", member=member, factor=FACTOR, progressive=PROGRESSIVE,
+                search=dataclasses.asdict(SEARCH), n_hats=list(N_HATS), periods=PERIODS, ft=[FT_SHARE, FT_LR],
+                base_ft=BASE_FT_SHARE)
+
+
+def _fixed(model) -> Callable[[int], torch.nn.Module]:
+    return lambda L: model
 
 
 def _as_loaded(ctx) -> Built:
@@ -315,6 +352,44 @@ def _space(ctx, **kw) -> SearchSpace:
     return SearchSpace(L0=ctx.study.train.max_length, head_dim=cfg.d_head, base=_base(ctx.model), **kw)
 
 
+def _searched(ctx, scaling: dict, rows: list[dict], on: str | None = None, **info) -> Built:
+    """A searched stage: ``scaling`` on the member (or on stage ``on``'s fine-tuned copy)."""
+    built = Built(lambda L: ctx.model, rows, dict(scaling=scaling, **({"on": on} if on else {}), **info))
+    built.model_at = _view(ctx, built)
+    return built
+
+
+def _view(ctx, built: Built) -> Callable[[int], torch.nn.Module]:
+    """A stage's model at each length, from its info (and fine-tuned copy)."""
+    info = built.info
+    if "encodings" in info:  # fine-tuned: each length reads through its training schedule (or the first's)
+        assert built.tuned is not None
+        tuned, encs = built.tuned, _encodings(ctx, info)
+        if not info.get("per_length"):
+            return lambda L: tuned
+        L0, target = min(encs), max(encs)
+        return lambda L: swap(tuned, encs[L0] if L <= L0 else encs[target])
+    if "scaling" in info:
+        base = stage(ctx, info["on"]).tuned if "on" in info else ctx.model
+        searched = with_scaling(base, info["scaling"])
+        return lambda L: searched
+    return lambda L: ctx.model
+
+
+def _encodings(ctx, info: dict) -> dict:
+    """{length: RoPE encoding} of a fine-tuned stage's info (JSON keys are strings)."""
+    return {int(L): rope_encoding(ctx.model, scaling) for L, scaling in info["encodings"].items()}
+
+
+def _reload(ctx, info: dict, weights: dict) -> torch.nn.Module:
+    """A stored fine-tuned copy: the member's structure, reading through its first schedule."""
+    tuned = copy.deepcopy(ctx.model)
+    encs = _encodings(ctx, info)
+    swap(tuned, encs[next(iter(encs))])
+    tuned.load_state_dict(weights)
+    return tuned.to(next(ctx.model.parameters()).device).eval()
+
+
 def build_longrope(ctx) -> Built:
     model, L0, seed = ctx.model, ctx.study.train.max_length, ctx.member.seed
     long = search(model, lm_objective(ctx.task, int(FACTOR * L0), ctx.study), _space(ctx, s=FACTOR, n_hats=N_HATS),
@@ -322,8 +397,8 @@ def build_longrope(ctx) -> Built:
     short = search(model, lm_objective(ctx.task, L0, ctx.study),
                    _space(ctx, s=FACTOR, kind="short", other=tuple(long.factors), n_hats=(long.n_hat,)), SEARCH,
                    seed=seed)
-    tuned = with_scaling(model, longrope(L0, short.factors, long.factors, FACTOR, long.n_hat))
-    return Built(lambda L: tuned, long.rows("long") + short.rows("short"), dict(long=long, short=short))
+    return _searched(ctx, longrope(L0, short.factors, long.factors, FACTOR, long.n_hat),
+                     long.rows("long") + short.rows("short"))
 
 
 def build_longrope2(ctx) -> Built:
@@ -334,31 +409,23 @@ def build_longrope2(ctx) -> Built:
     long = search(model, needle_objective(ctx.task, int(FACTOR * L0), ctx.study),
                   _space(ctx, s=FACTOR, critical=(lo, min(crit, cfg.d_head // 2 - 1))), SEARCH,
                   seed=ctx.member.seed + 2)
-    tuned = with_scaling(model, longrope(L0, [1.0] * len(long.factors), long.factors, FACTOR))
-    return Built(lambda L: tuned, long.rows("long"), dict(long=long))
+    return _searched(ctx, longrope(L0, [1.0] * len(long.factors), long.factors, FACTOR), long.rows("long"))
 
 
 def build_ft(which: str, ctx) -> Built:
     L0 = ctx.study.train.max_length
-    target = int(FACTOR * L0)
-    return _finetuned(ctx, {target: rope_encoding(ctx.model, schedules(L0)[which])})
+    return _finetuned(ctx, {int(FACTOR * L0): schedules(L0)[which]})
 
 
 def build_longrope_ft(ctx) -> Built:
-    L0, info = ctx.study.train.max_length, stage(ctx, "longrope").info
-    scaling = longrope(L0, info["short"].factors, info["long"].factors, FACTOR, info["long"].n_hat)
-    return _finetuned(ctx, {int(FACTOR * L0): rope_encoding(ctx.model, scaling)})
+    L0 = ctx.study.train.max_length
+    return _finetuned(ctx, {int(FACTOR * L0): stage(ctx, "longrope").info["scaling"]})
 
 
 def build_longrope2_ft(ctx) -> Built:
-    L0, long = ctx.study.train.max_length, stage(ctx, "longrope2").info["long"]
-    target = int(FACTOR * L0)
-    encs = {target: rope_encoding(ctx.model, longrope(L0, [1.0] * len(long.factors), long.factors, FACTOR)),
-            L0: rope_encoding(ctx.model, None)}
-    built = _finetuned(ctx, encs)
-    tuned = built.info["model"]
-    built.model_at = lambda L: swap(tuned, encs[L0] if L <= L0 else encs[target])
-    return built
+    """Mixed context windows: the searched schedule on L_t, plain RoPE on L0, evaluated so."""
+    L0 = ctx.study.train.max_length
+    return _finetuned(ctx, {int(FACTOR * L0): stage(ctx, "longrope2").info["scaling"], L0: None}, per_length=True)
 
 
 def build_progressive(ctx) -> Built:
@@ -366,22 +433,22 @@ def build_progressive(ctx) -> Built:
     PROGRESSIVE x L0 (no fine-tuning there; the first stage's long factors x 2 among the seeds),
     then readjust the short factors at L0 (starting from the first stage's)."""
     L0, seed = ctx.study.train.max_length, ctx.member.seed
-    first, tuned = stage(ctx, "longrope").info, stage(ctx, "longrope+ft").info["model"]
+    first, tuned = stage(ctx, "longrope").info["scaling"], stage(ctx, "longrope+ft").tuned
     long = search(tuned, lm_objective(ctx.task, int(PROGRESSIVE * L0), ctx.study),
                   _space(ctx, s=PROGRESSIVE, n_hats=N_HATS,
-                         starts={"stage-1 x2": tuple(np.asarray(first["long"].factors) * PROGRESSIVE / FACTOR)}),
+                         starts={"stage-1 x2": tuple(np.asarray(first["long_factor"]) * PROGRESSIVE / FACTOR)}),
                   SEARCH, seed=seed + 3)
     short = search(tuned, lm_objective(ctx.task, L0, ctx.study),
                    _space(ctx, s=PROGRESSIVE, kind="short", other=tuple(long.factors), n_hats=(long.n_hat,),
-                          starts={"stage-1": tuple(first["short"].factors)}), SEARCH, seed=seed + 4)
-    prog = with_scaling(tuned, longrope(L0, short.factors, long.factors, PROGRESSIVE, long.n_hat))
-    before = with_scaling(tuned, longrope(L0, first["short"].factors, long.factors, PROGRESSIVE, long.n_hat))
+                          starts={"stage-1": tuple(first["short_factor"])}), SEARCH, seed=seed + 4)
+    prog = longrope(L0, short.factors, long.factors, PROGRESSIVE, long.n_hat)
+    before = longrope(L0, first["short_factor"], long.factors, PROGRESSIVE, long.n_hat)
     ev = ctx.study.eval
-    loss = [positionwise(lambda L, m=m: m, ctx.task.corpus, [L0], L0, ev.n_sequences, ev.chunk, ctx.device)[0]["loss"]
-            for m in (before, prog)]
+    loss = [positionwise(_fixed(with_scaling(tuned, sc)), ctx.task.corpus, [L0], L0, ev.n_sequences, ev.chunk,
+                         ctx.device)[0]["loss"] for sc in (before, prog)]
     rows = long.rows("long") + short.rows("short")
     rows.append(dict(probe="readjust", length=L0, before=loss[0], after=loss[1], gain=loss[1] - loss[0]))
-    return Built(lambda L: prog, rows)
+    return _searched(ctx, prog, rows, on="longrope+ft")
 
 
 def build_base2x(ctx) -> Built:
@@ -390,7 +457,7 @@ def build_base2x(ctx) -> Built:
     base = _base(model)
     beta = base_for_length(2 * extrapolation_bound(base, L0, d), L0, d, pretrain_base=base)
     steps = max(2, int(BASE_FT_SHARE * ctx.study.train.steps))
-    built = _finetuned(ctx, {L0: rope_encoding(model, {"rope_type": "default", "rope_theta": beta})}, steps)
+    built = _finetuned(ctx, {L0: {"rope_type": "default", "rope_theta": beta}}, steps)
     built.rows.append(_law_row(beta, L0, d, pretrain_base=base))
     return built
 
@@ -398,14 +465,14 @@ def build_base2x(ctx) -> Built:
 METHODS: dict[str, Method] = {  # a new method is one entry; the report lists every one
     "rope": Method(build=_as_loaded, trains=False),
     **{k: _schedule(k) for k in ("pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3")},
-    "longrope": Method(build=build_longrope, trains=False),
-    "longrope2": Method(build=build_longrope2, trains=False),
-    "pi+ft": Method(build=partial(build_ft, "pi"), trains=True),
-    "yarn+ft": Method(build=partial(build_ft, "yarn"), trains=True),
-    "longrope+ft": Method(build=build_longrope_ft, trains=True),
-    "longrope-progressive": Method(build=build_progressive, trains=True),
-    "longrope2+ft": Method(build=build_longrope2_ft, trains=True),
-    "base2x+ft": Method(build=build_base2x, trains=True),
+    "longrope": Method(build=build_longrope, trains=False, stored=True),
+    "longrope2": Method(build=build_longrope2, trains=False, stored=True),
+    "pi+ft": Method(build=partial(build_ft, "pi"), trains=True, stored=True),
+    "yarn+ft": Method(build=partial(build_ft, "yarn"), trains=True, stored=True),
+    "longrope+ft": Method(build=build_longrope_ft, trains=True, stored=True),
+    "longrope-progressive": Method(build=build_progressive, trains=True, stored=True),
+    "longrope2+ft": Method(build=build_longrope2_ft, trains=True, stored=True),
+    "base2x+ft": Method(build=build_base2x, trains=True, stored=True),
 }
 
 
@@ -554,13 +621,17 @@ def needle_objective(task, L: int, study):
     return loss
 
 
-def _finetuned(ctx, encodings: dict, steps: int | None = None) -> Built:
+def _finetuned(ctx, scalings: dict, steps: int | None = None, per_length: bool = False) -> Built:
+    """A fine-tuned stage: ``scalings`` {length: rope_scaling dict or None}, trained on in turn."""
     steps = steps or max(2, int(FT_SHARE * ctx.study.train.steps))
     clock = time.perf_counter()
+    encodings = {L: rope_encoding(ctx.model, scaling) for L, scaling in scalings.items()}
     tuned = finetune(ctx.model, encodings, ctx.task, ctx.study, steps, ctx.member.seed, ctx.device)
     rows = [dict(probe="timing", stage="finetune", seconds=time.perf_counter() - clock, steps=steps, lr=FT_LR,
                  lengths=",".join(map(str, encodings)))]
-    return Built(lambda L: tuned, rows, dict(model=tuned))
+    built = Built(lambda L: tuned, rows, dict(encodings=scalings, per_length=per_length), tuned)
+    built.model_at = _view(ctx, built)
+    return built
 
 
 def finetune(model, encodings: dict, task, study, steps: int, seed: int, device):
