@@ -1,8 +1,11 @@
 """The ensemble trainer: parity with training alone, divergence handling, data streams."""
 
 import math
+import warnings
+from dataclasses import replace
 from functools import partial
 
+import numpy as np
 import pytest
 import torch
 
@@ -224,3 +227,45 @@ def test_members_with_and_without_loss_weights_equal_each_trained_alone():
             assert rel_err(p, alone.state_dict()[name]) < 1e-5, (i, name)
     plain = train_ensemble(make, tasks[1:], [0], cfg, progress=False).models[0]
     assert rel_err(ens.models[0].U, plain.U) > 1e-4  # the weights changed what member 0 learned
+
+
+LM_CFG = TrainConfig(steps=10, batch_size=8, min_length=16, max_length=16, optimizer="adamw", weight_decay=0.1,
+                     decay_1d=False, lr_schedule="cosine", warmup_steps=2, grad_clip=1.0)
+
+
+def test_compile_falls_back_to_eager_training_where_compiling_fails(monkeypatch):
+    def broken(fn):
+        def call(*args):
+            raise RuntimeError("no C++ compiler here")
+        return call
+
+    monkeypatch.setattr(torch, "compile", broken)
+    tasks = [build_task("shift", K=2)] * 2
+    with pytest.warns(UserWarning, match="training eagerly"):
+        got = train_ensemble(transformer(), tasks, [0, 1], replace(LM_CFG, compile=True), progress=False)
+    eager = train_ensemble(transformer(), tasks, [0, 1], LM_CFG, progress=False)
+    for a, b in zip(got.models, eager.models, strict=True):
+        for name, p in a.state_dict().items():
+            assert torch.equal(p, b.state_dict()[name]), name
+
+
+def test_compile_is_part_of_a_runs_key_only_when_on():
+    from poslab.experiments.runner import train_fields
+
+    assert "compile" not in train_fields(LM_CFG)
+    assert train_fields(replace(LM_CFG, compile=True))["compile"] is True
+
+
+@pytest.mark.slow  # compiling takes a minute on a loaded 2-core machine
+@pytest.mark.parametrize("members", [1, 2])
+def test_compiled_training_equals_eager_training_to_float_rounding(members):
+    tasks, seeds = [build_task("shift", K=2)] * members, list(range(members))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        fast = train_ensemble(transformer(), tasks, seeds, replace(LM_CFG, compile=True), progress=False)
+    assert not [w for w in seen if "training eagerly" in str(w.message)]  # else this test would be vacuous
+    eager = train_ensemble(transformer(), tasks, seeds, LM_CFG, progress=False)
+    for a, b in zip(fast.models, eager.models, strict=True):
+        for name, p in a.state_dict().items():
+            assert rel_err(p, b.state_dict()[name]) < 1e-4, name
+    np.testing.assert_allclose(fast.loss_curve, eager.loss_curve, rtol=1e-5)

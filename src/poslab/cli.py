@@ -332,11 +332,14 @@ def torch_cuda_available() -> bool:
 @click.option("--steps", type=int, default=100, show_default=True, help="training steps timed per side")
 @click.option("--members", type=int, default=2, show_default=True, help="ensemble size for the per-member cost")
 @click.option("--encoding", default="learned", show_default=True, help="the LM's encoding")
-def bench_lm(steps, members, encoding):
+@click.option("--rounds", type=int, default=3, show_default=True, help="interleaved rounds (the best counts)")
+@click.option("--compile/--no-compile", "compile_", default=True, show_default=True,
+              help="also time train.compile and the plain model under torch.compile")
+def bench_lm(steps, members, encoding, rounds, compile_):
     """The LM training step (paper preset) beside the same model written plainly with SDPA."""
     from poslab.bench import bench_lm as run_bench
 
-    run_bench(steps=steps, members=members, encoding=encoding, echo=click.echo)
+    run_bench(steps=steps, members=members, encoding=encoding, rounds=rounds, compile=compile_, echo=click.echo)
 
 
 @bench.command("pretrained")

@@ -39,6 +39,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -79,6 +80,9 @@ class TrainConfig:
     # a parameter joins the first group one of whose substrings its name contains (see _optimizer)
     param_groups: tuple[dict, ...] = ()
     chunk: int = 50  # steps of data drawn per generator call
+    # torch.compile the loss (forward and backward); eager where compiling fails. Float rounding
+    # differs from eager (tests/test_train.py), so it is part of a run's key when on
+    compile: bool = False
 
     def validate(self) -> None:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -121,6 +125,7 @@ class TrainResult:
     diverged_at: list[int | None]  # step at which a member diverged, None if it did not
     snapshots: dict[int, list[dict[str, Tensor]]] = field(default_factory=dict)  # step -> state dicts
     seconds: float = 0.0
+    step_ends: np.ndarray | None = None  # [steps] seconds from the first step's start to each step's end
 
 
 class PhaseTimer:
@@ -317,12 +322,15 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
     if len(seeds) == 1:  # one member: the same call without vmap, whose batching costs ~15-25% (poslab bench lm)
         def losses_fn(p, tensors):
             return member_loss({k: v[0] for k, v in p.items()}, {k: v[0] for k, v in tensors.items()})[None]
+    if cfg.compile:
+        losses_fn = compiled(losses_fn)
     streams = [DataStream(t, s, cfg) for t, s in zip(tasks, seeds, strict=True)]
     E = len(seeds)
     alive = torch.ones(E, dtype=torch.bool, device=device)
     frozen: dict[str, Tensor] = {}
     diverged_at: list[int | None] = [None] * E
     curve = np.zeros((cfg.steps, E), dtype=np.float32)
+    step_ends = np.zeros(cfg.steps)
     snapshots: dict[int, list[dict[str, Tensor]]] = {}
     start = time.perf_counter()
     bar = tqdm(range(1, cfg.steps + 1), desc=desc, disable=not progress, unit="step", leave=False, position=position)
@@ -353,6 +361,7 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
                     for k, v in params.items():
                         v[~alive] = frozen[k][~alive]
         curve[step - 1] = losses.detach().cpu().numpy()
+        step_ends[step - 1] = time.perf_counter() - start
         if step in cfg.snapshot_steps:
             snapshots[step] = [{k: v[e].detach().cpu().clone() for k, v in params.items()} for e in range(E)]
         if progress and (step % 25 == 0 or step == cfg.steps):
@@ -367,7 +376,32 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
         model.load_state_dict({k: v[e].detach() for k, v in params.items()}, strict=False)
         trained.append(model)
     return TrainResult(models=trained, loss_curve=curve, diverged_at=diverged_at, snapshots=snapshots,
-                       seconds=seconds)
+                       seconds=seconds, step_ends=step_ends)
+
+
+def compiled(fn: Callable) -> Callable:
+    """``fn`` under ``torch.compile``, or ``fn`` itself once compiling fails (no C++ compiler, an
+    op the compiler does not take): a warning says so and training goes on eagerly. ``fn`` must
+    be pure (a loss), so a failed compiled call leaves nothing behind and is simply rerun."""
+    try:
+        fast = torch.compile(fn)
+    except Exception as e:  # torch.compile itself refuses (an unsupported Python, say)
+        warnings.warn(f"train.compile: torch.compile is unavailable ({type(e).__name__}: {e}); training eagerly",
+                      stacklevel=2)
+        return fn
+    use = [fast]
+
+    def call(*args):
+        if use[0] is fast:
+            try:
+                return fast(*args)
+            except Exception as e:
+                warnings.warn(f"train.compile: compiling the loss failed ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}); training eagerly", stacklevel=2)
+                use[0] = fn
+        return use[0](*args)
+
+    return call
 
 
 class _LossOf(nn.Module):

@@ -106,7 +106,7 @@ def test_bench_lm_smoke():
     from poslab.bench import bench_lm
 
     lines = []
-    out = bench_lm(steps=2, members=2, preset="quick", echo=lines.append)
+    out = bench_lm(steps=2, members=2, preset="quick", rounds=1, compile=False, echo=lines.append)
     assert out["poslab_ms"] > 0 and out["plain_ms"] > 0 and out["ratio"] > 0
     assert set(out["per_member_ms"]) == {1, 2}
     assert any("plain" in line for line in lines)

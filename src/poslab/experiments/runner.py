@@ -84,7 +84,7 @@ class Member:
         return dict(experiment=self.experiment, point=[[p, v] for p, v in self.point], seed=self.seed,
                     variant=self.variant, model_type=s.model_type,
                     model=dataclasses.asdict(self.model_config), task_type=s.task_type,
-                    task=dataclasses.asdict(self.task), train=dataclasses.asdict(s.train),
+                    task=dataclasses.asdict(self.task), train=train_fields(s.train),
                     eval=dataclasses.asdict(s.eval))
 
     @cached_property
@@ -100,6 +100,15 @@ class Member:
         s = self.study
         return config_hash(dict(model_type=s.model_type, model=dataclasses.asdict(self.model_config),
                                 train=dataclasses.asdict(s.train)))
+
+
+def train_fields(train) -> dict:
+    """A TrainConfig as a run's config records it: ``compile`` only when on (compiled training
+    rounds floats differently), so every key from before the field existed still names its run."""
+    fields = dataclasses.asdict(train)
+    if not fields["compile"]:
+        del fields["compile"]
+    return fields
 
 
 @dataclass
