@@ -173,15 +173,6 @@ def test_worker_processes_give_the_same_rows_as_one_process(tmp_path):
         assert strip(one.rows()) == strip(two.rows())
 
 
-def test_pinning_share_and_spread():
-    from poslab.studies.phenomenon import pinning
-
-    cells = [dict(K=1, seed=0, peak_position=p) for p in (5, 5, 5, 7)] + \
-            [dict(K=1, seed=1, peak_position=p) for p in (2, 2, 2, 2)]
-    share, spread = pinning(cells)
-    assert share == 7 / 8 and spread == 1.0
-
-
 def test_a_new_experiment_is_one_module_and_one_registry_entry(tmp_path, monkeypatch):
     import demo_shift
 
