@@ -308,7 +308,7 @@ def stage(ctx, method: str) -> Built:
     member = dataclasses.replace(ctx.member, variant=None).key
     if (member, method) in _MEMO:
         return _MEMO[(member, method)]
-    spec, stages = METHODS[method], getattr(ctx, "stages", None)
+    spec, stages = METHODS[method], ctx.stages
     stored = stages.get(stage_config(member, method)) if spec.stored and stages is not None else None
     if stored is None:
         clock = time.perf_counter()

@@ -73,6 +73,7 @@ from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_output
 from poslab.experiments.ranking import rank_agreement
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, mean, probe
+from poslab.experiments.stages import Stages
 from poslab.store import config_hash, git_revision
 
 METHODS = ("none", "pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3", "longrope")
@@ -291,9 +292,8 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
                       **({"search": dict(m["search"])} if searched else {}))
         members.append((config_hash(config), config))
     keys = [k for k, _ in members]
-    stage_key = config_hash(stage_config(weights, m, context, text_key))
     if force:
-        for k in keys + [stage_key]:
+        for k in keys:
             store.delete(k)
     done = {r["key"] for r in store.runs(experiment=EXPERIMENT.name)} & set(keys)
     todo = [(k, c) for k, c in members if k not in done]
@@ -303,10 +303,11 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
         model = load(source.path if source.kind != "hub" else source.name, dtype=m["dtype"], device=device)
         ids = corpus_ids(model, study)
         revision = git_revision(Path(__file__).parent)
+        stages = Stages(store, EXPERIMENT.name, revision, force)  # --force searches once more
         for i, (key, config) in enumerate(todo):
             extra: list[dict] = []
             if config["method"] in SEARCHED:
-                scaling, extra = longrope_stage(model, study, context, weights, store=store, progress=progress)
+                scaling, extra = longrope_stage(model, study, context, weights, stages=stages, progress=progress)
                 config_run = dict(config, scaling=scaling)
             else:
                 config_run = config
@@ -402,14 +403,14 @@ def searched_scaling(rows: list[dict], context: int) -> dict:
     return longrope(context, [1.0] * len(factors), factors, result["s"], result["n_hat"])
 
 
-def longrope_stage(model, study: StudyConfig, context: int, weights: str, *, store,
+def longrope_stage(model, study: StudyConfig, context: int, weights: str, *, stages: Stages,
                    progress: bool = True) -> tuple[dict, list[dict]]:
-    """(The searched longrope dict, the search's rows): from the store, or searched now and stored."""
+    """(The searched longrope dict, the search's rows): a stored stage, or searched now and stored."""
     m = settings(study)
     config = stage_config(weights, m, context, dict(study.task))
-    key = config_hash(config)
-    if key in {r["key"] for r in store.runs(experiment=EXPERIMENT.name)}:
-        rows = [{k: v for k, v in r.items() if k != "run_key"} for r in store.rows(keys=[key])]
+    stored = stages.get(config)
+    if stored is not None:
+        rows = stored[0]
         return searched_scaling(rows, context), rows
     from poslab.experiments.longrope_search import SearchConfig
 
@@ -421,8 +422,7 @@ def longrope_stage(model, study: StudyConfig, context: int, weights: str, *, sto
               f"of {int(round(m['factor'] * context))} tokens", flush=True)
     result = search_longrope(model, corpus_ids(model, study, "train"), context, m["factor"], search)
     rows = result.rows("long")
-    store.record(key, experiment=EXPERIMENT.name, config=config, rows=rows, status="finished",
-                 timings=dict(search_seconds=result.seconds), revision=git_revision(Path(__file__).parent))
+    stages.put(config, rows, seconds=result.seconds)
     return searched_scaling(rows, context), rows
 
 
