@@ -321,8 +321,8 @@ def stage(ctx, method: str) -> Built:
     else:
         rows, weights = stored
         info = json.loads(rows[0]["info"])
-        built = Built(lambda L: ctx.model, rows[1:], info, _reload(ctx, info, weights) if weights else None)
-        built.model_at = _view(ctx, built)
+        tuned = _reload(ctx, info, weights) if weights else None
+        built = Built(_view(ctx, info, tuned), rows[1:], info, tuned)
     _MEMO[(member, method)] = built
     return built
 
@@ -340,7 +340,7 @@ def _fixed(model) -> Callable[[int], torch.nn.Module]:
 
 
 def _as_loaded(ctx) -> Built:
-    return Built(lambda L, m=ctx.model: m)
+    return Built(_fixed(ctx.model))
 
 
 def _schedule(which: str) -> Method:
@@ -354,26 +354,23 @@ def _space(ctx, **kw) -> SearchSpace:
 
 def _searched(ctx, scaling: dict, rows: list[dict], on: str | None = None, **info) -> Built:
     """A searched stage: ``scaling`` on the member (or on stage ``on``'s fine-tuned copy)."""
-    built = Built(lambda L: ctx.model, rows, dict(scaling=scaling, **({"on": on} if on else {}), **info))
-    built.model_at = _view(ctx, built)
-    return built
+    info = dict(scaling=scaling, **({"on": on} if on else {}), **info)
+    return Built(_view(ctx, info), rows, info)
 
 
-def _view(ctx, built: Built) -> Callable[[int], torch.nn.Module]:
+def _view(ctx, info: dict, tuned: torch.nn.Module | None = None) -> Callable[[int], torch.nn.Module]:
     """A stage's model at each length, from its info (and fine-tuned copy)."""
-    info = built.info
     if "encodings" in info:  # fine-tuned: each length reads through its training schedule (or the first's)
-        assert built.tuned is not None
-        tuned, encs = built.tuned, _encodings(ctx, info)
+        assert tuned is not None
         if not info.get("per_length"):
-            return lambda L: tuned
+            return _fixed(tuned)
+        encs = _encodings(ctx, info)
         L0, target = min(encs), max(encs)
         return lambda L: swap(tuned, encs[L0] if L <= L0 else encs[target])
     if "scaling" in info:
         base = stage(ctx, info["on"]).tuned if "on" in info else ctx.model
-        searched = with_scaling(base, info["scaling"])
-        return lambda L: searched
-    return lambda L: ctx.model
+        return _fixed(with_scaling(base, info["scaling"]))
+    return _fixed(ctx.model)
 
 
 def _encodings(ctx, info: dict) -> dict:
@@ -629,9 +626,8 @@ def _finetuned(ctx, scalings: dict, steps: int | None = None, per_length: bool =
     tuned = finetune(ctx.model, encodings, ctx.task, ctx.study, steps, ctx.member.seed, ctx.device)
     rows = [dict(probe="timing", stage="finetune", seconds=time.perf_counter() - clock, steps=steps, lr=FT_LR,
                  lengths=",".join(map(str, encodings)))]
-    built = Built(lambda L: tuned, rows, dict(encodings=scalings, per_length=per_length), tuned)
-    built.model_at = _view(ctx, built)
-    return built
+    info = dict(encodings=scalings, per_length=per_length)
+    return Built(_view(ctx, info, tuned), rows, info, tuned)
 
 
 def finetune(model, encodings: dict, task, study, steps: int, seed: int, device):
