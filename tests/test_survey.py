@@ -72,3 +72,19 @@ def test_encodings_command_measures_cost_and_refuses_bad_lengths(tmp_path):
     assert "32: " in out.output and "MiB" in out.output and survey.NOT_MEASURED in out.output
     bad = CliRunner().invoke(main, ["encodings", "--cost-lengths", "1,x"])
     assert bad.exit_code == 2 and "--cost-lengths" in bad.output
+
+
+def test_context_extension_schedules_fill_their_scaled_rope_rows(tmp_path):
+    """context-extension's training-free methods are evaluate-only variants of the RoPE member, and
+    each is a registry entry (pi -> rope_pi); a fine-tuned method is no encoding and is not read."""
+    path = tmp_path / "s.sqlite"
+    loss = lambda method, L, v: dict(probe="loss", method=method, length=L, loss=v, seed=0)  # noqa: E731
+    with Store(path) as store:
+        record(store, "a", "context-extension", [loss("rope", 64, 1.5), loss("rope", 128, 3.0)], L_train=64)
+        record(store, "b", "context-extension", [loss("pi", 64, 1.6), loss("pi", 128, 2.0)], L_train=64,
+               variant="pi")
+        record(store, "c", "context-extension", [loss("yarn+ft", 128, 1.9)], L_train=64, variant="yarn+ft")
+    got = survey.measurements(path)
+    assert got["rope"]["lm"].startswith("3.000 / - (1x: 1.500; L0 64")
+    assert got["rope_pi"]["lm"].startswith("2.000 / - (1x: 1.600; L0 64")
+    assert set(got) == {"rope", "rope_pi"}

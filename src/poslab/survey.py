@@ -11,20 +11,23 @@ column holds the number, and which survey column it fills. A length counts as un
 exceeds the member's training length (``train.max_length`` of its stored config). The reader
 (:func:`measurements`) knows nothing of any study's row layout beyond these declarations. Rows
 of evaluate-only variants (an APE clamp, a rescaled schedule applied to stored weights) are not
-the encoding as trained and are never read. Anything not in the store reads "not measured yet".
+the encoding as trained and are not read, unless a declaration says which registry encoding
+each row measured: context-extension's training-free methods are the scaled RoPE entries
+(``rope_pi``, ``rope_yarn``, ...) applied at inference to the RoPE model trained at L0. Anything
+not in the store reads "not measured yet".
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from poslab.experiments.spec import Ref, Term, Where, is_, probe
+from poslab.experiments.spec import Where, is_, probe
 
 NOT_MEASURED = "not measured yet"
 
@@ -37,10 +40,16 @@ class Extrapolation:
     where: Where  # the study's rows that hold one length's number
     value: str  # the row column holding the number
     summary: str = "mean"  # "mean": mean over unseen lengths; "by_ratio": one number per L / L_train
+    # the registry encoding a row measured (None: not one); default: the row's or the run's encoding.
+    # A declaration that names it reads evaluate-only variants too (a schedule applied to trained weights)
+    encoding: Callable[[dict], str | None] | None = None
 
 
 RETRIEVAL = probe("length") & is_("in_range", False)
-SAME_METHOD = Where((Term("method", "==", Ref("encoding")),))  # the encoding itself, no extension method
+# context-extension's training-free methods are the registry's scaled RoPE entries, applied at
+# inference to the RoPE model trained at L0 (fine-tuned methods are not an encoding: not read)
+EXTENSION_ENCODINGS = {"rope": "rope", "longrope": "rope_longrope",
+                       **{m: f"rope_{m}" for m in ("pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3")}}
 EXTRAPOLATION: dict[str, Extrapolation] = {
     "phenomenon": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),
     "bias-comparison": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),
@@ -48,7 +57,8 @@ EXTRAPOLATION: dict[str, Extrapolation] = {
     "linear-control": Extrapolation("fixed_offset", RETRIEVAL & is_("attention", "softmax"), "accuracy"),
     "lm": Extrapolation("lm", probe("long"), "loss", "by_ratio"),
     "mope": Extrapolation("lm", probe("length") & is_("energy_gate", False), "loss", "by_ratio"),
-    "context-extension": Extrapolation("lm", probe("loss") & SAME_METHOD, "loss", "by_ratio"),
+    "context-extension": Extrapolation("lm", probe("loss"), "loss", "by_ratio",
+                                       encoding=lambda r: EXTENSION_ENCODINGS.get(r.get("method") or "rope")),
 }
 COLUMNS = {"fixed_offset": "fixed-offset acc. beyond L_train",
            "lm": "LM loss at 2x / 4x L0 (other unseen L/L0 after ;)"}
@@ -73,9 +83,12 @@ def measurements(store_path: str | Path,
     for r in rows:
         run = runs[r["run_key"]]
         cfg, dec = run["config"], declarations[run["experiment"]]
-        if r.get("variant") is not None or cfg.get("variant") is not None:
+        if dec.encoding is not None:
+            enc = dec.encoding(r)
+        elif r.get("variant") is not None or cfg.get("variant") is not None:
             continue
-        enc = r.get("encoding") or cfg.get("model", {}).get("encoding")
+        else:
+            enc = r.get("encoding") or cfg.get("model", {}).get("encoding")
         L_train = cfg.get("train", {}).get("max_length")
         row = {**r, "encoding": enc}
         if enc is None or not L_train or not dec.where(row) or r.get(dec.value) is None or r.get("length") is None:
