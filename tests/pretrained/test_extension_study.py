@@ -205,3 +205,21 @@ def test_bad_search_budget_is_refused():
         with pytest.raises(ConfigError) as e:
             validate(dataclasses.replace(study, model={**study.model, "search": search}), "cpu", EXP)
         assert e.value.field == field
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_greedy_with_cache_equals_argmax_of_full_forwards(tiny, kind):
+    """The KV-cached decoding (its prefill reads out the last position only) writes the tokens that
+    a full forward over the growing sequence picks, one at a time."""
+    from poslab.pretrained import load
+    from poslab.studies.pretrained_extension import greedy
+
+    model = load(tiny(kind))
+    prompt = torch.randint(0, 200, (1, 40), generator=torch.Generator().manual_seed(0))
+    seq, naive = prompt, []
+    with torch.no_grad():
+        for _ in range(6):
+            nxt = model.hf(input_ids=seq).logits[0, -1].argmax()
+            naive.append(int(nxt))
+            seq = torch.cat([seq, nxt.view(1, 1)], 1)
+    assert greedy(model, prompt, 6) == naive

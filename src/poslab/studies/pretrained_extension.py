@@ -535,8 +535,9 @@ def passkey(model, L: int, depth: float, trial: int, digits: int) -> dict:
 
 @torch.no_grad()
 def greedy(model, prompt: torch.Tensor, n_new: int) -> list[int]:
-    """Greedy decoding with the checkpoint's KV cache (positions continue from the prompt)."""
-    out = model.hf(input_ids=prompt, use_cache=True)
+    """Greedy decoding with the checkpoint's KV cache (positions continue from the prompt); the
+    prefill reads out the last position only (no [L, vocabulary] logits)."""
+    out = model.hf(input_ids=prompt, use_cache=True, logits_to_keep=1)
     cache, tokens = out.past_key_values, []
     nxt = out.logits[:, -1].argmax(-1, keepdim=True)
     for step in range(n_new):
