@@ -36,7 +36,12 @@ def test_extrapolation_is_read_through_each_studys_declaration(tmp_path):
                                            accuracy=acc, seed=seed)
         record(store, "a", "phenomenon", [cell(12, 1.0), cell(20, 0.9), cell(48, 0.7)])
         record(store, "b", "phenomenon", [cell(20, 0.1)], variant="clamp")  # evaluate-only: not read
-        record(store, "c", "k1", [cell(20, 0.0)])  # no declaration: not read
+        record(store, "c", "leakage", [cell(20, 0.0)])  # no declaration: not read
+        record(store, "c2", "two-layer", [dict(probe="length", encoding="learned", length=L, accuracy=0.5,
+                                               accuracy_out=v, seed=0) for L, v in ((16, None), (48, 0.25))])
+        record(store, "c3", "mope", [dict(probe="loss", length=L, loss=v, seed=0, energy_gate=False)
+                                     for L, v in ((64, 1.5), (128, 1.6))] +
+               [dict(probe="loss", length=128, loss=9.0, seed=0, energy_gate=True)], L_train=64, encoding="mope")
         record(store, "d", "linear-control", [dict(cell(20, 0.05), attention="linear"),
                                               dict(cell(20, 0.5), attention="softmax")])
         record(store, "e", "lm", [dict(probe="long", length=L, loss=v, seed=0) for L, v in
@@ -47,6 +52,8 @@ def test_extrapolation_is_read_through_each_studys_declaration(tmp_path):
                                            "0.500 (L 20-20, 1 seeds, linear-control)")
     assert got["alibi"]["lm"] == "1.750 / 2.000 (1x: 1.500; L0 64, 1 seeds, lm; 15.625x 3.000)"
     assert "nope" not in got  # a row the declaration does not name
+    assert got["learned"]["fixed_offset"] == "0.250 (L 48-48, 1 seeds, two-layer)"  # positions past the range
+    assert got["mope"]["lm"] == "1.600 / - (1x: 1.500; L0 64, 1 seeds, mope)"  # the energy-gated cell not read
     only_lm = survey.measurements(path, {"lm": survey.EXTRAPOLATION["lm"]})
     assert set(only_lm) == {"alibi"}
 

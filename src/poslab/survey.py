@@ -52,11 +52,16 @@ EXTENSION_ENCODINGS = {"rope": "rope", "longrope": "rope_longrope",
                        **{m: f"rope_{m}" for m in ("pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3")}}
 EXTRAPOLATION: dict[str, Extrapolation] = {
     "phenomenon": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),
+    "k1": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),  # K = 1, 2, 3 together
     "bias-comparison": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),
     "validation": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),
     "linear-control": Extrapolation("fixed_offset", RETRIEVAL & is_("attention", "softmax"), "accuracy"),
+    "controls": Extrapolation("fixed_offset", RETRIEVAL & is_("setting", "base"), "accuracy"),  # the paper's head
+    "heads": Extrapolation("fixed_offset", probe("length"), "accuracy"),  # every head count and task
+    # the shift task's positions past the training range, at each evaluation length
+    "two-layer": Extrapolation("fixed_offset", probe("length"), "accuracy_out"),
     "lm": Extrapolation("lm", probe("long"), "loss", "by_ratio"),
-    "mope": Extrapolation("lm", probe("length") & is_("energy_gate", False), "loss", "by_ratio"),
+    "mope": Extrapolation("lm", probe("loss") & is_("energy_gate", False), "loss", "by_ratio"),
     "context-extension": Extrapolation("lm", probe("loss"), "loss", "by_ratio",
                                        encoding=lambda r: EXTENSION_ENCODINGS.get(r.get("method") or "rope")),
 }
