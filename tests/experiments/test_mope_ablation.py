@@ -84,6 +84,7 @@ def test_gpu_preset_is_near_the_published_scale():
     n = sum(p.numel() for p in model.parameters())
     assert 4e6 < n < 6e6 and study.train.max_length == 256
     assert model.encoding.omega.numel() == 128  # the abstract's pair count
+    assert study.seeds >= 3 and point.model["dropout"] > 0  # the 2 x 2 ablation's seeds; regularised at 5M
 
 
 def test_improvements_are_paired_by_seed():
