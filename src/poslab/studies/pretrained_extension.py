@@ -538,15 +538,15 @@ def greedy(model, prompt: torch.Tensor, n_new: int) -> list[int]:
     """Greedy decoding with the checkpoint's KV cache (positions continue from the prompt); the
     prefill reads out the last position only (no [L, vocabulary] logits)."""
     out = model.hf(input_ids=prompt, use_cache=True, logits_to_keep=1)
-    cache, tokens = out.past_key_values, []
+    cache, tokens = out.cache, []
     nxt = out.logits[:, -1].argmax(-1, keepdim=True)
     for step in range(n_new):
         tokens.append(int(nxt))
         if step == n_new - 1:
             break
         pos = torch.tensor([[prompt.shape[1] + step]])
-        out = model.hf(input_ids=nxt, past_key_values=cache, position_ids=pos, use_cache=True)
-        cache, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+        out = model.hf(input_ids=nxt, cache=cache, position_ids=pos, use_cache=True)
+        cache, nxt = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
     return tokens
 
 
