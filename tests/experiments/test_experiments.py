@@ -259,3 +259,25 @@ def test_split_groups_halves_the_largest_until_every_slot_has_one():
     assert split_groups([list("ab"), list("cdef")], 3) == [list("ab"), list("cd"), list("ef")]
     assert split_groups([list("abcd")], 1) == [list("abcd")]  # one slot: as it was
     assert split_groups([], 2) == []
+
+
+def test_heatmap_declaration_draws_the_mean_over_seeds_on_its_grid(tmp_path, monkeypatch):
+    """A Heatmap averages ``value`` over seeds per (y, x) cell, leaves missing cells blank, draws one
+    panel per value of its panel columns, and draws nothing without rows."""
+    import numpy as np
+
+    from poslab.experiments.outputs import Heatmap
+    from poslab.experiments.spec import probe
+
+    drawn = []
+    real_imshow = __import__("matplotlib.axes", fromlist=["Axes"]).Axes.imshow
+    monkeypatch.setattr("matplotlib.axes.Axes.imshow",
+                        lambda self, grid, **kw: drawn.append(np.array(grid)) or real_imshow(self, grid, **kw))
+    rows = [dict(probe="p", m=m, depth=d, length=L, acc=v, seed=s)
+            for m in ("a", "b") for d in (0.0, 1.0) for L in (8, 16) for s, v in ((0, 0.2), (1, 0.6))
+            if not (m == "b" and d == 1.0 and L == 16)]
+    fig = Heatmap("h.png", value="acc", y="depth", x="length", panel=("m",), where=probe("p"))
+    assert fig.draw(rows, tmp_path) == tmp_path / "h.png" and (tmp_path / "h.png").is_file()
+    assert len(drawn) == 2 and np.allclose(drawn[0], 0.4)  # mean of 0.2 and 0.6 in every cell of panel a
+    assert np.isnan(drawn[1][1, 1]) and np.allclose(drawn[1][0], 0.4)  # panel b: its missing cell is blank
+    assert fig.draw([], tmp_path) is None

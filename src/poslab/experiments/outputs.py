@@ -3,7 +3,8 @@
 A study declares its tables (:class:`Table`: which rows, grouped by which columns, which
 measures, optionally one column per value of a pivot such as the evaluation length) and its
 figures (:class:`Lines`: mean over seeds with a ±std band, one line per series, one panel per
-value of a column), and :func:`write_outputs` writes ``rows.csv``, ``table.md`` (tables, then
+value of a column; :class:`Heatmap`: a value on a grid of two columns, a panel per value of
+others), and :func:`write_outputs` writes ``rows.csv``, ``table.md`` (tables, then
 the claims beside the paper's words), ``claims.json`` and the figures. Studies keep only what
 is genuinely theirs (a probe row layout, a derived quantity, a figure nothing else draws).
 """
@@ -158,6 +159,62 @@ class Lines:
         return save(fig, out / self.filename)
 
 
+@dataclass(frozen=True)
+class Heatmap:
+    """A grid figure: the mean over seeds of ``value`` with one row per value of ``y`` and one
+    column per value of ``x`` (sorted; a missing cell is blank), one panel per value of the
+    ``panel`` columns (titled by the last of them), ``wrap`` panels to a line."""
+
+    filename: str
+    value: str
+    y: str
+    x: str
+    panel: tuple[str, ...] = ()
+    where: Where = EVERY
+    vmin: float = 0.0
+    vmax: float = 1.0
+    annotate: float | None = None  # write each cell's value, dark text from this value up
+    colorbar: str = ""
+    title: str = ""
+    wrap: int = 7
+
+    def draw(self, rows: list[Row], out: Path) -> Path | None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        chosen = [r for r in rows if self.where(r) and r.get(self.value) is not None]
+        if not chosen:
+            return None
+        panels = groups(chosen, self.panel)
+        ys, xs = (sorted({r[c] for r in chosen}) for c in (self.y, self.x))
+        cols = min(len(panels), self.wrap)
+        lines = -(-len(panels) // cols)
+        fig, axes = plt.subplots(lines, cols, figsize=(1.9 * cols + 1.2, 2.6 * lines + 0.4), squeeze=False)
+        for ax in axes.flat[len(panels):]:
+            ax.set_visible(False)
+        for ax, (key, prows) in zip(axes.flat, panels.items(), strict=False):
+            cells = groups(prows, (self.y, self.x))
+            grid = np.array([[np.mean([float(r[self.value]) for r in cells[(a, b)]]) if (a, b) in cells else np.nan
+                              for b in xs] for a in ys])
+            im = ax.imshow(grid, vmin=self.vmin, vmax=self.vmax, cmap="viridis", aspect="auto")
+            if self.annotate is not None:
+                for (i, j), v in np.ndenumerate(grid):
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
+                            color="black" if v >= self.annotate else "white")
+            ax.set_xticks(range(len(xs)), [f"{v:g}" if isinstance(v, float) else str(v) for v in xs], fontsize=6)
+            ax.set_yticks(range(len(ys)), [f"{v:g}" if isinstance(v, float) else str(v) for v in ys], fontsize=6)
+            ax.set_title(str(key[-1]) if key else "", fontsize=7)
+            ax.set_xlabel(self.x, fontsize=7)
+        axes[0][0].set_ylabel(self.y, fontsize=7)
+        if self.colorbar:
+            fig.colorbar(im, ax=axes[0, -1], shrink=0.8, label=self.colorbar)
+        if self.title:
+            fig.suptitle(self.title, fontsize=9)
+        return save(fig, out / self.filename)
+
+
 def select(rows: list[dict], probe: str, **where) -> list[dict]:
     return [r for r in rows if r.get("probe") == probe and all(r.get(k) == v for k, v in where.items())]
 
@@ -202,8 +259,8 @@ class Outputs:
 
 
 def write_outputs(out: Path, *, title: str, rows: list[Row], claims: list[Claim], intro: str = "",
-                  tables: Sequence[Table] = (), figures: Sequence[Lines] = (), csv_rows: list[Row] | None = None,
-                  columns: list[str] | None = None, sections: Sequence[str] = (),
+                  tables: Sequence[Table] = (), figures: Sequence[Lines | Heatmap] = (),
+                  csv_rows: list[Row] | None = None, columns: list[str] | None = None, sections: Sequence[str] = (),
                   more_figures: Callable[[list[Row], Path], list[Path]] | None = None) -> list[Path]:
     """rows.csv, table.md (intro, tables, extra sections, claims), claims.json and figures."""
     out.mkdir(parents=True, exist_ok=True)

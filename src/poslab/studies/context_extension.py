@@ -55,7 +55,6 @@ import copy
 import dataclasses
 import functools
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,7 +76,7 @@ from poslab.experiments.longrope_search import (
     swap,
     with_scaling,
 )
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, save, write_outputs
+from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, write_outputs
 from poslab.experiments.ranking import rank_agreement
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe
@@ -245,7 +244,10 @@ TABLES = [
     Table("Wall time of the training stages (this machine)", by=("method", "stage"), where=probe("timing"),
           columns=(Column("seconds", "seconds", 1),)),
 ]
-FIGURES = [
+FIGURES: list[Lines | Heatmap] = [
+    Heatmap("passkey_heatmap.png", value="accuracy", y="depth", x="length", panel=("#", "method"),
+            where=probe("passkey"), title="passkey exact-match accuracy by depth (rows) x length (viridis: 0 dark, 1 "
+                                          "yellow)"),
     Lines("positionwise_loss.png", x="position", y="loss", series=("method",), logx=True,
           where=probe("positionwise") & is_("longest", True), vline=lambda rows: rows[0]["L0"],
           ylabel="loss (nats)", title="position-wise loss on the longest windows (line: L0)"),
@@ -775,34 +777,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"{study.task.get('reasoning_share', 0)}, answer weight {study.task.get('reasoning_weight', 1)}) "
              f"on the same grid, compact form.")
     return write_outputs(out, title=title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro, tables=TABLES,
-                         figures=FIGURES, sections=sections, more_figures=partial(passkey_heatmap, study))
-
-
-def passkey_heatmap(study: StudyConfig, rows: list[dict], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    methods = [m for m in METHODS if any(r.get("method") == m and r.get("probe") == "passkey" for r in rows)]
-    if not methods:
-        return []
-    lengths = list(study.eval.lengths)
-    cols = min(len(methods), 7)
-    fig, axes = plt.subplots(math.ceil(len(methods) / cols), cols, figsize=(1.9 * cols + 1, 2.6 *
-                             math.ceil(len(methods) / cols)), squeeze=False)
-    for ax in axes.flat[len(methods):]:
-        ax.set_visible(False)
-    for ax, m in zip(axes.flat, methods, strict=False):
-        grid = [[np.mean([r["accuracy"] for r in rows if r.get("probe") == "passkey" and r["method"] == m
-                          and r["length"] == L and r["depth"] == d] or [np.nan]) for L in lengths]
-                for d in PASSKEY_DEPTHS]
-        ax.imshow(np.array(grid), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(lengths)), [str(L) for L in lengths], fontsize=6)
-        ax.set_yticks(range(len(PASSKEY_DEPTHS)), [str(d) for d in PASSKEY_DEPTHS], fontsize=6)
-        ax.set_title(m, fontsize=7)
-    fig.suptitle("passkey exact-match accuracy by depth (rows) x length (viridis: 0 dark, 1 yellow)", fontsize=9)
-    return [save(fig, out / "passkey_heatmap.png")]
+                         figures=FIGURES, sections=sections)
 
 
 EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, fixed=FIXED, check=check)

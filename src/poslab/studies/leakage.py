@@ -41,7 +41,7 @@ import torch
 
 from poslab.errors import ConfigError
 from poslab.experiments.config import EvalConfig, StudyConfig
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, save, write_outputs
+from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, mean, minimum, probe, share
 from poslab.models.intervention import Intervention
@@ -149,7 +149,9 @@ FIGURES = [Lines(f"fig_{y}_by_layer.png", x="layer", y=y, series=("model",), whe
                  ylabel=label, title=label)
            for y, label in (("component_a", "(a) causal-mask normaliser share"),
                             ("component_b", "(b) key position and interactions"),
-                            ("early_component_b", "(b) at early queries"))]
+                            ("early_component_b", "(b) at early queries"))] + [
+    Heatmap("fig_sink_heads.png", value="received_0", y="layer", x="head", panel=("model",), where=probe("head"),
+            annotate=lk.SINK_THRESHOLD, colorbar="attention received by key 0")]
 
 
 def check(study: StudyConfig) -> None:
@@ -303,31 +305,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"Early queries: internal positions i < {early_queries(study)}. A component is judged present from "
              f"{PRESENT:g} of the variance it is a share of.")
     return write_outputs(out, title=EXPERIMENT.title, rows=every, csv_rows=rows, claims=judge_all(CLAIMS, every),
-                         intro=intro, tables=TABLES, figures=FIGURES, more_figures=sink_figure)
-
-
-def sink_figure(rows: list[dict], out: Path) -> list[Path]:
-    """Mean weight key 0 receives, per layer and head, one panel per model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    per = _by(rows, "head", ("model",))
-    if not per:
-        return []
-    fig, axes = plt.subplots(1, len(per), figsize=(3.2 * len(per), 3), squeeze=False)
-    for ax, ((m,), heads) in zip(axes[0], per.items(), strict=True):
-        L, H = 1 + max(r["layer"] for r in heads), 1 + max(r["head"] for r in heads)
-        grid = np.array([[_mean([r for r in heads if (r["layer"], r["head"]) == (layer, h)], "received_0")
-                          for h in range(H)] for layer in range(L)])
-        im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis")
-        for (layer, h), v in np.ndenumerate(grid):
-            ax.text(h, layer, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                    color="white" if v < lk.SINK_THRESHOLD else "black")
-        ax.set(title=m, xlabel="head", ylabel="layer")
-    fig.colorbar(im, ax=axes[0, -1], shrink=0.8, label="attention received by key 0")
-    return [save(fig, out / "fig_sink_heads.png")]
+                         intro=intro, tables=TABLES, figures=FIGURES)
 
 
 EXPERIMENT = Experiment(name="leakage",
