@@ -46,3 +46,35 @@ def test_ray_executor_equals_inline(tmp_path):
         ray.shutdown()
     assert _metrics(got) == _metrics(inline)
     assert (tmp_path / "ray" / "claims.json").exists()
+
+
+def test_ray_spreads_a_pretrained_studys_members(tmp_path):
+    """pretrained-extension's members (method x scale points of a checkpoint) run as Ray tasks; the
+    driver alone writes the store; the rows equal an inline run's with one thread."""
+    pytest.importorskip("transformers", reason="the pretrained extra (transformers) is not installed")
+    import dataclasses
+
+    exp = get_experiment("pretrained-extension")
+    quick = exp.study("quick")
+    study = dataclasses.replace(quick, model={**quick.model, "windows": 1, "depths": [0.5], "trials": 1,
+                                              "reasoning": ["multikey"]},
+                                grid={"model.method": ("none", "pi"), "model.scale": (1, 2)})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with Store(tmp_path / "inline.sqlite") as db:
+            run_study(exp, study, store=db, out=tmp_path / "inline", progress=False, executor=Inline())
+            inline = db.rows()
+    finally:
+        torch.set_num_threads(threads)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        with Store(tmp_path / "ray.sqlite") as db:
+            summary = run_study(exp, study, store=db, out=tmp_path / "ray", progress=False,
+                                executor=make_executor("ray", cpus=1))
+            got = db.rows()
+            assert summary["trained"] == summary["members"] == 4 and len(db.runs()) == 4
+    finally:
+        ray.shutdown()
+    drop = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert _metrics(drop(got)) == _metrics(drop(inline))

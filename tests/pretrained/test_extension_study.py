@@ -223,3 +223,25 @@ def test_greedy_with_cache_equals_argmax_of_full_forwards(tiny, kind):
             naive.append(int(nxt))
             seq = torch.cat([seq, nxt.view(1, 1)], 1)
     assert greedy(model, prompt, 6) == naive
+
+
+def _numbers(rows):
+    return sorted(((r["method"], r["scale"], r["probe"], r.get("bucket"), r.get("task"), r.get("depth")),
+                   tuple(v for k, v in sorted(r.items()) if isinstance(v, float) and k != "seconds"))
+                  for r in rows)
+
+
+def test_worker_processes_evaluate_the_members_the_store_records(tmp_path):
+    """--workers 2 spreads the members over two processes (each loads the checkpoint once); the driver
+    records every member, and the rows equal an inline run's (to float rounding of the thread count)."""
+    study = small(EXP.study("quick"))
+    got = {}
+    for workers in (1, 2):
+        with Store(tmp_path / f"{workers}.sqlite") as store:
+            summary = run_study(EXP, study, store=store, out=tmp_path / f"out{workers}", progress=False,
+                                workers=workers)
+            assert summary["trained"] == 4 and len(store.runs()) == 4
+            got[workers] = _numbers(store.rows())
+    assert [k for k, _ in got[1]] == [k for k, _ in got[2]]
+    for (_, a), (_, b) in zip(got[1], got[2], strict=True):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-5)

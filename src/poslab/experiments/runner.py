@@ -423,6 +423,41 @@ def split_groups(groups: list[list[Member]], slots: int) -> list[list[Member]]:
     return out
 
 
+def evaluate_members(experiment: str, members: list[tuple[str, dict]], job: Callable[[dict], list[dict]], *,
+                     store: Store, force: bool = False, executor: Executor | str | None = None, workers: int = 1,
+                     device: str = "cpu", progress: bool = True) -> int:
+    """Evaluate-only members (a pretrained checkpoint's): every ``(key, config)`` the store lacks is
+    one call ``job(config)`` on ``executor`` (``job`` picklable: a module-level function or a
+    partial of one, which loads what it reads once per process), and its rows are recorded here,
+    the only writer, as each comes back. ``force`` evaluates every member again. Returns how many
+    were evaluated."""
+    if force:
+        for key, _ in members:
+            store.delete(key)
+    done = {r["key"] for r in store.runs(experiment=experiment)}
+    todo = [(key, config) for key, config in members if key not in done]
+    if not todo:
+        return 0
+    if isinstance(executor, str) or executor is None:
+        executor = make_executor(executor or "local", workers=min(workers, len(todo)), device=device)
+    revision = git_revision(Path(__file__).parent)
+    if progress:
+        print(f"{experiment}: {len(todo)} of {len(members)} members to evaluate", flush=True)
+    for i, (key, config, rows, seconds) in enumerate(executor.map_unordered(_timed, [(job, *m) for m in todo])):
+        store.record(key, experiment=experiment, config=config, rows=rows, status="finished",
+                     timings=dict(eval_seconds=seconds), revision=revision)
+        if progress:
+            what = ", ".join(f"{k} {v}" for k, v in config.items() if k in ("method", "scale", "length", "bos"))
+            print(f"{experiment} {i + 1}/{len(todo)}: {what} ({seconds:.0f} s)", flush=True)
+    return len(todo)
+
+
+def _timed(job: Callable[[dict], list[dict]], key: str, config: dict) -> tuple[str, dict, list[dict], float]:
+    start = time.perf_counter()
+    rows = job(config)
+    return key, config, rows, time.perf_counter() - start
+
+
 def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: Path,
               device: str = "cpu", force: bool = False, progress: bool = True, workers: int = 1,
               executor: Executor | str | None = None, timer: PhaseTimer | None = None) -> dict:
@@ -439,10 +474,11 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     with span("setup"):
         check_output_folder(out)
         trained = validate(study, device, experiment)
-    if experiment.run is not None:
-        return experiment.run(study, store=store, out=out, device=device, force=force, progress=progress)
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError("workers", workers, "a positive integer")
+    if experiment.run is not None:
+        return experiment.run(study, store=store, out=out, device=device, force=force, progress=progress,
+                              workers=workers, executor=executor)
     with span("setup"):
         variants = variant_members(experiment.name, study, trained)
         everyone = trained + [v for v, _ in variants]

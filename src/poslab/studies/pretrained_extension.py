@@ -61,8 +61,11 @@ gpu = 2x and 4x (16384, 32768), 4 windows, depths 0.1 / 0.5 / 0.9, 3 keys, searc
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import math
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -266,10 +269,13 @@ def check(study: StudyConfig) -> None:
 
 # ----------------------------------------------------------------------------- the run
 
-def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: bool = False,
-        progress: bool = True) -> dict:
-    """Evaluate every (method, scale) member the store lacks; then the report from the store."""
+def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: bool = False, progress: bool = True,
+        workers: int = 1, executor=None) -> dict:
+    """Evaluate every (method, scale) member the store lacks, one job each on the executor
+    (:func:`poslab.experiments.runner.evaluate_members`; LongRoPE's search first, here, a stored
+    stage); then the report from the store."""
     from poslab.experiments.config import apply_point, grid_points
+    from poslab.experiments.runner import evaluate_members
     from poslab.pretrained.loading import content_hash, read_config
     from poslab.pretrained.table import entry_from_config
 
@@ -278,7 +284,6 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
     source = checkpoint_source(m["checkpoint"])
     context = entry_from_config(read_config(source))["context"]
     weights = content_hash(source)
-    text_key = dict(study.task)
     members = []
     for point in grid_points(study):
         cfg = apply_point(study, point).model
@@ -287,44 +292,61 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
         scaling = None if searched else method_scaling(cfg["method"], m["factor"], context)
         config = dict(experiment=EXPERIMENT.name, checkpoint=weights, scaling=scaling, method=cfg["method"],
                       scale=cfg["scale"], length=L, windows=m["windows"], depths=list(m["depths"]),
-                      trials=m["trials"], digits=m["digits"], dtype=m["dtype"], text=text_key,
+                      trials=m["trials"], digits=m["digits"], dtype=m["dtype"], text=dict(study.task),
                       **({"reasoning": list(m["reasoning"])} if m["reasoning"] else {}),
                       **({"search": dict(m["search"])} if searched else {}))
         members.append((config_hash(config), config))
+    done = {r["key"] for r in store.runs(experiment=EXPERIMENT.name)}
+    searched_rows: list[dict] = []
+    scaling = None
+    if any(c["method"] in SEARCHED and (force or k not in done) for k, c in members):
+        stages = Stages(store, EXPERIMENT.name, git_revision(Path(__file__).parent), force)  # --force searches again
+        model = loaded(source_path(source), m["dtype"], device)
+        scaling, searched_rows = longrope_stage(model, study, context, weights, stages=stages, progress=progress)
+    job = partial(member_job, source=source_path(source), device=device, context=context, scaling=scaling,
+                  extra=searched_rows)
+    evaluate_members(EXPERIMENT.name, members, job, store=store, force=force, executor=executor, workers=workers,
+                     device=device, progress=progress)
     keys = [k for k, _ in members]
-    if force:
-        for k in keys:
-            store.delete(k)
-    done = {r["key"] for r in store.runs(experiment=EXPERIMENT.name)} & set(keys)
-    todo = [(k, c) for k, c in members if k not in done]
-    if todo:
-        from poslab.pretrained.model import load
-
-        model = load(source.path if source.kind != "hub" else source.name, dtype=m["dtype"], device=device)
-        ids = corpus_ids(model, study)
-        revision = git_revision(Path(__file__).parent)
-        stages = Stages(store, EXPERIMENT.name, revision, force)  # --force searches once more
-        for i, (key, config) in enumerate(todo):
-            extra: list[dict] = []
-            if config["method"] in SEARCHED:
-                scaling, extra = longrope_stage(model, study, context, weights, stages=stages, progress=progress)
-                config_run = dict(config, scaling=scaling)
-            else:
-                config_run = config
-            if progress:
-                print(f"pretrained-extension {i + 1}/{len(todo)}: {config['method']} x{config['scale']} "
-                      f"({config['length']} tokens)", flush=True)
-            t0 = time.perf_counter()
-            rows = evaluate_member(model, ids, config_run, context)
-            ids_ = {"method": config["method"], "scale": config["scale"], "length": config["length"]}
-            rows += [dict(r, **ids_) for r in extra]
-            store.record(key, experiment=EXPERIMENT.name, config=config, rows=rows, status="finished",
-                         timings=dict(eval_seconds=time.perf_counter() - t0), revision=revision)
     rows = store.rows(keys=keys)
     out.mkdir(parents=True, exist_ok=True)
     files = report(rows, study, out)
-    return dict(members=len(members), trained=len(todo), reused=len(members) - len(todo), variants=0, evaluated=0,
+    return dict(members=len(members), trained=len([k for k in keys if force or k not in done]),
+                reused=len([k for k in keys if not force and k in done]), variants=0, evaluated=0,
                 seconds=time.perf_counter() - start, files=files)
+
+
+def source_path(source) -> str:
+    return str(source.path if source.kind != "hub" else source.name)
+
+
+@functools.lru_cache(maxsize=1)
+def loaded(path: str, dtype: str, device: str):
+    """The checkpoint at ``path``, loaded once per process (the driver's search and inline jobs share it)."""
+    from poslab.pretrained.model import load
+
+    return load(path, dtype=dtype, device=device)
+
+
+def member_job(config: dict, *, source: str, device: str, context: int, scaling: dict | None,
+               extra: list[dict]) -> list[dict]:
+    """One member's rows, in whichever process runs it: the checkpoint and the text's tokens are
+    loaded once per process; a searched method reads through the driver's ``scaling`` and carries
+    the search's rows (``extra``)."""
+    model = loaded(source, config["dtype"], device)
+    ids = _tokens(source, config["dtype"], device, json.dumps(config["text"], sort_keys=True))
+    searched = config["method"] in SEARCHED
+    rows = evaluate_member(model, ids, dict(config, scaling=scaling) if searched else config, context)
+    labels = {k: config[k] for k in ("method", "scale", "length")}
+    return rows + ([dict(r, **labels) for r in extra] if searched else [])
+
+
+@functools.lru_cache(maxsize=2)
+def _tokens(source: str, dtype: str, device: str, text: str) -> torch.Tensor:
+    from poslab.pretrained.model import encode_text
+    from poslab.tasks.text import CharText
+
+    return encode_text(loaded(source, dtype, device), CharText(**json.loads(text)).text)
 
 
 def corpus_ids(model, study: StudyConfig, split: str | None = None) -> torch.Tensor:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,7 @@ from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, maximum, mean, minimum, probe
-from poslab.store import config_hash, git_revision
+from poslab.store import config_hash
 from poslab.studies.leakage import PRESENT
 
 PRESETS = ("quick", "cpu")
@@ -188,11 +189,13 @@ def check(study: StudyConfig) -> None:
 
 # ----------------------------------------------------------------------------- the run
 
-def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: bool = False,
-        progress: bool = True) -> dict:
-    """Evaluate each mode the store lacks (keyed by the weights' hash and the settings); then the report."""
+def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: bool = False, progress: bool = True,
+        workers: int = 1, executor=None) -> dict:
+    """Evaluate each mode the store lacks (keyed by the weights' hash and the settings), one job
+    each on the executor (:func:`poslab.experiments.runner.evaluate_members`); then the report."""
+    from poslab.experiments.runner import evaluate_members
     from poslab.pretrained.loading import content_hash
-    from poslab.studies.pretrained_extension import checkpoint_source
+    from poslab.studies.pretrained_extension import checkpoint_source, source_path
 
     start = time.perf_counter()
     m = settings(study)
@@ -202,30 +205,23 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
         config = dict(experiment=EXPERIMENT.name, checkpoint=content_hash(source), bos=mode,
                       **{k: m[k] for k in SETTINGS if k != "checkpoint"}, text=dict(study.task))
         members.append((config_hash(config), config))
-    keys = [k for k, _ in members]
-    if force:
-        for k in keys:
-            store.delete(k)
-    done = {r["key"] for r in store.runs(experiment=EXPERIMENT.name)} & set(keys)
-    todo = [(k, c) for k, c in members if k not in done]
-    if todo:
-        from poslab.pretrained.model import encode_text, load
-        from poslab.tasks.text import CharText
-
-        model = load(source.path if source.kind != "hub" else source.name, dtype=m["dtype"], device=device)
-        ids = encode_text(model, CharText(**study.task).text)
-        revision = git_revision(Path(__file__).parent)
-        for i, (key, config) in enumerate(todo):
-            if progress:
-                print(f"pretrained-leakage {i + 1}/{len(todo)}: {config['bos']}", flush=True)
-            t0 = time.perf_counter()
-            rows = evaluate_mode(model, ids, config)
-            store.record(key, experiment=EXPERIMENT.name, config=config, rows=rows, status="finished",
-                         timings=dict(eval_seconds=time.perf_counter() - t0), revision=revision)
-    rows = store.rows(keys=keys)
+    evaluated = evaluate_members(EXPERIMENT.name, members, partial(mode_job, source=source_path(source), device=device),
+                                 store=store, force=force, executor=executor, workers=workers, device=device,
+                                 progress=progress)
+    rows = store.rows(keys=[k for k, _ in members])
     files = report(rows, study, out)
-    return dict(members=len(members), trained=len(todo), reused=len(members) - len(todo), variants=0, evaluated=0,
+    return dict(members=len(members), trained=evaluated, reused=len(members) - evaluated, variants=0, evaluated=0,
                 seconds=time.perf_counter() - start, files=files)
+
+
+def mode_job(config: dict, *, source: str, device: str) -> list[dict]:
+    """One mode's rows, in whichever process runs it (the checkpoint loaded once per process)."""
+    from poslab.pretrained.model import encode_text
+    from poslab.studies.pretrained_extension import loaded
+    from poslab.tasks.text import CharText
+
+    model = loaded(source, config["dtype"], device)
+    return evaluate_mode(model, encode_text(model, CharText(**config["text"]).text), config)
 
 
 def bos_id(model) -> int:
