@@ -22,17 +22,22 @@ def _metrics(rows):
     return sorted((tuple(sorted((k, v) for k, v in r.items() if k != "run_key")) for r in rows), key=repr)
 
 
+def _inline_rows(exp, study, out):
+    """The rows of an inline run with one thread: what a Ray task with one CPU computes."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with Store(out / "s.sqlite") as db:
+            run_study(exp, study, store=db, out=out, progress=False, executor=Inline())
+            return db.rows()
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_ray_executor_equals_inline(tmp_path):
     exp = get_experiment("phenomenon")
     study = apply_overrides(exp.study("quick"), SETS)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a Ray task with one CPU computes with one thread
-    try:
-        with Store(tmp_path / "inline" / "s.sqlite") as db:
-            run_study(exp, study, store=db, out=tmp_path / "inline", progress=False, executor=Inline())
-            inline = db.rows()
-    finally:
-        torch.set_num_threads(threads)
+    inline = _inline_rows(exp, study, tmp_path / "inline")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         with Store(tmp_path / "ray" / "s.sqlite") as db:
@@ -59,14 +64,7 @@ def test_ray_spreads_a_pretrained_studys_members(tmp_path):
     study = dataclasses.replace(quick, model={**quick.model, "windows": 1, "depths": [0.5], "trials": 1,
                                               "reasoning": ["multikey"]},
                                 grid={"model.method": ("none", "pi"), "model.scale": (1, 2)})
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with Store(tmp_path / "inline.sqlite") as db:
-            run_study(exp, study, store=db, out=tmp_path / "inline", progress=False, executor=Inline())
-            inline = db.rows()
-    finally:
-        torch.set_num_threads(threads)
+    inline = _inline_rows(exp, study, tmp_path / "inline")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         with Store(tmp_path / "ray.sqlite") as db:
