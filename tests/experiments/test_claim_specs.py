@@ -85,3 +85,16 @@ def test_an_inverted_threshold_is_caught():
         ClaimSpec(name="x", paper="p", measure=mean("accuracy"), op="=>", threshold=0.9)
     with pytest.raises(ValueError, match="not both"):
         ClaimSpec(name="x", paper="p", measure=mean("accuracy"), op=">=", threshold=0.9, na="why")
+
+
+def test_lower_bound_is_the_seed_mean_less_two_standard_errors_of_the_seed_means():
+    from poslab.experiments.spec import lower_bound
+    rows = [dict(seed=0, x=0.1), dict(seed=0, x=0.3), dict(seed=1, x=0.4), dict(seed=2, x=0.5)]
+    means = [0.2, 0.4, 0.5]
+    m = sum(means) / 3
+    se = (sum((v - m) ** 2 for v in means) / 2) ** 0.5 / 3 ** 0.5
+    assert lower_bound("x")(rows) == pytest.approx(m - 2 * se)
+    assert lower_bound("x")([dict(seed=0, x=1.0), dict(seed=0, x=2.0)]) is None  # one seed: no spread
+    spec = ClaimSpec(name="x present", paper="present", measure=lower_bound("x"), op=">", threshold=0.0)
+    assert [c.holds for c in spec.evaluate([dict(seed=0, x=0.01), dict(seed=1, x=-0.01)])] == [False]
+    assert [c.holds for c in spec.evaluate([dict(seed=0, x=0.01), dict(seed=1, x=0.012)])] == [True]

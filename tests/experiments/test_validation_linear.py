@@ -67,17 +67,24 @@ def test_mean_logit_is_the_average_of_the_last_query_scores():
 
 def width_rows(d, acc, chance=0.05):
     return dict(probe="length", attention="linear", d=d, frequencies=d // 2, train_offsets=16,
-                excess_frequencies=d // 2 - 16, longest=True, length=48, in_range=False, accuracy=acc, chance=chance,
-                seed=0)
+                excess_frequencies=d // 2 - 16, excess_coefficients=d - 16, longest=True, length=48, in_range=False,
+                accuracy=acc, chance=chance, seed=0)
 
 
-def test_the_width_condition_splits_at_as_many_frequencies_as_training_offsets():
-    claims = judge_all(linear_control.CLAIMS, [width_rows(64, 0.06), width_rows(32, 0.5), width_rows(16, 0.06)])
-    by = {c.name.split(" (")[0]: c for c in claims if "frequencies" in c.name}
-    assert by["linear, d=64"].holds is True  # 32 > 16: destroyed (<= 2 x chance)
-    assert by["linear, d=32"].holds is True  # 16 = 16: not destroyed (> 2 x chance)
-    assert by["linear, d=16"].holds is False  # 8 < 16 but at chance: the contrast fails
-    assert "32 frequencies > 16 training offsets" in [c.name for c in claims if "d=64 (" in c.name][0]
+def test_the_width_sweep_is_judged_by_the_coefficient_count_and_the_frequency_reading_is_shown():
+    claims = judge_all(linear_control.CLAIMS, [width_rows(64, 0.06), width_rows(32, 0.06), width_rows(16, 0.5)])
+    by = {c.name: c for c in claims if c.name.startswith("linear, d=") and "accuracy at L=48" in c.name}
+    d64 = [c for n, c in by.items() if n.startswith("linear, d=64 (")]
+    d32 = [c for n, c in by.items() if n.startswith("linear, d=32 (")]
+    d16 = [c for n, c in by.items() if n.startswith("linear, d=16 (")]
+    assert [c.holds for c in d64] == [True]  # 32 frequencies > 16 offsets: destroyed (<= 2 x chance)
+    assert [c.holds for c in d32] == [True]  # 32 coefficients > 16 offsets: underdetermined, destroyed
+    assert [c.holds for c in d16] == [True]  # 16 coefficients = 16 offsets: determined, not destroyed
+    earlier = [c for n, c in by.items() if n.startswith("linear, d=32: accuracy at L=48 read by the frequency")]
+    assert [c.holds for c in earlier] == [None] and earlier[0].note.startswith("n.a.")
+    # the other side of each line
+    flipped = judge_all(linear_control.CLAIMS, [width_rows(32, 0.5), width_rows(16, 0.06)])
+    assert [c.holds for c in flipped if c.name.startswith(("linear, d=32 (", "linear, d=16 ("))] == [False, False]
 
 
 def test_min_norm_interpolant_off_support_is_what_the_claim_reads():

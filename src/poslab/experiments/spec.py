@@ -145,7 +145,7 @@ class Measure:
     """A number from a set of rows; ``rows_for(value, base)`` builds rows that give ``value``."""
 
     column: str
-    agg: str  # mean | min | max | median | share | range
+    agg: str  # mean | min | max | median | abs_mean | share | lower_bound
     test: tuple = ()  # share: (op, value or Ref) the column is compared with
     text: str = ""
     by: tuple[str, ...] = ()  # non-share: aggregate the means of the groups of rows with equal ``by`` columns
@@ -158,6 +158,8 @@ class Measure:
             op, want = self.test
             return float(np.mean([bool(_CMP[op](r[self.column], _value(want, r))) for r in vals]))
         vals = [float(r[self.column]) for r in rows if r.get(self.column) is not None]
+        if self.agg == "lower_bound":
+            return _lower_bound(rows, self.column)
         if self.by:  # e.g. the lowest over lengths of the mean over seeds
             means: dict[tuple, list[float]] = {}
             for r in rows:
@@ -180,12 +182,16 @@ class Measure:
             k = int(round(value * n))
             return [{**base, self.column: hit} for _ in range(k)] + [{**base, self.column: miss}
                                                                       for _ in range(n - k)]
+        if self.agg == "lower_bound":  # two seeds at value + 2 +- 1: mean value + 2, standard error 1
+            return [{**base, "seed": 0, self.column: value + 3.0}, {**base, "seed": 1, self.column: value + 1.0}]
         return [{**base, self.column: value}]
 
     @property
     def label(self) -> str:
         if self.text:
             return self.text
+        if self.agg == "lower_bound":
+            return f"seed mean of {self.column} - 2 standard errors"
         if self.agg == "share":
             op, want = self.test
             want = f"{'-' if isinstance(want, Ref) and want.scale < 0 else ''}{want.column}" \
@@ -213,6 +219,24 @@ def median(column: str, text: str = "") -> Measure:
 
 def abs_mean(column: str, text: str = "") -> Measure:
     return Measure(column, "abs_mean", text=text)
+
+
+def _lower_bound(rows: list[Row], column: str) -> float | None:
+    """mean - 2 standard errors of the per-seed means of ``column`` (None below two seeds)."""
+    per_seed: dict[object, list[float]] = {}
+    for r in rows:
+        if r.get(column) is not None:
+            per_seed.setdefault(r.get("seed"), []).append(float(r[column]))
+    means = np.array([np.mean(v) for v in per_seed.values()])
+    if len(means) < 2:
+        return None
+    return float(means.mean() - 2.0 * means.std(ddof=1) / math.sqrt(len(means)))
+
+
+def lower_bound(column: str, text: str = "") -> Measure:
+    """The seed mean less two standard errors over seeds: ``op=">", threshold=0`` judges that a
+    quantity whose estimate is 0 when absent is present (the usual test where a paper gives no size)."""
+    return Measure(column, "lower_bound", text=text)
 
 
 def share(column: str, op: str, value, text: str = "") -> Measure:
