@@ -131,6 +131,7 @@ TABLES = [
         Column("off-support corr(f, interpolant)", "off_support_corr"),
         Column("same, support with delta = 0", "off_support_corr_with_self"),
         Column("same, exact pinv", "off_support_corr_exact"),
+        Column("same, nearest the untrained profile", "off_support_corr_from_init"),
         Column("off-support mean abs(f) / f(-K)", "off_support_scale"))),
 ]
 FIGURES = [Lines("accuracy_by_width.png", x="length", y="accuracy", series=("setting",), where=probe("length"),
@@ -158,6 +159,14 @@ def min_norm_interpolant(theta: np.ndarray, support: np.ndarray, values: np.ndar
     return basis(np.asarray(offsets, dtype=float)) @ coef
 
 
+def untrained_profile(ctx, L: int, offsets: np.ndarray) -> np.ndarray:
+    """The untrained model's mean logit (linear attention: its "weights") at ``offsets`` at length L."""
+    study = ctx.study
+    batch = eval_batch(ctx.task, L, study.eval.n_sequences, study.eval.seed, device=ctx.device)
+    attn = probes.accuracy_and_attention(ctx.untrained, batch, chunk=study.eval.chunk)[1][0]  # head 0, [L]
+    return np.array([float(attn[L - 1 + int(d)]) for d in offsets])
+
+
 def off_support(f: np.ndarray, g: np.ndarray, outside: np.ndarray) -> float:
     return float(np.corrcoef(f[outside], g[outside])[0, 1]) if outside.sum() > 1 else float("nan")
 
@@ -182,11 +191,17 @@ def evaluate(ctx) -> list[dict]:
     exact = min_norm_interpolant(theta, offsets[support], f[support], offsets)
     with_self = min_norm_interpolant(theta, offsets[support | (offsets == 0)], f[support | (offsets == 0)], offsets,
                                      rcond=INTERPOLANT_RCOND)
+    # gradient descent on least squares ends at the interpolant nearest its start, not at the smallest one:
+    # the untrained profile f0 plus the min-norm change that fits the support
+    f0 = untrained_profile(ctx, longest, offsets)
+    from_init = f0 + min_norm_interpolant(theta, offsets[support], (f - f0)[support], offsets,
+                                          rcond=INTERPOLANT_RCOND)
     rows.append(dict(probe="member", carrier_k=trained["carrier_k"], carrier_q=trained["carrier_q"],
                      baseline_k=base["carrier_k"], carrier_cos=cos, profile_length=longest,
                      off_support_corr=off_support(f, g, outside),
                      off_support_corr_with_self=off_support(f, with_self, outside),
                      off_support_corr_exact=off_support(f, exact, outside),
+                     off_support_corr_from_init=off_support(f, from_init, outside),
                      off_support_scale=float(np.abs(f[outside]).mean() / max(abs(f[offsets == -K][0]), 1e-12))
                      if outside.any() else float("nan")))
     rows += [dict(probe="score", offset=int(d), f=float(v), interpolant=float(w), on_support=bool(s))
