@@ -295,6 +295,21 @@ def test_margin_per_sequence_matches_naive_on_mixed_lengths():
         margin(model, batch, 3, head=2)
 
 
+def test_profile_margin_is_the_mean_logit_lead_over_every_other_offset_and_refuses_mixed_lengths():
+    torch.manual_seed(0)
+    model = RetrievalHead(RetrievalHeadConfig(vocab_size=M, d_model=D, n_heads=2, max_len=48))
+    batch = eval_batch(build_task("fixed_offset", m=M, K=3), 24, 100, seed=2)
+    with torch.no_grad():
+        _, inter = model(batch.tokens, batch.lengths, return_intermediates=True)
+    f = inter.layers[0].attn_scores[:, 1, 0].double().mean(0).tolist()  # head 1, mean logit per key, [24]
+    target = f.pop(24 - 1 - 3)
+    assert probes.profile_margin(model, batch, 3, head=1, chunk=16) == pytest.approx(target - max(f), rel=1e-10)
+    # content averaged out first: never below the mean of the per-sequence max margins
+    assert probes.profile_margin(model, batch, 3, head=1) >= margin(model, batch, 3, head=1) - 1e-12
+    with pytest.raises(ConfigError, match="lengths"):
+        probes.profile_margin(model, eval_batch(build_task("fixed_offset", m=M, K=3), (8, 16), 10, seed=2), 3)
+
+
 def test_margin_bound_formula():
     assert margin_bound(0.0, 10) == pytest.approx(0.1)
     assert margin_bound(math.log(9), 10) == pytest.approx(0.5)

@@ -55,6 +55,7 @@ from poslab.probes.carriers import (
     margin,
     margin_bound,
     margins,
+    profile_margin,
     projection_moments,
     rank_concentration,
     rank_concentrations,
@@ -86,5 +87,5 @@ __all__ = [
     "CHUNK", "at_last_query", "last_index", "one_length", "over_chunks", "real_keys", "split_batch", "token_keys",
     # pure functions of intermediates, sums or explicit inputs
     "Moments", "accuracy_of", "as_row", "attention_sum", "carrier_cosine", "carrier_profile_of", "correct",
-    "last_query_attention", "margins", "pattern_sum", "projection_moments", "rank_concentrations",
+    "last_query_attention", "margins", "pattern_sum", "profile_margin", "projection_moments", "rank_concentrations",
 ]

@@ -52,8 +52,10 @@ members (``Experiment.run``).
 Presets: quick = a tiny random Llama built in code (context 64, seconds; its numbers mean nothing),
 search budget 6 x 3 (survivors 2: 18 evaluations, 2 windows of 128 tokens);
 cpu = SmolLM2-135M at 1x and 2x its 8192 context (8192 and 16384 tokens), one window, passkey at
-depth 0.5, search budget 6 x 2 (survivors 2: 14 evaluations, one window of 16384 tokens; not run
-here: on an unloaded CPU each evaluation is one 16384-token forward, minutes each);
+depth 0.5, no reasoning tasks (each would add one 8k- or 16k-token forward per member; add them with
+``--set 'model.reasoning=["multikey", ...]'``), search budget 4 x 1 (survivors 2: 6 evaluations,
+one window of 16384 tokens): on this 2-core CPU every evaluation is one 16384-token forward of
+minutes, so the preset is two forwards per member and six for the search;
 gpu = 2x and 4x (16384, 32768), 4 windows, depths 0.1 / 0.5 / 0.9, 3 keys, search budget 16 x 8
 (survivors 4: 112 evaluations, 2 windows of 32768 tokens) (not run here).
 """
@@ -150,8 +152,8 @@ def study(preset: str) -> StudyConfig:
         scales = (1, 2)
     elif preset == "cpu":
         model = dict(common, checkpoint="smollm2-135m", factor=2.0, windows=1, depths=[0.5], trials=1,
-                     reasoning=list(REASONING),
-                     search=dict(population=6, generations=2, survivors=2, windows=1, seed=0))
+                     reasoning=[],  # five more forwards of 8k / 16k tokens per member: --set model.reasoning=[...]
+                     search=dict(population=4, generations=1, survivors=2, windows=1, seed=0))
         scales = (1, 2)
     else:
         model = dict(common, checkpoint="smollm2-135m", factor=4.0, windows=4, depths=[0.1, 0.5, 0.9], trials=3,
