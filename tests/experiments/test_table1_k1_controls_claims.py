@@ -81,6 +81,12 @@ def test_k1_claims_read_the_profile_argmax_the_two_attentions_and_the_covariance
     assert got["K=1: content covariance (diag - off-diag of G at delta = 0, in std of G)"] is True  # mean < 0
 
 
+KERNEL_MARGIN = ("base: relative range of the kernel's margin over the evaluation lengths (mean logits, then the max "
+                 "over competing offsets)")
+SEQUENCE_MARGIN = ("base: relative range of the seed-mean margin mu over the evaluation lengths (per sequence, over "
+                   "the strongest competitor)")
+
+
 def _controls_rows(carrier_by_step, margins=(3.0, 3.0, 3.0), slopes=None):
     rows = []
     for seed in (0, 1):
@@ -108,15 +114,15 @@ def test_controls_co_emergence_plateau_margin_range_and_width_trend():
     assert em["carrier_k"]["reach_step"] == 200 and em["carrier_k"]["late_change"] == 0.0
     assert claims["base: carrier_k at >= 90% of its final value by step"].holds is True
     assert claims["base: carrier_k largest relative change from step 500 on"].holds is True
-    assert claims["base: relative range of the kernel's margin over the evaluation lengths (mean logits, then the max over competing offsets)"].holds is True
-    assert claims["base: relative range of the seed-mean margin mu over the evaluation lengths (per sequence, over the strongest competitor)"].holds is None  # shown: its max over content-noisy competitors must drift with L
+    assert claims[KERNEL_MARGIN].holds is True
+    assert claims[SEQUENCE_MARGIN].holds is None  # shown: its max over noisy competitors drifts with L
     assert claims["dilution rate c by width (d=32, base d=64, d=128): smallest drop from one width to the next"
                   ].holds is True
     _, claims = _controls_claims(_controls_rows({0: 0.05, 100: 0.1, 1000: 0.5, 2000: 0.8}, margins=(2.0, 3.0, 4.0),
                                                 slopes={"d=32": 0.01, "base": 0.02, "d=128": 0.001}))
     assert claims["base: carrier_k at >= 90% of its final value by step"].holds is False  # step 2000
     assert claims["base: carrier_k largest relative change from step 500 on"].holds is False  # 0.5 -> 0.8
-    assert claims["base: relative range of the kernel's margin over the evaluation lengths (mean logits, then the max over competing offsets)"].holds is False
+    assert claims[KERNEL_MARGIN].holds is False
     assert claims["dilution rate c by width (d=32, base d=64, d=128): smallest drop from one width to the next"
                   ].holds is False
 
