@@ -25,12 +25,12 @@ from poslab.experiments.spec import EVERY, Measure, Where, _sort_key
 Row = dict
 
 
-def mean_std(values: Sequence[float], digits: int = 3) -> str:
-    """"mean ± std" (population std over seeds); "" for no values."""
+def mean_std(values: Sequence[float], digits: int = 3, *, signed: bool = False, empty: str = "") -> str:
+    """"mean ± std" (population std over seeds; ``signed``: the mean with its sign); ``empty`` for no values."""
     vals = [float(v) for v in values if v is not None]
     if not vals:
-        return ""
-    return f"{np.mean(vals):.{digits}f} ± {np.std(vals):.{digits}f}"
+        return empty
+    return f"{np.mean(vals):{'+' if signed else ''}.{digits}f} ± {np.std(vals):.{digits}f}"
 
 
 def groups(rows: list[Row], by: Sequence[str], where: Where = EVERY) -> dict[tuple, list[Row]]:
@@ -226,10 +226,6 @@ def group_stats(rows: list[dict], by: tuple[str, ...], value: str) -> dict[tuple
         if r.get(value) is not None:
             groups[tuple(r[k] for k in by)].append(float(r[value]))
     return {k: (float(np.mean(v)), float(np.std(v)), len(v)) for k, v in sorted(groups.items())}
-
-
-def fmt(mean: float, std: float) -> str:
-    return f"{mean:.3f} ± {std:.3f}"
 
 
 def write_csv(rows: list[dict], path: Path, columns: list[str] | None = None) -> Path:

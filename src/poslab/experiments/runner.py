@@ -507,8 +507,8 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     if timer is not None and not isinstance(executor, Inline):
         raise ValueError("a PhaseTimer sees this process only: time a study with the inline executor")
     batches = list(groups.values())
-    if device == "cpu":  # a core per job beats every core on one job (poslab bench lm: 52 ms/step on one
-        batches = split_groups(batches, getattr(executor, "slots", 1))  # thread, 33 on two)
+    if device == "cpu":  # a core per job beats every core on one job (poslab bench lm measures it)
+        batches = split_groups(batches, getattr(executor, "slots", 1))
     jobs = [(experiment.name, group, device, progress, i, timer) for i, group in enumerate(batches)]
     for results in executor.map_unordered(train_group, jobs):
         record(results)

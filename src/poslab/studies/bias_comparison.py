@@ -31,11 +31,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.fixed_offset import length_rows
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, at_least, below, is_, judge_all, kind, mean, neg, probe, share
 from poslab.positional import encoding_class
@@ -141,7 +139,7 @@ def _at_longest(column: str):
     def cell(rows: list[dict]) -> str:
         longest = max(r["length"] for r in rows)
         vals = [r[column] for r in rows if r["length"] == longest and r.get(column) is not None]
-        return f"{np.mean(vals):.3f} ± {np.std(vals):.3f}" if vals else ""
+        return mean_std(vals)
     return cell
 
 

@@ -43,7 +43,7 @@ import torch
 
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments.config import StudyConfig
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, save, write_outputs
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, save, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, maximum, mean, minimum, probe, share
 from poslab.models.transformer import gate_parameter_count
@@ -147,7 +147,7 @@ def _gain(group) -> str:
 
 
 def _fmt(values, scale=1.0) -> str:
-    return "—" if not values else f"{np.mean(values) * scale:+.3f} ± {np.std(values) * scale:.3f}"
+    return mean_std([v * scale for v in values], signed=True, empty="—")
 
 
 TABLES = [
