@@ -149,7 +149,8 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_killed_run_leaves_no_worker_running(tmp_path):
-    """SIGKILL a real `poslab run` with a pool of workers: every worker exits within seconds."""
+    """SIGKILL a real `poslab run` with a pool of workers: every process it started (the workers, the
+    resource tracker, anything else) exits within seconds."""
     if not Path("/proc/self/stat").exists():
         import pytest
 
@@ -167,12 +168,16 @@ def test_a_killed_run_leaves_no_worker_running(tmp_path):
             workers = {p for p in _children(proc.pid) if "spawn_main" in _cmdline(p)}
         assert len(workers) >= 2, "the run never started its pool workers"
         time.sleep(2)  # let them get into training
+        started = _children(proc.pid)  # the workers and every other descendant (the resource tracker)
+        assert workers <= started
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         deadline = time.time() + 10
-        while time.time() < deadline and any(_alive(p) for p in workers):
+        while time.time() < deadline and any(_alive(p) for p in started):
             time.sleep(0.2)
-        assert not [p for p in workers if _alive(p)], "pool workers outlived their killed parent"
+        left = {p: _cmdline(p) for p in started if _alive(p)}
+        assert not left, f"processes outlived their killed parent: {left}"
+        workers = started
     finally:
         for p in _children(proc.pid) | workers:
             try:
