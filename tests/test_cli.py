@@ -29,6 +29,20 @@ def test_run_quick_then_report(tmp_path):
     assert "fig1_accuracy.png" in page.with_suffix(".md").read_text()  # found via the store, without --results
 
 
+def test_run_validates_each_study_once(tmp_path, monkeypatch):
+    from poslab.experiments import runner
+
+    calls = []
+    real = runner.validate
+    monkeypatch.setattr(runner, "validate", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    args = ["run", "k1", "--preset", "quick", "--seeds", "1", "--set", "train.steps=5", "--set",
+            "eval.n_sequences=8", "--store", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "out"),
+            "--no-progress", "--executor", "inline"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 1
+
+
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path):
     store = tmp_path / "s.sqlite"
     (tmp_path / "a-file.txt").write_text("not a folder")

@@ -129,9 +129,9 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
         if seeds is not None:
             study = apply_overrides(study, [f"seeds={seeds}"])
         study = apply_overrides(study, overrides, fixed=exp.fixed)
-        validate(study, device, exp)  # every study, before the store is even opened
+        members = validate(study, device, exp)  # every study, before the store is even opened
         check_output_folder(_out_folder(out, name, len(names)))
-        plan.append((name, exp, study))
+        plan.append((name, exp, study, members))
     from poslab.experiments.executors import make_executor
 
     if executor != "ray" and address is not None:
@@ -146,11 +146,11 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
     from poslab.store import Store
 
     root = out
-    for experiment, exp, study in plan:  # finished members are reused from the store, not retrained
+    for experiment, exp, study, members in plan:  # finished members are reused from the store, not retrained
         out = _out_folder(root, experiment, len(plan))
         with Store(store) as db:
             summary = run_study(exp, study, store=db, out=out, device=device, force=force, progress=progress,
-                                executor=pool)
+                                executor=pool, validated=members)
         click.echo(f"{experiment}: {summary['members']} members, trained {summary['trained']}, "
                    f"reused {summary['reused']} from {store} ({summary['seconds']:.1f} s)"
                    + (f"; {summary['variants']} evaluate-only variants, evaluated {summary['evaluated']}"

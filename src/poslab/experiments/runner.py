@@ -460,7 +460,8 @@ def _timed(job: Callable[[dict], list[dict]], key: str, config: dict) -> tuple[s
 
 def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: Path,
               device: str = "cpu", force: bool = False, progress: bool = True, workers: int = 1,
-              executor: Executor | str | None = None, timer: PhaseTimer | None = None) -> dict:
+              executor: Executor | str | None = None, timer: PhaseTimer | None = None,
+              validated: list[Member] | None = None) -> dict:
     """Run (or resume) a study and write its report; returns a summary of what was done.
 
     ``workers`` > 1 trains that many groups at once in worker processes (each a share of the
@@ -468,12 +469,14 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     may be given instead. Only this process writes the store, as each
     group comes back. ``timer`` (``poslab bench profile``; the inline executor only) gets the
     run's phases: setup, the training phases of :func:`~poslab.train.train_ensemble`,
-    evaluation, variants, store, and "tables and figures".
+    evaluation, variants, store, and "tables and figures". ``validated``: the members
+    :func:`validate` already returned for this study and device (the command line validates every
+    study before it opens the store), so it is not validated twice.
     """
     span = spans(timer)
     with span("setup"):
         check_output_folder(out)
-        trained = validate(study, device, experiment)
+        trained = validated if validated is not None else validate(study, device, experiment)
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError("workers", workers, "a positive integer")
     if experiment.run is not None:
