@@ -114,5 +114,6 @@ def test_analysis_reads_the_published_pattern_and_its_absence():
     assert small["RoPE: component (b) present"].holds is True
     earlier = small["RoPE: component (b) at least 0.01 of its variance (earlier line)"]
     assert earlier.holds is None and earlier.measured == pytest.approx(0.003)
+    assert small["RoPE: component (a) present"].holds is None  # > 0 by construction under a causal mask: shown
     unmeasurable = judged(rows_for({("rope", None): [-0.01, 0.0]}, 0.5))
     assert unmeasurable["standard RoPE: BOS swap (most frequent token) changes early (b)"].holds is None

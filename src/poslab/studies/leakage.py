@@ -28,9 +28,10 @@ The abstract reports: both components in all three architectures; NTK scaling su
 sliding windows let it grow with depth, standard RoPE sits between; a BOS swap removes 40% of
 (b) at early queries; with a fixed BOS the position-0 fingerprint is constant across inputs.
 Neither the model sizes, the definition of "early" nor a size for "present" are public: ours
-are in :func:`study` and :func:`early_queries`; a component is judged present when its seed mean
-less two standard errors over seeds is above 0 (``lower_bound``), and the earlier size line
-:data:`PRESENT` (0.01 of the variance) is shown beside it, not judged.
+are in :func:`study` and :func:`early_queries`. (b) is judged present when its seed mean less two
+standard errors over seeds is above 0 (``lower_bound``; the estimator is 0 on average without
+key-position terms); (a) > 0 holds by construction under a causal mask, so its size is shown, not
+judged; the earlier size line :data:`PRESENT` (0.01 of the variance) is shown beside both.
 """
 
 from __future__ import annotations
@@ -54,9 +55,6 @@ from poslab.train import TrainConfig, evaluate_loss, lm_recipe
 
 INTERVENTIONS = ("bos_token", "bos_random", "bos_mean", "resid0_patch", "drop_key0")
 PRESENT = 0.01  # the earlier size line for "present" (shown, not judged) and the floor of a relative BOS-swap change
-PRESENCE_NOTE = ("{seeds} seeds; present: distinguishable from 0 across seeds (the abstract gives no size). (b) is "
-                 "unbiased, 0 on average without key-position terms; (a) is a variance share, 0 only where the "
-                 "relative log-normaliser does not depend on the query position")
 FIXED = {"model.bos": "the study is about the BOS at position 0",
          "model.causal": "position 0 is a closed system only under a causal mask",
          "eval.lengths": "one evaluation length, the training length (train.max_length)"}
@@ -82,9 +80,16 @@ def study(preset: str) -> StudyConfig:
 MODEL = probe("model")  # derived: one row per model and seed, means over layers and heads
 STANDARD = is_("model", "RoPE")
 CLAIMS = [
-    *[ClaimSpec(name=f"{{model}}: component ({c}) present", paper="present in all three", where=MODEL,
-                per=("model",), measure=lower_bound(f"component_{c}", f"seed mean of ({c}) - 2 standard errors"),
-                op=">", threshold=0.0, note=PRESENCE_NOTE) for c in "ab"],
+    ClaimSpec(name="{model}: component (b) present", paper="present in all three", where=MODEL, per=("model",),
+              measure=lower_bound("component_b", "seed mean of (b) - 2 standard errors"), op=">", threshold=0.0,
+              note="{seeds} seeds; present: above 0 across seeds (the abstract gives no size); (b) is unbiased, 0 on "
+                   "average without key-position terms"),
+    ClaimSpec(name="{model}: component (a) present", paper="present in all three (by construction: the causal "
+              "mask's per-query denominator)", where=MODEL, per=("model",),
+              measure=lower_bound("component_a", "seed mean of (a) - 2 standard errors"),
+              na="true by construction under a causal mask: query i sees i + 1 keys, so the relative fit's "
+                 "log-normaliser moves with i and (a) > 0 for any finite profile (tests/probes: pure relative logits "
+                 "give (a) > 0); its size is what this task measures, shown here and in the next rows"),
     *[ClaimSpec(name=f"{{model}}: component ({c}) at least {PRESENT:g} of its variance (earlier line)",
                 paper="present in all three (no size given)", where=MODEL, per=("model",),
                 measure=mean(f"component_{c}", f"mean ({c}) over layers, heads and seeds"),
@@ -311,9 +316,10 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     seeds = sorted({r["seed"] for r in rows})
     intro = (f"{len(seeds)} seeds ({', '.join(map(str, seeds))}). Held-out windows of the validation split, "
              f"L = {study.train.max_length} (+ BOS), {study.eval.n_sequences} windows (half fit, half held out). "
-             f"Early queries: internal positions i < {early_queries(study)}. A component is judged present when "
-             f"its seed mean less two standard errors over seeds is above 0 (the abstract gives no size; the "
-             f"earlier line, {PRESENT:g} of the variance it is a share of, is shown beside it).")
+             f"Early queries: internal positions i < {early_queries(study)}. (b) is judged present when its seed "
+             f"mean less two standard errors over seeds is above 0 (the abstract gives no size); (a) > 0 holds by "
+             f"construction under a causal mask and is shown; the earlier line, {PRESENT:g} of the variance a "
+             f"component is a share of, is shown beside both.")
     return write_outputs(out, title=EXPERIMENT.title, rows=every, csv_rows=rows, claims=judge_all(CLAIMS, every),
                          intro=intro, tables=TABLES, figures=FIGURES)
 
