@@ -93,8 +93,8 @@ CLAIMS = [
     *[ClaimSpec(name=f"{{model}}: component ({c}) at least {PRESENT:g} of its variance (earlier line)",
                 paper="present in all three (no size given)", where=MODEL, per=("model",),
                 measure=mean(f"component_{c}", f"mean ({c}) over layers, heads and seeds"),
-                na=f"the abstract gives no size; {PRESENT:g} was poslab's own line, shown as the control of the "
-                   "presence test above") for c in "ab"],
+                na=f"the abstract gives no size; {PRESENT:g} was poslab's own line, shown beside the presence rows "
+                   "above") for c in "ab"],
     ClaimSpec(name="NTK scaling suppresses (b)", paper="(b) smaller under NTK than standard RoPE",
               where=probe("gap") & is_("contrast", "standard - NTK"),
               measure=mean("gap", "mean (b) RoPE - NTK RoPE"), op=">", threshold=0.0),
