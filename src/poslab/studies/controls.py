@@ -111,6 +111,7 @@ CLAIMS = [
                    "sequence, over the strongest competitor)",
               paper="length-invariant mu (Corollary 2)", where=probe("margin_range") & is_("setting", "base"),
               per=("setting",), measure=maximum("mu_range"),
+              note="(max - min) / mean over lengths of the mean over seeds",
               na="on i.i.d. tokens each competitor's logit carries content noise, and the max of L - 1 of them grows "
                  "with L at any fixed kernel, so a per-sequence max margin cannot be length-invariant on this task; "
                  "shown (it is the margin the bound uses, judged above), the kernel's margin is judged"),
