@@ -322,6 +322,7 @@ def profile_margin(model: PoslabModel, batch: Batch, K: int, *, head: int = 0, c
         scores = at_last_query(inter.layers[0].attn_scores, inter)[:, head].double()  # [b, s]
         total = scores.sum(0) if total is None else total + scores.sum(0)
         n, last = n + scores.shape[0], int(last_index(inter)[0])
+    assert total is not None  # one_length: the batch has sequences
     f = (total / n).cpu().numpy()[:last + 1]
     return float(f[last - K] - np.delete(f, last - K).max())
 
