@@ -245,3 +245,18 @@ def test_worker_processes_evaluate_the_members_the_store_records(tmp_path):
     assert [k for k, _ in got[1]] == [k for k, _ in got[2]]
     for (_, a), (_, b) in zip(got[1], got[2], strict=True):
         assert a == pytest.approx(b, rel=1e-4, abs=1e-5)
+
+
+def test_pi_without_fine_tuning_is_shown_not_judged_and_the_training_free_methods_are_judged():
+    from poslab.experiments.spec import judge_all
+    from poslab.studies import pretrained_extension as pe
+
+    rows = [dict(probe="summary", method=m, scale=s, loss_in=li, loss_out=lo if s > 1 else None)
+            for m, li, lo in (("none", 3.2, 4.5), ("pi", 4.5, 4.6), ("yarn", 3.25, 3.2)) for s in (1, 2)]
+    claims = {c.name: c for c in judge_all(pe.CLAIMS, rows + pe.derived_rows(rows))}
+    assert claims["yarn: loss past L0 below no scaling's (x2)"].holds is True
+    assert claims["yarn: short-context retention at L0"].holds is True
+    for name in ("pi (no fine-tuning): loss past L0 below no scaling's (x2)",
+                 "pi (no fine-tuning): short-context retention at L0"):
+        assert claims[name].holds is None and claims[name].note.startswith("n.a.: PI is published")
+    assert not any(n.startswith("pi: ") for n in claims)
