@@ -151,7 +151,8 @@ TABLES += [
 FIGURES = [Lines("reasoning.png", x="scale", y="exact", series=("method",), panel="task", where=probe("reasoning"),
                  xlabel="window / original context", ylabel="exact match"),
            Lines("position_loss.png", x="bucket", y="loss", series=("method",), panel="scale", where=probe("loss"),
-                 logx=True, xlabel="position (bucket upper edge)", ylabel="loss (nats/token)")]
+                 logx=True, vline=lambda rows: rows[0]["length"] / rows[0]["scale"],  # L0: the original context
+                 xlabel="position (bucket upper edge)", ylabel="loss (nats/token)")]
 
 
 def study(preset: str) -> StudyConfig:
