@@ -157,9 +157,9 @@ class Measure:
                 return None
             op, want = self.test
             return float(np.mean([bool(_CMP[op](r[self.column], _value(want, r))) for r in vals]))
-        vals = [float(r[self.column]) for r in rows if r.get(self.column) is not None]
         if self.agg == "lower_bound":
             return _lower_bound(rows, self.column)
+        vals = [float(r[self.column]) for r in rows if r.get(self.column) is not None]
         if self.by:  # e.g. the lowest over lengths of the mean over seeds
             means: dict[tuple, list[float]] = {}
             for r in rows:

@@ -55,6 +55,7 @@ from poslab.probes.carriers import (
     margin,
     margin_bound,
     margins,
+    mean_logit_profile,
     profile_margin,
     projection_moments,
     rank_concentration,
@@ -79,13 +80,13 @@ from poslab.probes.common import (
 __all__ = [
     # the original model-level API
     "accuracy", "accuracy_and_attention", "attention_at_offset", "carrier", "carrier_energy", "carrier_profile",
-    "dilution_fit", "kernel_ratio", "margin", "margin_bound", "mean_attention", "peak", "pinned_position",
-    "rank_concentration", "rotary_kernel", "rotary_theta",
+    "dilution_fit", "kernel_ratio", "margin", "margin_bound", "mean_attention", "mean_logit_profile", "peak",
+    "pinned_position", "profile_margin", "rank_concentration", "rotary_kernel", "rotary_theta",
     # drivers over every layer
     "mean_attention_by_layer", "mean_pattern", "collect_moments",
     # chunking and indexing
     "CHUNK", "at_last_query", "last_index", "one_length", "over_chunks", "real_keys", "split_batch", "token_keys",
     # pure functions of intermediates, sums or explicit inputs
     "Moments", "accuracy_of", "as_row", "attention_sum", "carrier_cosine", "carrier_profile_of", "correct",
-    "last_query_attention", "margins", "pattern_sum", "profile_margin", "projection_moments", "rank_concentrations",
+    "last_query_attention", "margins", "pattern_sum", "projection_moments", "rank_concentrations",
 ]

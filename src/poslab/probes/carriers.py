@@ -309,21 +309,29 @@ def margin(model: PoslabModel, batch: Batch, K: int, *, head: int | None = 0, re
     return pick_head(per_head, head)
 
 
-def profile_margin(model: PoslabModel, batch: Batch, K: int, *, head: int = 0, chunk: int = CHUNK) -> float:
-    """The kernel's margin: f(n-K) - max_{t != n-K} f(t) of the mean logit profile f(t) = E_b l_{b,t}
-    of the last query (layer 0). Content is averaged out before the max, so on i.i.d. tokens this
-    is the positional margin of Corollary 2, where :func:`margin`'s per-sequence max also carries
-    the extreme value of L - 1 content-noisy competitors. Competitors are every real key, as there;
-    ``batch`` has one length."""
+def mean_logit_profile(model: PoslabModel, batch: Batch, *, head: int = 0, chunk: int = CHUNK) -> np.ndarray:
+    """E_b l_{b,t}: the last query's mean attention logit at every key position (layer 0), [s]
+    float64 in internal key order; ``batch`` has one length."""
     check_head(model.cfg.n_heads, head)
-    check_offset(K, one_length(batch))
-    total, n, last = None, 0, 0
+    one_length(batch)
+    total, n = None, 0
     for _, inter in over_chunks(model, batch, chunk):
         scores = at_last_query(inter.layers[0].attn_scores, inter)[:, head].double()  # [b, s]
         total = scores.sum(0) if total is None else total + scores.sum(0)
-        n, last = n + scores.shape[0], int(last_index(inter)[0])
+        n += scores.shape[0]
     assert total is not None  # one_length: the batch has sequences
-    f = (total / n).cpu().numpy()[:last + 1]
+    return (total / n).cpu().numpy()
+
+
+def profile_margin(model: PoslabModel, batch: Batch, K: int, *, head: int = 0, chunk: int = CHUNK) -> float:
+    """The kernel's margin: f(n-K) - max_{t != n-K} f(t) of the mean logit profile f
+    (:func:`mean_logit_profile`). Content is averaged out before the max, so on i.i.d. tokens this
+    is the positional margin of Corollary 2, where :func:`margin`'s per-sequence max also carries
+    the extreme value of L - 1 content-noisy competitors. Competitors are every real key, as there;
+    ``batch`` has one length."""
+    check_offset(K, one_length(batch))
+    f = mean_logit_profile(model, batch, head=head, chunk=chunk)
+    last = len(f) - 1  # one length: every key up to the last query is real
     return float(f[last - K] - np.delete(f, last - K).max())
 
 

@@ -157,12 +157,7 @@ def evaluate(ctx) -> list[dict]:
 
 def mean_logit(model, batch, head: int = 0) -> np.ndarray:
     """The expected logit of the last query at every key, E_b[l_{b,t}], [L] (keys in position order)."""
-    total, n = None, 0
-    for _, inter in probes.over_chunks(model, batch):
-        scores = probes.at_last_query(inter.layers[0].attn_scores, inter)[:, head].double()  # [b, L]
-        total = scores.sum(0) if total is None else total + scores.sum(0)
-        n += scores.shape[0]
-    return (total / n).cpu().numpy()
+    return probes.mean_logit_profile(model, batch, head=head)
 
 
 def random_direction(model, batch, which: str, head: int = 0) -> float:
