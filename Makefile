@@ -21,11 +21,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/poslab run phenomenon --preset paper
 
-test: $(STAMP)  # everything but the tests marked slow (a pretrained checkpoint's forward, long runs)
-	$(BIN)/python -m pytest -m "not slow"
+test: $(STAMP)  # everything but the tests marked slow (a pretrained checkpoint's forward, long runs), one worker a core
+	$(BIN)/python -m pytest -m "not slow" -n auto --dist loadgroup
 
 test-all: $(STAMP)  # every test, the slow ones too
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 lint: $(STAMP)  # ruff (rules and line length in pyproject.toml) and mypy on the library layers
 	$(BIN)/ruff check src tests

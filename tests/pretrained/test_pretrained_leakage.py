@@ -175,3 +175,36 @@ def test_bad_variant_settings_are_refused(bad, field):
     with pytest.raises(ConfigError) as e:
         validate(dataclasses.replace(study, model={**study.model, **bad}), "cpu", EXP)
     assert e.value.field == field
+
+
+def test_window_groups_are_fitted_on_their_own_and_carry_the_group_as_seed(tiny):
+    """groups = 2: each group's per-head rows equal a one-group evaluation of that group's windows
+    alone (its own cross-fit), with the group index in ``seed``; the derived rows are per group."""
+    from poslab.pretrained import encode_text, load
+
+    model = load(str(tiny("llama")))
+    ids = encode_text(model, TEXT * 2)
+    cfg = config(windows=8, length=32)
+    rows = evaluate_mode(model, ids, dict(cfg, groups=2))
+    text_len = 32 - 1  # with BOS
+    for g in (0, 1):
+        alone = evaluate_mode(model, ids[g * 4 * text_len:], dict(cfg, windows=4, groups=1))
+        key = lambda r: (r["probe"], r.get("variant"), r.get("intervention"), r["layer"], r.get("head"))  # noqa: E731
+        want = {key(r): r for r in alone if r["probe"] in ("head", "intervention")}
+        got = {key(r): r for r in rows if r.get("seed") == g and r["probe"] in ("head", "intervention")}
+        assert got.keys() == want.keys()
+        for k, r in got.items():
+            for col in ("component_b", "early_component_b", "sink_share"):
+                if col in r and k[2] is None:
+                    assert r[col] == pytest.approx(want[k][col], abs=1e-6)
+    derived = derived_rows(rows)
+    assert sorted(r["seed"] for r in derived if r["probe"] == "contrast") == [0, 1]
+    assert {r["seed"] for r in derived if r["probe"] == "model"} == {0, 1}
+
+
+def test_groups_must_divide_the_windows_into_cross_fittable_groups():
+    study = EXP.study("quick")
+    for groups in (3, 5, 0):
+        with pytest.raises(ConfigError) as e:
+            validate(dataclasses.replace(study, model={**study.model, "groups": groups}), "cpu", EXP)
+        assert e.value.field == "model.groups"
