@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# a stored table written before its study's claims were relabelled, with the page that says so
-REJUDGED = {"two-layer": ("docs/two-layer-heads.md", "17 yes / 1 no / 8 n.a.", (16, 4, 4))}
 ROW = re.compile(r"^\| `(?P<study>[a-z0-9-]+)` \|.*\| (?P<yes>\d+) / (?P<no>\d+) / (?P<na>\d+) \|[^|]*\|\s*$")
 
 
@@ -36,9 +34,4 @@ def test_the_readme_has_a_counted_row_for_every_stored_paper_preset_run():
 
 @pytest.mark.parametrize("study", sorted(readme_counts()))
 def test_readme_counts_are_the_stored_claims(study):
-    if study in REJUDGED:  # the README gives the re-judged counts; the page states both, the file the first
-        page, rejudged, first = REJUDGED[study]
-        assert stored_counts(study) == first and rejudged in (ROOT / page).read_text()
-        assert readme_counts()[study] == tuple(int(n) for n in re.findall(r"\d+", rejudged))
-        return
     assert readme_counts()[study] == stored_counts(study)
