@@ -13,7 +13,7 @@ from poslab.store import Store
 from poslab.studies import get_experiment
 
 ray = pytest.importorskip("ray", reason="the Ray executor needs the extra: pip install 'poslab[ray]'")
-pytestmark = pytest.mark.xdist_group("ray")  # under pytest -n, one worker runs the Ray tests: one local cluster at a time
+pytestmark = pytest.mark.xdist_group("ray")  # under pytest -n one worker runs these: one local Ray cluster at a time
 
 SETS = ['grid.encoding=["rope"]', "grid.task.K=[2]", "seeds=2", "train.steps=20", "train.batch_size=16",
         "eval.lengths=[12,20]", "eval.n_sequences=32"]

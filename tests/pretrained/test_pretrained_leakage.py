@@ -208,3 +208,13 @@ def test_groups_must_divide_the_windows_into_cross_fittable_groups():
         with pytest.raises(ConfigError) as e:
             validate(dataclasses.replace(study, model={**study.model, "groups": groups}), "cpu", EXP)
         assert e.value.field == "model.groups"
+
+
+def test_modes_run_side_by_side_only_where_their_fits_fit_in_memory():
+    from poslab.probes.leakage import leakage_bytes
+    from poslab.studies.pretrained_leakage import PROCESS_OVER_FIT, concurrent_modes
+
+    need = leakage_bytes(512, 30, 9)  # SmolLM2 at 512 tokens
+    assert concurrent_modes(2, need, 0.8 * 23 * 2**30) == 1  # the 23 GiB machine whose two workers were killed
+    assert concurrent_modes(2, need, 2 * PROCESS_OVER_FIT * need) == 2
+    assert concurrent_modes(4, need, 0.5 * need) == 1  # never fewer than one: check() refuses what cannot fit

@@ -137,7 +137,8 @@ TABLES = [
           columns=(Column("early (b)", "early_component_b"), Column("as is", "base"),
                    Column("change (%)", lambda g: mean_std([100 * r["change"] for r in g if r["change"] is not None],
                                                            1, signed=True, empty="n.a.")))),
-    Table("By layer", by=("bos", "variant", "layer"), where=probe("head"), intro="Mean ± std over heads and window groups.",
+    Table("By layer", by=("bos", "variant", "layer"), where=probe("head"),
+          intro="Mean ± std over heads and window groups.",
           columns=(Column("sink share", "sink_share"), Column("share of sink heads", "sink"),
                    Column("(a)", "component_a"), Column("(b)", "component_b"),
                    Column("early (b)", "early_component_b"))),
@@ -204,14 +205,32 @@ def check(study: StudyConfig) -> None:
     layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
     require_attention_fits("model.length", m["length"], m["length"], heads, layers, batch=2,
                            what="scores and patterns (collect, with and without BOS)")
-    from poslab.pretrained.model import BYTES_LIMIT_FRACTION, memory_bytes
-    from poslab.probes.leakage import leakage_bytes
-
-    need, have = leakage_bytes(m["length"], layers, heads), memory_bytes() * BYTES_LIMIT_FRACTION
+    need, have = fit_bytes(m["length"], cfg)
     if need > have:
         raise ConfigError("model.length", m["length"], f"a length whose leakage fit fits in memory: about "
                                                        f"{need / 2**30:.1f} GiB for {layers} layers x {heads} heads, "
                                                        f"{have / 2**30:.1f} GiB available")
+
+
+def fit_bytes(length: int, cfg: dict) -> tuple[int, float]:
+    """(bytes one mode's leakage fit holds at its peak, bytes a run may plan for on this machine)."""
+    from poslab.pretrained.model import BYTES_LIMIT_FRACTION, memory_bytes
+    from poslab.probes.leakage import leakage_bytes
+
+    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
+    layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
+    return leakage_bytes(length, layers, heads), memory_bytes() * BYTES_LIMIT_FRACTION
+
+
+PROCESS_OVER_FIT = 1.5  # a worker's peak over leakage_bytes: 11.5-12.3 GB measured (SmolLM2, 512 tokens) at 8.9 GB
+
+
+def concurrent_modes(workers: int, need: int, have: float) -> int:
+    """How many modes may be evaluated at once: ``workers``, fewer where their processes together
+    would not fit in memory (each worker holds one mode's fit, the checkpoint and the forward's
+    intermediates, measured at PROCESS_OVER_FIT x the fit's estimate; two SmolLM2 workers at 512
+    tokens were killed for memory on a 23 GiB machine)."""
+    return max(1, min(workers, int(have // max(PROCESS_OVER_FIT * need, 1))))
 
 
 # ----------------------------------------------------------------------------- the run
@@ -220,13 +239,20 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
         workers: int = 1, executor=None) -> dict:
     """Evaluate each mode the store lacks (keyed by the weights' hash and the settings), one job
     each on the executor (:func:`poslab.experiments.runner.evaluate_members`); then the report."""
+    import sys
+
     from poslab.experiments.runner import evaluate_members
-    from poslab.pretrained.loading import content_hash
+    from poslab.pretrained.loading import content_hash, read_config
     from poslab.studies.pretrained_extension import checkpoint_source, source_path
 
     start = time.perf_counter()
     m = settings(study)
     source = checkpoint_source(m["checkpoint"])
+    need, have = fit_bytes(m["length"], read_config(source))
+    if executor is None and concurrent_modes(workers, need, have) < workers:
+        workers = concurrent_modes(workers, need, have)
+        print(f"pretrained-leakage: each mode's leakage fit holds about {need / 2**30:.1f} GiB of the "
+              f"{have / 2**30:.1f} GiB available: {workers} worker(s)", file=sys.stderr)
     members = []
     for mode in study.axis("model.bos"):
         config = dict(experiment=EXPERIMENT.name, checkpoint=content_hash(source), bos=mode,
@@ -279,8 +305,8 @@ def evaluate_mode(model, ids: torch.Tensor, config: dict) -> list[dict]:
     tokens = windows(model, ids, config)
     n, L = tokens.shape
     size = n // config.get("groups", 1)
-    batches = [Batch(tokens=t, targets=t, lengths=torch.full((len(t),), L), loss_mask=torch.ones_like(t, dtype=torch.bool))
-               for t in tokens.split(size)]  # the window groups, seed = group index
+    batches = [Batch(tokens=t, targets=t, lengths=torch.full((len(t),), L),
+                     loss_mask=torch.ones_like(t, dtype=torch.bool)) for t in tokens.split(size)]  # seed = group
 
     def per_group(variant: str) -> list[dict]:
         return [dict(r, seed=g) for g, batch in enumerate(batches) for r in head_rows(model, batch, config, variant)]
