@@ -249,8 +249,9 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
     m = settings(study)
     source = checkpoint_source(m["checkpoint"])
     need, have = fit_bytes(m["length"], read_config(source))
-    if executor is None and concurrent_modes(workers, need, have) < workers:
-        workers = concurrent_modes(workers, need, have)
+    fit = concurrent_modes(workers, need, have)
+    if executor is None and fit < workers:
+        workers = fit
         print(f"pretrained-leakage: each mode's leakage fit holds about {need / 2**30:.1f} GiB of the "
               f"{have / 2**30:.1f} GiB available: {workers} worker(s)", file=sys.stderr)
     members = []
@@ -308,25 +309,28 @@ def evaluate_mode(model, ids: torch.Tensor, config: dict) -> list[dict]:
     batches = [Batch(tokens=t, targets=t, lengths=torch.full((len(t),), L),
                      loss_mask=torch.ones_like(t, dtype=torch.bool)) for t in tokens.split(size)]  # seed = group
 
-    def per_group(variant: str) -> list[dict]:
-        return [dict(r, seed=g) for g, batch in enumerate(batches) for r in head_rows(model, batch, config, variant)]
+    def per_group(rows_of) -> list[dict]:
+        return [dict(r, seed=g) for g, batch in enumerate(batches) for r in rows_of(batch)]
 
-    rows = per_group(STANDARD)
+    def heads(variant: str) -> list[dict]:
+        return per_group(lambda batch: head_rows(model, batch, config, variant))
+
+    rows = heads(STANDARD)
     if config["bos"] != "with BOS":
         return rows
     if model.encoding == "rotary":
         model.set_schedule({"rope_type": "ntk", "factor": float(config["ntk_factor"])})
         try:
-            rows += per_group(NTK)
+            rows += heads(NTK)
         finally:
             model.restore()
     model.set_window(config["window"])
     try:
-        rows += per_group(WINDOW)
+        rows += heads(WINDOW)
     finally:
         model.set_window(None)
     swaps = replacements(model, tokens)  # one replacement vector for every group: the most frequent token of all
-    rows += [dict(r, seed=g) for g, batch in enumerate(batches) for r in swap_rows(model, batch, config, swaps)]
+    rows += per_group(lambda batch: swap_rows(model, batch, config, swaps))
     content = windows(model, ids, dict(config, bos="without BOS"))  # the closed-system check, same windows
     cos = {name: position0_cosines(model, t) for name, t in (("bos_at_0", tokens), ("content_at_0", content))}
     rows += [dict(probe="closed", layer=k, bos_at_0=float(cos["bos_at_0"][k]),
