@@ -67,7 +67,12 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path):
 def test_bench_train_runs_and_reports_the_ratio():
     result = CliRunner().invoke(main, ["bench", "train", "--steps", "2", "--plain-steps", "2"])
     assert result.exit_code == 0, result.output
-    assert "ms per member-step" in result.output and "speed-up" in result.output
+    assert "ms of wall per member-step" in result.output and "speed-up" in result.output
+    # all of Table 1 on both sides: three group keys (RoPE, and APE at two initialisations), 72 members,
+    # each group's plain loop timed and counted (an earlier version timed two and projected 48)
+    assert "3 groups, 72 members" in result.output and "(72 members x 4000 steps)" in result.output
+    assert sum(line.startswith("plain loop, ") and line.endswith("x 24 members")
+               for line in result.output.splitlines()) == 3
 
 
 def test_a_bad_store_exits_2_with_one_line_and_is_left_as_it_was(tmp_path):

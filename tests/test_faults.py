@@ -191,3 +191,31 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def _rows_of(config: dict) -> list[dict]:
+    return [dict(probe="value", value=config["x"])]
+
+
+def test_evaluate_members_runs_only_as_many_workers_as_fit_in_memory(tmp_path, monkeypatch, capsys):
+    from poslab.experiments import runner
+    from poslab.experiments.executors import MEMORY_FRACTION, memory_bytes
+
+    asked = []
+
+    def fake_executor(name, workers, **_):
+        asked.append(workers)
+        return Inline()
+
+    monkeypatch.setattr(runner, "make_executor", fake_executor)
+    store = Store(tmp_path / "s.sqlite")
+    jobs = [(f"k{i}", dict(x=i)) for i in range(4)]
+    plenty = memory_bytes() * MEMORY_FRACTION / 10
+    assert runner.evaluate_members("memo", jobs[:2], _rows_of, store=store, workers=2, worker_bytes=plenty,
+                                   progress=False) == 2
+    assert asked == [2] and "worker(s)" not in capsys.readouterr().err  # two fit: no cap, nothing said
+    # a job peaking at 60% of what a run may plan for: one at a time, and stderr says why
+    assert runner.evaluate_members("memo", jobs, _rows_of, store=store, workers=2,
+                                   worker_bytes=0.6 * memory_bytes() * MEMORY_FRACTION, progress=False) == 2
+    assert asked == [2, 1] and "1 worker(s)" in capsys.readouterr().err
+    assert sorted(r["value"] for r in store.rows(keys=[k for k, _ in jobs])) == [0, 1, 2, 3]

@@ -211,10 +211,12 @@ def test_groups_must_divide_the_windows_into_cross_fittable_groups():
 
 
 def test_modes_run_side_by_side_only_where_their_fits_fit_in_memory():
+    from poslab.experiments.executors import workers_that_fit
     from poslab.probes.leakage import leakage_bytes
-    from poslab.studies.pretrained_leakage import PROCESS_OVER_FIT, concurrent_modes
+    from poslab.studies.pretrained_leakage import PROCESS_OVER_FIT
 
-    need = leakage_bytes(512, 30, 9)  # SmolLM2 at 512 tokens
-    assert concurrent_modes(2, need, 0.8 * 23 * 2**30) == 1  # the 23 GiB machine whose two workers were killed
-    assert concurrent_modes(2, need, 2 * PROCESS_OVER_FIT * need) == 2
-    assert concurrent_modes(4, need, 0.5 * need) == 1  # never fewer than one: check() refuses what cannot fit
+    need = PROCESS_OVER_FIT * leakage_bytes(512, 30, 9)  # a SmolLM2 worker at 512 tokens
+    assert workers_that_fit(2, need, 0.8 * 23 * 2**30) == 1  # the 23 GiB machine whose two workers were killed
+    assert workers_that_fit(2, need, 2 * need) == 2
+    assert workers_that_fit(4, need, 0.5 * need) == 1  # never fewer than one: check() refuses what cannot fit
+    assert workers_that_fit(3, None) == 3  # no estimate, no cap

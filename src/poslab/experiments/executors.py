@@ -183,6 +183,28 @@ EXECUTORS: dict[str, Callable[..., Executor]] = {
 }
 
 
+MEMORY_FRACTION = 0.8  # the share of the machine's memory a run may plan for
+
+
+def memory_bytes() -> int:
+    """The machine's physical memory in bytes (16 GiB where the platform will not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2**30
+
+
+def workers_that_fit(workers: int, worker_bytes: float | None, available: float | None = None) -> int:
+    """``workers``, fewer where that many processes of ``worker_bytes`` each (a job's measured or
+    estimated peak) would not fit in ``available`` bytes (default: MEMORY_FRACTION of this
+    machine's memory); never fewer than one (a job that cannot fit at all is its study's check
+    to refuse). ``worker_bytes`` None: no estimate, no cap."""
+    if not worker_bytes:
+        return workers
+    available = memory_bytes() * MEMORY_FRACTION if available is None else available
+    return max(1, min(workers, int(available // worker_bytes)))
+
+
 def make_executor(name: str, **options) -> Executor:
     if name not in EXECUTORS:
         raise ConfigError("executor", name, sorted(EXECUTORS))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 import typing
 from collections.abc import Callable, Mapping
@@ -36,7 +37,14 @@ from torch import nn
 
 from poslab.errors import ConfigError
 from poslab.experiments.config import StudyConfig, _coerce, apply_point, grid_points, short_name
-from poslab.experiments.executors import Executor, Inline, make_executor
+from poslab.experiments.executors import (
+    MEMORY_FRACTION,
+    Executor,
+    Inline,
+    make_executor,
+    memory_bytes,
+    workers_that_fit,
+)
 from poslab.experiments.stages import Stages
 from poslab.models import model_classes
 from poslab.positional import check_encoding
@@ -425,12 +433,14 @@ def split_groups(groups: list[list[Member]], slots: int) -> list[list[Member]]:
 
 def evaluate_members(experiment: str, members: list[tuple[str, dict]], job: Callable[[dict], list[dict]], *,
                      store: Store, force: bool = False, executor: Executor | str | None = None, workers: int = 1,
-                     device: str = "cpu", progress: bool = True) -> int:
+                     device: str = "cpu", progress: bool = True, worker_bytes: float | None = None) -> int:
     """Evaluate-only members (a pretrained checkpoint's): every ``(key, config)`` the store lacks is
     one call ``job(config)`` on ``executor`` (``job`` picklable: a module-level function or a
     partial of one, which loads what it reads once per process), and its rows are recorded here,
-    the only writer, as each comes back. ``force`` evaluates every member again. Returns how many
-    were evaluated."""
+    the only writer, as each comes back. ``force`` evaluates every member again. ``worker_bytes``
+    (a job's peak memory, where its study knows it) runs fewer local workers than ``workers``
+    where that many would not fit in memory (:func:`workers_that_fit`; said on stderr). Returns
+    how many were evaluated."""
     if force:
         for key, _ in members:
             store.delete(key)
@@ -439,7 +449,12 @@ def evaluate_members(experiment: str, members: list[tuple[str, dict]], job: Call
     if not todo:
         return 0
     if isinstance(executor, str) or executor is None:
-        executor = make_executor(executor or "local", workers=min(workers, len(todo)), device=device)
+        fit = workers_that_fit(min(workers, len(todo)), worker_bytes)
+        if fit < min(workers, len(todo)):
+            print(f"{experiment}: each job peaks at about {worker_bytes / 2**30:.1f} GiB of the "
+                  f"{memory_bytes() * MEMORY_FRACTION / 2**30:.1f} GiB a run may plan for: {fit} worker(s)",
+                  file=sys.stderr, flush=True)
+        executor = make_executor(executor or "local", workers=fit, device=device)
     revision = git_revision(Path(__file__).parent)
     if progress:
         print(f"{experiment}: {len(todo)} of {len(members)} members to evaluate", flush=True)

@@ -52,6 +52,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError, check_choice
+from poslab.experiments.executors import MEMORY_FRACTION, memory_bytes
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.loss import masked_cross_entropy
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies, unscaled_positions
@@ -61,7 +62,7 @@ from poslab.tasks.base import Batch
 DTYPES = ("float32", "bfloat16")
 ATTN = "poslab"  # the name poslab's recording attention is registered under
 LOSS_CHUNK = 1024  # positions per readout + loss chunk in token_losses
-BYTES_LIMIT_FRACTION = 0.8  # a forward may plan for this share of the machine's memory
+BYTES_LIMIT_FRACTION = MEMORY_FRACTION  # a forward may plan for this share of the machine's memory
 
 
 # ----------------------------------------------------------------------------- the rotary module
@@ -483,13 +484,6 @@ def require_attention_fits(field: str, value, L: int, n_heads: int, layers_kept:
         raise ConfigError(field, value, f"a length whose attention fits in memory: L={L} needs about "
                                         f"{need / 2**30:.1f} GiB of attention{' ' + what if what else ''}, "
                                         f"{have / 2**30:.1f} GiB available")
-
-
-def memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 16 * 2**30
 
 
 # ----------------------------------------------------------------------------- loading

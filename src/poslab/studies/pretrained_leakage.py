@@ -194,6 +194,7 @@ def settings(study: StudyConfig) -> dict:
 
 
 def check(study: StudyConfig) -> None:
+    from poslab.experiments.executors import MEMORY_FRACTION, memory_bytes
     from poslab.pretrained.loading import read_config, require_transformers
     from poslab.pretrained.model import require_attention_fits
     from poslab.studies.pretrained_extension import checkpoint_source
@@ -205,32 +206,25 @@ def check(study: StudyConfig) -> None:
     layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
     require_attention_fits("model.length", m["length"], m["length"], heads, layers, batch=2,
                            what="scores and patterns (collect, with and without BOS)")
-    need, have = fit_bytes(m["length"], cfg)
+    need, have = fit_bytes(m["length"], cfg), memory_bytes() * MEMORY_FRACTION
     if need > have:
         raise ConfigError("model.length", m["length"], f"a length whose leakage fit fits in memory: about "
                                                        f"{need / 2**30:.1f} GiB for {layers} layers x {heads} heads, "
                                                        f"{have / 2**30:.1f} GiB available")
 
 
-def fit_bytes(length: int, cfg: dict) -> tuple[int, float]:
-    """(bytes one mode's leakage fit holds at its peak, bytes a run may plan for on this machine)."""
-    from poslab.pretrained.model import BYTES_LIMIT_FRACTION, memory_bytes
+def fit_bytes(length: int, cfg: dict) -> int:
+    """Bytes one mode's leakage fit holds at its peak."""
     from poslab.probes.leakage import leakage_bytes
 
     heads = cfg.get("num_attention_heads") or cfg.get("n_head")
     layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
-    return leakage_bytes(length, layers, heads), memory_bytes() * BYTES_LIMIT_FRACTION
+    return leakage_bytes(length, layers, heads)
 
 
-PROCESS_OVER_FIT = 1.5  # a worker's peak over leakage_bytes: 11.5-12.3 GB measured (SmolLM2, 512 tokens) at 8.9 GB
-
-
-def concurrent_modes(workers: int, need: int, have: float) -> int:
-    """How many modes may be evaluated at once: ``workers``, fewer where their processes together
-    would not fit in memory (each worker holds one mode's fit, the checkpoint and the forward's
-    intermediates, measured at PROCESS_OVER_FIT x the fit's estimate; two SmolLM2 workers at 512
-    tokens were killed for memory on a 23 GiB machine)."""
-    return max(1, min(workers, int(have // max(PROCESS_OVER_FIT * need, 1))))
+# a worker's peak over fit_bytes: 11.5-12.3 GB measured (SmolLM2, 512 tokens) at 8.9 GB; two such
+# workers were killed for memory on a 23 GiB machine, so modes run side by side only where they fit
+PROCESS_OVER_FIT = 1.5
 
 
 # ----------------------------------------------------------------------------- the run
@@ -238,9 +232,8 @@ def concurrent_modes(workers: int, need: int, have: float) -> int:
 def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: bool = False, progress: bool = True,
         workers: int = 1, executor=None) -> dict:
     """Evaluate each mode the store lacks (keyed by the weights' hash and the settings), one job
-    each on the executor (:func:`poslab.experiments.runner.evaluate_members`); then the report."""
-    import sys
-
+    each on the executor (:func:`poslab.experiments.runner.evaluate_members`, as many side by side
+    as fit in memory); then the report."""
     from poslab.experiments.runner import evaluate_members
     from poslab.pretrained.loading import content_hash, read_config
     from poslab.studies.pretrained_extension import checkpoint_source, source_path
@@ -248,12 +241,7 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
     start = time.perf_counter()
     m = settings(study)
     source = checkpoint_source(m["checkpoint"])
-    need, have = fit_bytes(m["length"], read_config(source))
-    fit = concurrent_modes(workers, need, have)
-    if executor is None and fit < workers:
-        workers = fit
-        print(f"pretrained-leakage: each mode's leakage fit holds about {need / 2**30:.1f} GiB of the "
-              f"{have / 2**30:.1f} GiB available: {workers} worker(s)", file=sys.stderr)
+    worker_bytes = PROCESS_OVER_FIT * fit_bytes(m["length"], read_config(source))
     members = []
     for mode in study.axis("model.bos"):
         config = dict(experiment=EXPERIMENT.name, checkpoint=content_hash(source), bos=mode,
@@ -261,7 +249,7 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
         members.append((config_hash(config), config))
     evaluated = evaluate_members(EXPERIMENT.name, members, partial(mode_job, source=source_path(source), device=device),
                                  store=store, force=force, executor=executor, workers=workers, device=device,
-                                 progress=progress)
+                                 progress=progress, worker_bytes=worker_bytes)
     rows = store.rows(keys=[k for k, _ in members])
     files = report(rows, study, out)
     return dict(members=len(members), trained=evaluated, reused=len(members) - evaluated, variants=0, evaluated=0,
