@@ -127,6 +127,24 @@ def test_b_is_unbiased_where_a_held_out_r2_gain_of_the_per_pair_means_is_not():
     assert np.mean(r2_gain) < -0.02
 
 
+@pytest.mark.parametrize("window", [None, 1, 3, 7])
+def test_log_normaliser_running_sum_equals_the_grid_on_every_band(window):
+    # the O(n) running logsumexp over offsets against the [n, n] grid it replaces, NaNs included
+    torch.manual_seed(0)
+    f = torch.randn(3, 2, 9, dtype=torch.float64)
+    f[1, 0, 5] = math.nan
+    keep = lk.keep_mask(9, window)
+    assert lk.band_width(keep) == (9 if window is None else window)
+    offset = (torch.arange(9)[:, None] - torch.arange(9)[None, :]).clamp(0, 8)
+    grid = f[..., offset].masked_fill(~keep, -math.inf).logsumexp(-1)
+    torch.testing.assert_close(lk.log_normaliser(f, keep), grid, rtol=1e-12, atol=1e-12, equal_nan=True)
+    other = keep.clone()
+    other[4, 4] = False  # a query that does not see itself: not a band, the grid itself
+    assert lk.band_width(other) is None
+    torch.testing.assert_close(lk.log_normaliser(f, other), f[..., offset].masked_fill(~other, -math.inf).logsumexp(-1),
+                               equal_nan=True)
+
+
 def test_log_normaliser_equals_the_naive_sum():
     f = torch.tensor([0.5, -1.0, 2.0, 0.0, 1.5], dtype=torch.float64)
     keep = lk.keep_mask(5, 3)

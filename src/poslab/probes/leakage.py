@@ -283,9 +283,19 @@ def log_normaliser(f: Tensor, keep: Tensor) -> Tensor:
     """Λ(i) = log sum over kept keys j of exp f(i - j): f [..., n] -> [..., n] (NaN where a kept
     offset has no f)."""
     n = keep.shape[-1]
+    band = band_width(keep)
+    if band is not None:  # query i keeps offsets 0 .. min(i, w - 1): a running logsumexp over offsets, O(n)
+        return f.logcumsumexp(-1)[..., torch.arange(n).clamp(max=band - 1)]
     offset = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).clamp(0, n - 1)  # [n, n]
     grid = f[..., offset].masked_fill(~keep, -math.inf)  # f(i - j) on kept pairs, [..., n, n]
     return grid.logsumexp(-1)
+
+
+def band_width(keep: Tensor) -> int | None:
+    """w when ``keep`` [n, n] is exactly the causal band 0 <= i - j < w (:func:`keep_mask`), else None."""
+    n = keep.shape[-1]
+    w = int(keep[-1].sum())
+    return w if w >= 1 and torch.equal(keep, keep_mask(n, None if w == n else w)) else None
 
 
 def component_a(log_w: PairSums, lam: Tensor, i: Tensor, j: Tensor) -> Tensor:
@@ -307,9 +317,11 @@ def log_partition(scores: Tensor, keep: Tensor) -> Tensor:
     return scores.masked_fill(~keep, -math.inf).logsumexp(-1)
 
 
-def log_weights(scores: Tensor, keep: Tensor) -> Tensor:
-    """log a_ij = l_ij - log Z_i on kept pairs (0 elsewhere), [..., n, n]."""
-    return (scores - log_partition(scores, keep)[..., None]).masked_fill(~keep, 0.0)
+def log_weights(scores: Tensor, keep: Tensor, log_z: Tensor | None = None) -> Tensor:
+    """log a_ij = l_ij - log Z_i on kept pairs (0 elsewhere), [..., n, n] (``log_z``: log Z_i
+    of these scores where the caller has it already)."""
+    log_z = log_partition(scores, keep) if log_z is None else log_z
+    return (scores - log_z[..., None]).masked_fill(~keep, 0.0)
 
 
 def log_z_fit(log_z: np.ndarray) -> dict[str, float]:
@@ -398,16 +410,18 @@ class LeakageSums:
         for slot, k in enumerate(chosen):  # one layer at a time: float64 copies of one layer's [b, h, n, n] only
             scores = inter.layers[k].attn_scores.double().cpu()  # [b, h, n, n]
             pattern = inter.layers[k].pattern.double().cpu()
-            if self.check_softmax and self.seen == 0:
-                got = (pattern - torch.softmax(scores.masked_fill(~self.keep, -math.inf), -1)).abs().max()
+            log_z = log_partition(scores, self.keep)  # [b, h, n]
+            log_w = log_weights(scores, self.keep, log_z)
+            if self.check_softmax and self.seen == 0:  # the kept-key softmax is exp(log a) there, 0 elsewhere
+                got = (pattern - log_w.exp().masked_fill(~self.keep, 0.0)).abs().max()
                 if not bool(got <= SOFTMAX_TOL):
                     raise ConfigError("model", f"weights off the causal softmax of the logits by {float(got):.2g}",
                                       f"causal softmax attention (window {self.window}) whose pattern is the "
                                       "softmax of attn_scores over the kept keys")
-            ys = dict(centred=centred(scores, self.keep), logits=scores, log_weights=log_weights(scores, self.keep))
+            ys = dict(centred=centred(scores, self.keep), logits=scores, log_weights=log_w)
             for q, y in ys.items():
                 self.sums[q].add_(slot, pair_sums(y, held))
-            self.log_z[slot] += log_partition(scores, self.keep).sum(0)  # [h, n]
+            self.log_z[slot] += log_z.sum(0)  # [h, n]
             self.received[slot] += received_attention(pattern, self.keep) * b
             self.to_key0[slot] += pattern[..., 0].sum(0)
         for q in QUANTITIES:
