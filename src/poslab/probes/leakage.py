@@ -139,7 +139,10 @@ class OneHotFit:
     def predict(self, y: Tensor) -> Tensor:
         """X X^+ y, the least-squares prediction on every pair, [lead, C]."""
         coef = self.coefficients(y)
-        return torch.stack([coef[:, idx] for idx in self.index]).sum(0)
+        out = coef[:, self.index[0]]
+        for idx in self.index[1:]:  # block by block: no [blocks, lead, C] stack
+            out += coef[:, idx]
+        return out
 
 
 def centred(scores: Tensor, keep: Tensor) -> Tensor:
