@@ -268,6 +268,21 @@ def test_interventions_refuse_what_does_not_fit_before_work():
         no_bos.collect(batch, Intervention(bos_embedding=torch.zeros(16)))
 
 
+def test_a_reused_scratch_gives_every_fit_exactly_what_fresh_memory_does():
+    model, batch = model_and_batch(b=12)
+    scratch: dict = {}
+    first = lk.leakage(model, batch, early=4, chunk=5, scratch=scratch)
+    held = sorted(t.data_ptr() for ts in scratch.values() for t in ts)
+    assert len(held) == 9  # three sums of three quantities, kept for the next call
+    second = lk.leakage(model, batch[:8], early=4, chunk=3, scratch=scratch)  # dirty buffers, another batch
+    assert sorted(t.data_ptr() for ts in scratch.values() for t in ts) == held  # the same memory, not new pages
+    for got, fresh in ((first, lk.leakage(model, batch, early=4, chunk=5)),
+                       (second, lk.leakage(model, batch[:8], early=4, chunk=3))):
+        for key, value in fresh.items():
+            np.testing.assert_array_equal(got[key], value, err_msg=key)
+    assert not np.array_equal(first["component_b"], second["component_b"])  # the two calls saw different data
+
+
 def test_leakage_driver_shapes_closed_system_and_refusals():
     model, batch = model_and_batch(b=12)
     out = lk.leakage(model, batch, early=4, chunk=5)

@@ -386,6 +386,9 @@ class LeakageSums:
     window: int | None = None
     layers: Sequence[int] | None = None
     check_softmax: bool = True
+    # zeroed buffers to reuse, by shape (:func:`leakage`'s ``scratch``): a large model's sums are
+    # gigabytes, and a fresh allocation's page faults cost ten times a pass over warm memory
+    scratch: dict | None = None
     sums: dict[str, PairSums] = field(default_factory=dict)
     log_z: Tensor | None = None  # sum over sequences of log Z_i, [l, h, n]
     received: Tensor | None = None  # sum over sequences of the weight received, [l, h, n]
@@ -405,8 +408,15 @@ class LeakageSums:
         held = held_out_sequences(b, self.seen)
         if not self.sums:  # per-pair sums over every chosen layer, added to in place layer by layer
             h = inter.layers[chosen[0]].attn_scores.shape[1]
-            zeros = lambda: torch.zeros(len(chosen), h, n, n, dtype=torch.float64)  # noqa: E731
+            kept = list(self.scratch.get((len(chosen), h, n), ())) if self.scratch is not None else []
+
+            def zeros() -> Tensor:
+                return kept.pop().zero_() if kept else torch.zeros(len(chosen), h, n, n, dtype=torch.float64)
+
             self.sums = {q: PairSums(zeros(), zeros(), zeros(), 0, 0) for q in QUANTITIES}
+            if self.scratch is not None:
+                self.scratch[len(chosen), h, n] = [t for q in QUANTITIES for t in (
+                    self.sums[q].fit_sum, self.sums[q].test_sum, self.sums[q].test_sq)]
             self.log_z, self.received, self.to_key0 = (torch.zeros(len(chosen), h, n, dtype=torch.float64)
                                                        for _ in range(3))
         assert self.log_z is not None and self.received is not None and self.to_key0 is not None
@@ -499,7 +509,7 @@ def _check_batch(batch: Batch) -> None:
 
 def leakage(model, batch: Batch, *, intervention: Intervention | None = None, early: int | None = None,
             layers: Sequence[int] | None = None, window: int | None = None,
-            chunk: int = CHUNK) -> dict[str, np.ndarray]:
+            chunk: int = CHUNK, scratch: dict | None = None) -> dict[str, np.ndarray]:
     """Every leakage number of a model on ``batch``, per layer and head ([l, h] arrays; see
     :meth:`LeakageSums.result`). The window is ``model.cfg.window`` when the model has one,
     else ``window``; early queries are internal positions i < ``early`` (BOS included).
@@ -507,6 +517,9 @@ def leakage(model, batch: Batch, *, intervention: Intervention | None = None, ea
     Log-weights are log_softmax of the logits over the unmodified causal/window mask; under an
     intervention that removes key 0 the weights differ from them, so the softmax check is off
     under any intervention (read the centred logits then).
+
+    ``scratch``: a dict the caller keeps across calls (one at a time) to reuse the per-pair sums'
+    memory; nothing returned refers to it.
     """
     _check_model(model)
     _check_batch(batch)
@@ -515,7 +528,7 @@ def leakage(model, batch: Batch, *, intervention: Intervention | None = None, ea
         raise ConfigError("early", early, f"an integer in [1, {n}] (queries i < early), or None")
     cfg: Any = getattr(model, "cfg", None)
     acc = LeakageSums(window=cfg.window if hasattr(cfg, "window") else window, layers=layers,
-                      check_softmax=intervention is None)
+                      check_softmax=intervention is None, scratch=scratch)
     b = batch.tokens.shape[0]
     for part in split_batch(batch, chunk, model_device(model)):
         if intervention is None:

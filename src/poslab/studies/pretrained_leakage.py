@@ -300,8 +300,10 @@ def evaluate_mode(model, ids: torch.Tensor, config: dict) -> list[dict]:
     def per_group(rows_of) -> list[dict]:
         return [dict(r, seed=g) for g, batch in enumerate(batches) for r in rows_of(batch)]
 
+    scratch: dict = {}  # the per-pair sums' memory, reused by every fit of this mode (gigabytes at 512 tokens)
+
     def heads(variant: str) -> list[dict]:
-        return per_group(lambda batch: head_rows(model, batch, config, variant))
+        return per_group(lambda batch: head_rows(model, batch, config, variant, scratch))
 
     rows = heads(STANDARD)
     if config["bos"] != "with BOS":
@@ -326,13 +328,13 @@ def evaluate_mode(model, ids: torch.Tensor, config: dict) -> list[dict]:
     return rows
 
 
-def head_rows(model, batch, config: dict, variant: str) -> list[dict]:
+def head_rows(model, batch, config: dict, variant: str, scratch: dict | None = None) -> list[dict]:
     """Per (layer, head): the share of attention on key 0 of queries >= first_query, sink or not,
     and the components (a), (b), early (b)."""
     from poslab.probes import leakage as lk
 
     q0 = config["first_query"]
-    comp = lk.leakage(model, batch, early=q0, chunk=2)
+    comp = lk.leakage(model, batch, early=q0, chunk=2, scratch=scratch)
     sink_share = comp["to_key0"][..., q0:].mean(-1)  # mean weight on key 0 of queries i >= first_query, [l, h]
     return [dict(probe="head", bos=config["bos"], variant=variant, layer=layer, head=head,
                  sink_share=float(sink_share[layer, head]), sink=float(sink_share[layer, head] >= lk.SINK_THRESHOLD),
