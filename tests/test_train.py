@@ -44,6 +44,19 @@ def test_ensemble_member_equals_the_seed_trained_alone(encoding):
     assert rel_err(ens.models[0].W_Q, fresh.W_Q) > 1e-2
 
 
+@pytest.mark.parametrize("encoding", ["rope", "learned"])
+def test_a_part_of_an_ensemble_trains_its_members_bit_for_bit_as_the_whole(encoding):
+    # what lets the runner split a group to share it out among workers without changing any table
+    seeds = list(range(8))
+    tasks = [build_task("fixed_offset", K=1 + s % 3) for s in seeds]
+    whole = train_ensemble(make(encoding), tasks, seeds, CFG, progress=False)
+    part = train_ensemble(make(encoding), tasks[4:], seeds[4:], CFG, progress=False)
+    for a, b in zip(whole.models[4:], part.models, strict=True):
+        for name, p in a.state_dict().items():
+            assert torch.equal(p, b.state_dict()[name]), name
+    assert np.array_equal(whole.loss_curve[:, 4:], part.loss_curve)
+
+
 def test_sequence_length_sampling_matches_plain_loop_too():
     cfg = TrainConfig(steps=20, batch_size=32, length_sampling="sequence")
     task = build_task("fixed_offset", K=2)

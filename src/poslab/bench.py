@@ -20,7 +20,7 @@ import torch
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import worker_pool
 from poslab.experiments.runner import members as study_members
-from poslab.experiments.runner import train_members
+from poslab.experiments.runner import split_groups, train_members
 from poslab.studies import phenomenon
 from poslab.train import train_plain
 
@@ -39,20 +39,22 @@ def bench_train(*, steps: int = 4000, plain_steps: int = 200, workers: int | Non
     for m in everyone:
         groups.setdefault(m.group_key(), []).append(m)
     labels = [",".join(f"{k}={v}" for k, v in g[0].ids.items() if k not in ("seed", "K")) for g in groups.values()]
-    workers = min(workers or os.cpu_count() or 1, len(groups))
+    workers = min(workers or os.cpu_count() or 1, len(everyone))
+    parts = split_groups(list(groups.values()), workers)  # as `poslab run` shares them out
     start = time.perf_counter()
     pool, threads = worker_pool(workers)
     with pool:
-        futures = [pool.submit(train_members, group, desc=f"ensemble {label}", position=i)
-                   for i, (label, group) in enumerate(zip(labels, groups.values(), strict=True))]
+        futures = [pool.submit(train_members, part, desc=f"ensemble x{len(part)}", position=i)
+                   for i, part in enumerate(parts)]
         seconds = [f.result().seconds for f in futures]
     wall = time.perf_counter() - start
     full = paper.train.steps  # the Table 1 protocol, whatever --steps timed
     ens_total = wall * full / steps
     member_steps = len(everyone) * steps
-    echo(f"ensembles: {len(groups)} groups, {len(everyone)} members x {steps} steps in {workers} worker(s) x "
-         f"{threads} thread(s): training {', '.join(f'{s:.1f} s' for s in seconds)}; {wall:.1f} s wall with worker "
-         f"start-up = {wall / member_steps * 1e3:.3f} ms of wall per member-step")
+    echo(f"ensembles: {len(groups)} groups, {len(everyone)} members x {steps} steps as {len(parts)} ensembles of "
+         f"{'/'.join(str(len(p)) for p in parts)} in {workers} worker(s) x {threads} thread(s): training "
+         f"{', '.join(f'{s:.1f} s' for s in seconds)}; {wall:.1f} s wall with worker start-up = "
+         f"{wall / member_steps * 1e3:.3f} ms of wall per member-step")
     plain_total = 0.0
     plain = {}
     for label, group in zip(labels, groups.values(), strict=True):

@@ -261,6 +261,20 @@ def test_split_groups_halves_the_largest_until_every_slot_has_one():
     assert split_groups([], 2) == []
 
 
+def test_split_groups_balances_groups_that_do_not_share_out_evenly():
+    from poslab.experiments.runner import MIN_SPLIT, split_groups, wall_estimate
+
+    table1 = [[f"{g}{i}" for i in range(24)] for g in "abc"]  # Table 1: three groups of 24 on two workers
+    parts = split_groups(table1, 2)
+    assert sorted(len(p) for p in parts) == [12, 12, 24, 24]  # one group halved: each worker 24 + 12
+    assert [len(p) for p in parts] == [24, 24, 12, 12]  # longest first
+    assert sorted(m for p in parts for m in p) == sorted(m for g in table1 for m in g)  # every member once
+    assert wall_estimate(parts, 2) < wall_estimate(table1, 2)
+    assert split_groups(table1[:2], 2) == table1[:2]  # two on two: nothing to balance
+    small = [list("abc"), list("def"), list("ghi")]  # parts below MIN_SPLIT are never halved to balance
+    assert len(small[0]) < MIN_SPLIT and split_groups(small, 2) == small
+
+
 def test_heatmap_declaration_draws_the_mean_over_seeds_on_its_grid(tmp_path, monkeypatch):
     """A Heatmap averages ``value`` over seeds per (y, x) cell, leaves missing cells blank, draws one
     panel per value of its panel columns, and draws nothing without rows."""
