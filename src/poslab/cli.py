@@ -258,7 +258,8 @@ def bench():
 @click.option("--plain-steps", type=int, default=200, show_default=True, help="steps of the plain loop to time")
 @click.option("--workers", type=int, default=None, help="worker processes (default: one per core, one per group)")
 def bench_train(steps, plain_steps, workers):
-    """Table 1 training as one ensemble per encoding vs a plain one-model-at-a-time loop."""
+    """Table 1 training as its ensembles (shared out among workers as `poslab run` does) vs a plain
+    one-model-at-a-time loop, wall time against wall time."""
     from poslab.bench import bench_train as run_bench
 
     run_bench(steps=steps, plain_steps=plain_steps, workers=workers, echo=click.echo)
