@@ -478,8 +478,9 @@ def evaluate_members(experiment: str, members: list[tuple[str, dict]], job: Call
     if not todo:
         return 0
     if isinstance(executor, str) or executor is None:
-        fit = workers_that_fit(min(workers, len(todo)), worker_bytes)
-        if fit < min(workers, len(todo)):
+        wanted = min(workers, len(todo))
+        fit = workers_that_fit(wanted, worker_bytes)
+        if fit < wanted:
             print(f"{experiment}: each job peaks at about {worker_bytes / 2**30:.1f} GiB of the "
                   f"{memory_bytes() * MEMORY_FRACTION / 2**30:.1f} GiB a run may plan for: {fit} worker(s)",
                   file=sys.stderr, flush=True)

@@ -62,7 +62,6 @@ from poslab.tasks.base import Batch
 DTYPES = ("float32", "bfloat16")
 ATTN = "poslab"  # the name poslab's recording attention is registered under
 LOSS_CHUNK = 1024  # positions per readout + loss chunk in token_losses
-BYTES_LIMIT_FRACTION = MEMORY_FRACTION  # a forward may plan for this share of the machine's memory
 
 
 # ----------------------------------------------------------------------------- the rotary module
@@ -477,9 +476,9 @@ def attention_bytes(L: int, n_heads: int, layers_kept: int = 0, batch: int = 1) 
 
 def require_attention_fits(field: str, value, L: int, n_heads: int, layers_kept: int = 0, batch: int = 1,
                            what: str = "") -> None:
-    """ConfigError naming ``field`` when :func:`attention_bytes` exceeds BYTES_LIMIT_FRACTION of
+    """ConfigError naming ``field`` when :func:`attention_bytes` exceeds MEMORY_FRACTION of
     the machine's memory; the estimate and what it counts (``what``) are in the message."""
-    need, have = attention_bytes(L, n_heads, layers_kept, batch), memory_bytes() * BYTES_LIMIT_FRACTION
+    need, have = attention_bytes(L, n_heads, layers_kept, batch), memory_bytes() * MEMORY_FRACTION
     if need > have:
         raise ConfigError(field, value, f"a length whose attention fits in memory: L={L} needs about "
                                         f"{need / 2**30:.1f} GiB of attention{' ' + what if what else ''}, "
