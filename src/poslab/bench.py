@@ -9,9 +9,11 @@ are noisy, so the ratio of the two, measured in one run, is the number to read.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -122,75 +124,128 @@ class PlainGPT(torch.nn.Module):
         return self.U(self.ln_f(x))
 
 
-def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", preset: str = "paper",
-             rounds: int = 3, compile: bool = True, echo=print) -> dict:
-    """The LM training step as ``poslab run lm`` takes it (the ensemble trainer, one member) beside
-    the plain model above in a plain loop (nanoGPT's CPU recipe: uncompiled, foreach AdamW), same
-    recipe and batches, in this process, interleaved ``rounds`` times (the best time of each side
-    counts; the first ``warm`` steps of every run are not timed). With ``compile`` also the trainer
-    with ``train.compile`` and the plain model under ``torch.compile``, shown beside: the ratio's
-    baseline stays the uncompiled plain loop. Then the ensemble's cost per member for 1 and
-    ``members`` members, with the fused kernel looped under vmap and with the explicit path."""
+def _lm_member(preset: str, encoding: str, members: int):
+    """The first member of ``poslab run lm``'s group for ``encoding`` (``members`` seeds) and its recipe."""
+    from poslab.studies.lm import lm_study
+
+    study = lm_study(preset, encodings=(encoding,), seeds=members)
+    return study_members("bench", study)[0], study.train
+
+
+def _poslab_ms(preset: str, encoding: str, steps: int, *, members: int = 1, E: int = 1, compiled: bool = False,
+               warm: int = 3) -> float:
+    """ms per step of the ensemble trainer on ``E`` members as ``poslab run lm`` trains them (the
+    first ``warm`` steps not timed)."""
+    from poslab.train import train_ensemble
+
+    member, cfg = _lm_member(preset, encoding, members)
+    result = train_ensemble(member.make_model(), [member.task] * E, list(range(E)),
+                            replace(cfg, steps=steps + warm, warmup_steps=0, compile=compiled), progress=False)
+    assert result.step_ends is not None
+    return (result.step_ends[-1] - result.step_ends[warm - 1]) / steps * 1e3
+
+
+def _plain_ms(preset: str, encoding: str, steps: int, *, members: int = 1, compiled: bool = False,
+              warm: int = 3) -> float:
+    """ms per step of :class:`PlainGPT` in a plain loop as nanoGPT's (uncompiled unless
+    ``compiled``; AdamW, the schedule and the gradient clip of the recipe), on the same batches."""
     import torch.nn.functional as F
+
+    from poslab.train import DataStream, _optimizer, _set_lr
+
+    member, cfg = _lm_member(preset, encoding, members)
+    m = member.model_config
+    torch.manual_seed(0)
+    model = PlainGPT(m.vocab_size, m.d_model, m.n_layers, m.n_heads, cfg.max_length, encoding)
+    forward = torch.compile(model) if compiled else model
+    opt = _optimizer(dict(model.named_parameters()), cfg)
+    stream = DataStream(member.task, 0, cfg)
+    for step in range(steps + warm):
+        if step == warm:
+            start = time.perf_counter()
+        batch = stream.next()
+        loss = F.cross_entropy(forward(batch.tokens).flatten(0, 1), batch.targets.flatten())
+        opt.zero_grad(set_to_none=True)
+        _set_lr(opt, cfg, step)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def _side_by_side_child(plain: bool, preset: str, encoding: str, steps: int, members: int, barrier) -> float:
+    """In a pool worker: warm up, wait for the other workers, then time one member's steps."""
+    arm = _plain_ms if plain else _poslab_ms
+    arm(preset, encoding, 2, members=members)  # imports, allocator and kernels warm before the barrier
+    barrier.wait()
+    return arm(preset, encoding, steps, members=members)
+
+
+def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", preset: str = "paper",
+             rounds: int = 3, compile: bool = True, side_by_side: bool = True, echo=print) -> dict:
+    """The LM training step as ``poslab run lm`` takes it (the ensemble trainer, one member) beside
+    the plain model above in a plain loop (nanoGPT's CPU recipe: uncompiled, one process on every
+    core), same recipe and batches, interleaved ``rounds`` times (the best time of each arm counts;
+    the first steps of every run are not timed). With ``compile`` also the trainer with
+    ``train.compile`` and the plain model under ``torch.compile``. With ``side_by_side`` the thread
+    layout ``poslab run lm`` gives a sweep on CPU: one member per core in worker processes of one
+    thread each, started together, its cost per member-step the wall time of one step over the
+    members training at once (1 / sum of their steps per ms); and as the control the plain loop in
+    the same layout, so the ratio says what the layout buys and what poslab's step does. The
+    ratio's baseline stays the uncompiled plain loop on every core. Then the ensemble's cost per
+    member for 1 and ``members`` members, with the fused kernel looped under vmap and with the
+    explicit path."""
+    import multiprocessing
 
     from poslab import attention as attention_module
     from poslab.errors import ConfigError
-    from poslab.studies.lm import lm_study
-    from poslab.train import DataStream, _optimizer, _set_lr, train_ensemble
 
     if encoding not in ("learned", "rope"):
         raise ConfigError("--encoding", encoding, "learned or rope (the plain model writes these two)")
     for field, value in (("--steps", steps), ("--members", members), ("--rounds", rounds)):
         if not (isinstance(value, int) and value >= 1):
             raise ConfigError(field, value, "a positive integer")
-    study = lm_study(preset, encodings=(encoding,), seeds=members)
-    group = study_members("bench", study)  # (members is this function's member count)
-    make, task, cfg = group[0].make_model(), group[0].task, study.train
-    m, L = group[0].model_config, cfg.max_length
-    warm = 3
+    member, cfg = _lm_member(preset, encoding, members)
+    m, L = member.model_config, cfg.max_length
+    run = dict(preset=preset, encoding=encoding, members=members)
 
-    def poslab_ms(E: int, compiled: bool = False) -> float:
-        result = train_ensemble(make, [task] * E, list(range(E)),
-                                replace(cfg, steps=steps + warm, warmup_steps=0, compile=compiled), progress=False)
-        assert result.step_ends is not None
-        return (result.step_ends[-1] - result.step_ends[warm - 1]) / steps * 1e3
-
-    def plain_ms(compiled: bool = False) -> float:
-        torch.manual_seed(0)
-        model = PlainGPT(m.vocab_size, m.d_model, m.n_layers, m.n_heads, L, encoding)
-        forward = torch.compile(model) if compiled else model
-        opt = _optimizer(dict(model.named_parameters()), cfg)
-        stream = DataStream(task, 0, cfg)
-        for step in range(steps + warm):
-            if step == warm:
-                start = time.perf_counter()
-            batch = stream.next()
-            loss = F.cross_entropy(forward(batch.tokens).flatten(0, 1), batch.targets.flatten())
-            opt.zero_grad(set_to_none=True)
-            _set_lr(opt, cfg, step)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-        return (time.perf_counter() - start) / steps * 1e3
-
-    arms = {"poslab": lambda: poslab_ms(1), "plain SDPA": plain_ms}
+    arms: dict[str, Callable[[], float]] = {"poslab": lambda: _poslab_ms(steps=steps, **run),
+                                           "plain SDPA": lambda: _plain_ms(steps=steps, **run)}
     if compile:
-        arms |= {"poslab, train.compile": lambda: poslab_ms(1, True),
-                 "plain SDPA, torch.compile": lambda: plain_ms(True)}
+        arms |= {"poslab, train.compile": lambda: _poslab_ms(steps=steps, compiled=True, **run),
+                 "plain SDPA, torch.compile": lambda: _plain_ms(steps=steps, compiled=True, **run)}
+    cores = os.cpu_count() or 1
+    n = min(members, cores)
+    stack = contextlib.ExitStack()
+    if side_by_side and n > 1:
+        pool, threads = worker_pool(n)
+        stack.enter_context(pool)
+        barrier = stack.enter_context(multiprocessing.get_context("spawn").Manager()).Barrier(n)
+
+        def side(plain: bool) -> Callable[[], float]:
+            def arm() -> float:
+                futures = [pool.submit(_side_by_side_child, plain, preset, encoding, steps, members, barrier)
+                           for _ in range(n)]
+                return 1.0 / sum(1.0 / f.result() for f in futures)
+            return arm
+        layout = f"{n} side by side x {threads} thread(s), per member-step"
+        arms |= {f"poslab, {layout}": side(False), f"plain SDPA, {layout}": side(True)}
     times: dict[str, list[float]] = {name: [] for name in arms}
-    for _ in range(rounds):
-        for name, arm in arms.items():
-            times[name].append(arm())
+    with stack:
+        for _ in range(rounds):
+            for name, arm in arms.items():
+                times[name].append(arm())
     best = {name: min(t) for name, t in times.items()}
-    params = sum(p.numel() for p in make().parameters())
+    params = sum(p.numel() for p in member.make_model()().parameters())
     echo(f"lm {preset} ({encoding}, {params:,} parameters, batch {cfg.batch_size} x {L}), {steps} steps x {rounds} "
          f"rounds, {torch.get_num_threads()} thread(s); best round, ratio to the uncompiled plain loop:")
+    width = max(map(len, times))
     for name, t in times.items():
-        echo(f"  {name:<28} {best[name]:7.1f} ms/step  {best[name] / best['plain SDPA']:5.2f}x   "
+        echo(f"  {name:<{width}} {best[name]:7.1f} ms  {best[name] / best['plain SDPA']:5.2f}x   "
              f"(rounds {', '.join(f'{x:.1f}' for x in t)})")
     fastest = min((n for n in best if n.startswith("poslab")), key=best.__getitem__)
     ratio = best[fastest] / best["plain SDPA"]
-    echo(f"poslab's best ({fastest}): {ratio:.2f}x the plain loop's ms/step (target <= 0.85x)")
+    echo(f"poslab's best ({fastest}): {ratio:.2f}x the plain loop's ms per member-step (target <= 0.85x)")
     flops = lm_step_flops(m, cfg.batch_size, L)
     peak = matmul_gflops()
     achieved = flops / best["poslab"] * 1e3 / 1e9
@@ -199,21 +254,22 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
          f"thread(s) here ({achieved / peak:.0%}): an ensemble can only save what one member leaves idle")
     per_member = {}
     for E in sorted({1, members}):
-        per_member[E] = poslab_ms(E) / E
+        per_member[E] = _poslab_ms(steps=steps, E=E, **run) / E
         echo(f"ensemble of {E}: {per_member[E] * E:.1f} ms/step = {per_member[E]:.1f} ms per member-step")
     explicit = None
     if members > 1:
         saved = attention_module.FUSED_UNDER_VMAP
         attention_module.FUSED_UNDER_VMAP = False
         try:
-            explicit = poslab_ms(members) / members
+            explicit = _poslab_ms(steps=steps, E=members, **run) / members
         finally:
             attention_module.FUSED_UNDER_VMAP = saved
         echo(f"ensemble of {members}, explicit attention under vmap instead of the looped fused kernel: "
              f"{explicit:.1f} ms per member-step")
     return dict(ms=best, rounds=times, poslab_ms=best["poslab"], plain_ms=best["plain SDPA"],
-                ratio=best["poslab"] / best["plain SDPA"], best_ratio=ratio, per_member_ms=per_member,
-                explicit_under_vmap_ms=explicit, step_gflop=flops / 1e9, achieved_gflops=achieved, matmul_gflops=peak)
+                ratio=best["poslab"] / best["plain SDPA"], best_ratio=ratio, best_arm=fastest,
+                per_member_ms=per_member, explicit_under_vmap_ms=explicit, step_gflop=flops / 1e9,
+                achieved_gflops=achieved, matmul_gflops=peak)
 
 
 def lm_step_flops(m, batch_size: int, L: int) -> float:

@@ -336,11 +336,14 @@ def torch_cuda_available() -> bool:
 @click.option("--rounds", type=int, default=3, show_default=True, help="interleaved rounds (the best counts)")
 @click.option("--compile/--no-compile", "compile_", default=True, show_default=True,
               help="also time train.compile and the plain model under torch.compile")
-def bench_lm(steps, members, encoding, rounds, compile_):
+@click.option("--side-by-side/--no-side-by-side", default=True, show_default=True,
+              help="also time one member per core in one-thread workers, as `poslab run lm` trains a sweep")
+def bench_lm(steps, members, encoding, rounds, compile_, side_by_side):
     """The LM training step (paper preset) beside the same model written plainly with SDPA."""
     from poslab.bench import bench_lm as run_bench
 
-    run_bench(steps=steps, members=members, encoding=encoding, rounds=rounds, compile=compile_, echo=click.echo)
+    run_bench(steps=steps, members=members, encoding=encoding, rounds=rounds, compile=compile_,
+              side_by_side=side_by_side, echo=click.echo)
 
 
 @bench.command("pretrained")

@@ -3,6 +3,7 @@
 
 import csv
 import math
+import os
 
 import pytest
 import torch
@@ -106,11 +107,23 @@ def test_bench_lm_smoke():
     from poslab.bench import bench_lm
 
     lines = []
-    out = bench_lm(steps=2, members=2, preset="quick", rounds=1, compile=False, echo=lines.append)
+    out = bench_lm(steps=2, members=2, preset="quick", rounds=1, compile=False, side_by_side=False,
+                   echo=lines.append)
     assert out["poslab_ms"] > 0 and out["plain_ms"] > 0 and out["ratio"] > 0
     assert set(out["per_member_ms"]) == {1, 2}
     assert any("plain" in line for line in lines)
+    assert out["best_arm"] in out["ms"] and out["best_ratio"] == out["ms"][out["best_arm"]] / out["plain_ms"]
     assert out["achieved_gflops"] > 0 and out["matmul_gflops"] > 0
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one member per core needs two cores")
+def test_bench_lm_side_by_side_times_poslab_and_the_plain_loop_in_one_thread_workers():
+    from poslab.bench import bench_lm
+
+    out = bench_lm(steps=2, members=2, preset="quick", rounds=1, compile=False, echo=lambda line: None)
+    side = [name for name in out["ms"] if "side by side" in name]
+    assert len(side) == 2 and {name.split(",")[0] for name in side} == {"poslab", "plain SDPA"}
+    assert all(out["ms"][name] > 0 for name in side)
 
 
 def test_lm_step_flops_agrees_with_torch_flop_counter():

@@ -334,6 +334,36 @@ def test_one_hot_fit_equals_the_dense_pseudo_inverse(n, window, early, fit):
     fit_ = lk.OneHotFit(i, j, n, fit)
     torch.testing.assert_close(fit_.coefficients(y), (X_pinv @ y.T).T, rtol=0, atol=1e-10)
     torch.testing.assert_close(fit_.predict(y), (X @ (X_pinv @ y.T)).T, rtol=0, atol=1e-10)
+    z = torch.randn(4, len(i), generator=torch.Generator().manual_seed(n + 1), dtype=torch.float64)
+    dense = ((X @ (X_pinv @ y.T)).T * z).sum(-1)  # sum over pairs of the prediction times z
+    torch.testing.assert_close(fit_.projected_dot(y, z), dense, rtol=1e-10, atol=1e-9)
+    torch.testing.assert_close(fit_.projected_dot(y, y), (X @ (X_pinv @ y.T)).T.square().sum(-1), rtol=1e-10,
+                               atol=1e-9)
+
+
+@pytest.mark.parametrize("window, early", [(None, None), (5, None), (None, 7)])
+def test_r_squared_and_b_equal_the_dense_fits_written_out(window, early):
+    """The held-out R² of each fit and (b) against their definitions with the dense design: the
+    prediction X pinv(X) m of the fitting means m, its squared error on every held-out sequence,
+    and the mean product of the fitting and held-out residuals over the baseline."""
+    y = synthetic(7, absolute=0.8, key0=0.5, seed=3, interaction=lambda i, j: 0.2 * torch.sin(i * j))
+    held = lk.held_out_sequences(7)
+    sums = lk.pair_sums(y, held)
+    i, j = lk.pairs(lk.keep_mask(N, window), early)
+    pairs_y = y[:, 0, 0][:, i, j]  # [b, C]
+    m_fit, test = pairs_y[~held].mean(0), pairs_y[held]
+    for fit in (*lk.FITS, "pair"):
+        X = lk.design(i, j, N, fit) if fit != "pair" else torch.eye(len(i), dtype=torch.float64)
+        pred = X @ torch.linalg.pinv(X) @ m_fit
+        want = 1 - (test - pred).square().sum() / (test - test.mean()).square().sum()
+        got = lk.r_squared(sums, i, j, fit).reshape(-1)[0]
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    X = lk.design(i, j, N, "query")
+    Q = torch.eye(len(i), dtype=torch.float64) - X @ torch.linalg.pinv(X)
+    m_test = test.mean(0)
+    want_b = (Q @ m_fit) @ (Q @ m_test) / len(i) / (test.square().mean() - test.mean().square())
+    got_b = lk.component_b(sums, i, j)["component_b"].reshape(-1)[0]
+    torch.testing.assert_close(got_b, want_b, rtol=1e-9, atol=1e-12)
 
 
 def test_leakage_sums_of_chosen_layers_equal_each_layer_alone():

@@ -58,6 +58,7 @@ n its length, C the number of kept pairs, F regression features, D d_model.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Iterable, Sequence
@@ -129,12 +130,24 @@ class OneHotFit:
         counts = torch.bincount((a * self.F + b).reshape(-1), minlength=self.F * self.F)
         self.gram_pinv = torch.linalg.pinv(counts.reshape(self.F, self.F).double(), hermitian=True)
 
-    def coefficients(self, y: Tensor) -> Tensor:
-        """X^+ y for every row of y [lead, C] -> [lead, F]."""
+    def transposed(self, y: Tensor) -> Tensor:
+        """X^T y for every row of y [lead, C] -> [lead, F]: a sum per feature."""
         xty = torch.zeros(y.shape[0], self.F, dtype=torch.float64)
         for idx in self.index:
             xty.index_add_(1, idx, y.double())
-        return xty @ self.gram_pinv  # the Gram pseudo-inverse is symmetric
+        return xty
+
+    def coefficients(self, y: Tensor) -> Tensor:
+        """X^+ y for every row of y [lead, C] -> [lead, F]."""
+        return self.transposed(y) @ self.gram_pinv  # the Gram pseudo-inverse is symmetric
+
+    def projected_dot(self, a: Tensor, b: Tensor) -> Tensor:
+        """sum over pairs of (X X^+ a) b, row by row, [lead, C] x 2 -> [lead], without the [lead, C]
+        prediction: X X^+ is the orthogonal projector on X's columns, so the sum is
+        (X^T a)^T (X^T X)^+ (X^T b), and with b = a it is the prediction's sum of squares."""
+        xa = self.transposed(a)
+        xb = xa if b is a else self.transposed(b)
+        return ((xa @ self.gram_pinv) * xb).sum(-1)
 
     def predict(self, y: Tensor) -> Tensor:
         """X X^+ y, the least-squares prediction on every pair, [lead, C]."""
@@ -170,6 +183,28 @@ class PairSums:
     test_sq: Tensor  # sum over held-out sequences of y_bij^2
     n_fit: int
     n_test: int
+    # gathers of the three sums on a pair set, kept only inside ``reading()`` (the pair tensors alive)
+    _gathered: dict | None = field(default=None, repr=False, compare=False)
+
+    def on(self, i: Tensor, j: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(fit_sum, test_sum, test_sq) on pairs (i, j), [..., C] each; gathered once per pair set
+        while :meth:`reading` is open (a result reads each set a dozen times), else every call."""
+        key = (id(i), id(j))
+        if self._gathered is not None and key in self._gathered:
+            return self._gathered[key]
+        got = (self.fit_sum[..., i, j], self.test_sum[..., i, j], self.test_sq[..., i, j])
+        if self._gathered is not None:
+            self._gathered[key] = got
+        return got
+
+    @contextlib.contextmanager
+    def reading(self):
+        """Keep :meth:`on`'s gathers until the block ends (the caller holds its pair tensors)."""
+        self._gathered = {}
+        try:
+            yield self
+        finally:
+            self._gathered = None
 
     def __add__(self, other: PairSums) -> PairSums:
         return PairSums(self.fit_sum + other.fit_sum, self.test_sum + other.test_sum, self.test_sq + other.test_sq,
@@ -204,29 +239,31 @@ def held_out_sequences(b: int, first: int = 0) -> Tensor:
 def fit_means(sums: PairSums, i: Tensor, j: Tensor) -> Tensor:
     """Per-pair means of y over the fitting sequences, [lead, C] (lead = the flattened leading dims)."""
     sums.check()
-    return (sums.fit_sum[..., i, j] / sums.n_fit).reshape(-1, len(i))
-
-
-def predictions(sums: PairSums, i: Tensor, j: Tensor, fit: str) -> Tensor:
-    """The least-squares prediction of y on each pair, [..., C]: a fit of :data:`FITS`, or the
-    per-pair mean of the fitting sequences for ``fit="pair"`` (any function of (i, j))."""
-    lead = sums.fit_sum.shape[:-2]
-    mean = fit_means(sums, i, j)  # [lead, C]
-    if fit == "pair":
-        return mean.reshape(*lead, len(i))
-    return _fit(sums.fit_sum.shape[-1], fit, i.numpy().tobytes(), j.numpy().tobytes()).predict(mean).reshape(
-        *lead, len(i))
+    return (sums.on(i, j)[0] / sums.n_fit).reshape(-1, len(i))
 
 
 def r_squared(sums: PairSums, i: Tensor, j: Tensor, fit: str) -> Tensor:
-    """Held-out R² of a fit (:data:`FITS` or ``"pair"``) on pairs (i, j), for every leading index, [...]."""
-    pred = predictions(sums, i, j, fit)
-    s1, s2, N = sums.test_sum[..., i, j], sums.test_sq[..., i, j], sums.n_test
-    sse = (s2 - 2 * pred * s1 + N * pred.square()).sum(-1)
-    sst = s2.sum(-1) - s1.sum(-1).square() / (N * len(i))
-    tiny = 1e-10 * s2.sum(-1).clamp_min(1e-300)
+    """Held-out R² of a fit (:data:`FITS` or ``"pair"``: the per-pair mean of the fitting
+    sequences, any function of (i, j)) on pairs (i, j), for every leading index, [...].
+
+    The prediction p is a least-squares fit to the fitting means m, so its held-out squared error
+    sum (y - p)^2 = S2 - 2 p.S1 + N p.p needs only p.S1 and p.p, which :meth:`OneHotFit.projected_dot`
+    gives without building p."""
+    lead = sums.fit_sum.shape[:-2]
+    mean = fit_means(sums, i, j)  # [lead, C]
+    _, test, sq = sums.on(i, j)
+    s1, s2, N = test.reshape(-1, len(i)), sq.sum(-1).reshape(-1), sums.n_test
+    if fit == "pair":
+        cross, power = (mean * s1).sum(-1), mean.square().sum(-1)
+    else:
+        model = _fit(sums.fit_sum.shape[-1], fit, i.numpy().tobytes(), j.numpy().tobytes())
+        cross, power = model.projected_dot(mean, s1), model.projected_dot(mean, mean)
+    sse = s2 - 2 * cross + N * power
+    sst = s2 - s1.sum(-1).square() / (N * len(i))
+    tiny = 1e-10 * s2.clamp_min(1e-300)
     constant = sst <= tiny  # nothing to explain: a perfect fit by definition
-    return torch.where(constant, torch.ones_like(sst), 1 - sse / torch.where(constant, torch.ones_like(sst), sst))
+    r2 = torch.where(constant, torch.ones_like(sst), 1 - sse / torch.where(constant, torch.ones_like(sst), sst))
+    return r2.reshape(lead)
 
 
 @functools.lru_cache(maxsize=32)
@@ -253,14 +290,16 @@ def component_b(sums: PairSums, i: Tensor, j: Tensor) -> dict[str, Tensor]:
     sums.check()
     lead = sums.fit_sum.shape[:-2]
     m_fit = fit_means(sums, i, j)  # [lead, C]
-    m_test = (sums.test_sum[..., i, j] / sums.n_test).reshape(-1, len(i))
-    s1, s2, N = sums.test_sum[..., i, j].sum(-1), sums.test_sq[..., i, j].sum(-1), sums.n_test * len(i)
+    _, test, sq = sums.on(i, j)
+    m_test = (test / sums.n_test).reshape(-1, len(i))
+    s1, s2, N = test.sum(-1), sq.sum(-1), sums.n_test * len(i)
     var = (s2 / N - (s1 / N).square()).reshape(-1)  # V, [lead]
     out = {}
+    both = (m_fit * m_test).sum(-1)
     for name, fit in (("component_b", "query"), ("component_b_interaction", "key")):
         model = _fit(sums.fit_sum.shape[-1], fit, i.numpy().tobytes(), j.numpy().tobytes())
-        r_fit, r_test = (m - model.predict(m) for m in (m_fit, m_test))
-        out[name] = (r_fit * r_test).mean(-1)
+        # (Q m_fit).(Q m_test) = m_fit.m_test - m_fit.(X X^+ m_test): Q = I - X X^+ is a projector
+        out[name] = (both - model.projected_dot(m_test, m_fit)) / len(i)
     small = var <= 1e-12 * s2.reshape(-1).div(N).clamp_min(1e-300)  # no variance: nothing to explain
     for name in out:
         out[name] = torch.where(small, torch.zeros_like(var), out[name] / torch.where(small, 1.0, var)).reshape(lead)
@@ -307,7 +346,8 @@ def component_a(log_w: PairSums, lam: Tensor, i: Tensor, j: Tensor) -> Tensor:
     log_w.check()
     li = lam[..., i]  # [..., C]
     var_lam = li.square().mean(-1) - li.mean(-1).square()
-    s1, s2, N = log_w.test_sum[..., i, j].sum(-1), log_w.test_sq[..., i, j].sum(-1), log_w.n_test * len(i)
+    _, test, sq = log_w.on(i, j)
+    s1, s2, N = test.sum(-1), sq.sum(-1), log_w.n_test * len(i)
     var_w = s2 / N - (s1 / N).square()
     small = var_w <= 1e-12
     return torch.where(small, torch.zeros_like(var_w), var_lam.clamp_min(0) / torch.where(small, 1.0, var_w))
@@ -459,14 +499,17 @@ class LeakageSums:
         if early is not None:
             sets["early_"] = pairs(self.keep, early)
         out: dict[str, np.ndarray] = {}
-        for prefix, (i, j) in sets.items():
-            for key, value in component_b(self.sums["centred"], i, j).items():
-                out[prefix + key] = value.numpy()
-            lam = log_normaliser(offset_profile(self.sums["centred"], i, j), self.keep)
-            out[prefix + "component_a"] = component_a(self.sums["log_weights"], lam, i, j).numpy()
-            old_b = delta_r2(self.sums["logits"], i, j)["delta"]
+        for prefix, (i, j) in sets.items():  # one quantity's gathers at a time (each [l, h, C] x 3)
+            with self.sums["centred"].reading() as centred_:
+                for key, value in component_b(centred_, i, j).items():
+                    out[prefix + key] = value.numpy()
+                lam = log_normaliser(offset_profile(centred_, i, j), self.keep)
+            with self.sums["logits"].reading() as logits:
+                old_b = delta_r2(logits, i, j)["delta"]
             out[prefix + "old_component_b"] = old_b.numpy()
-            out[prefix + "old_component_a"] = (delta_r2(self.sums["log_weights"], i, j)["delta"] - old_b).numpy()
+            with self.sums["log_weights"].reading() as log_w:
+                out[prefix + "component_a"] = component_a(log_w, lam, i, j).numpy()
+                out[prefix + "old_component_a"] = (delta_r2(log_w, i, j)["delta"] - old_b).numpy()
         assert self.log_z is not None and self.received is not None and self.to_key0 is not None  # set by add()
         out["log_z"] = (self.log_z / self.seen).numpy()
         out["to_key0"] = (self.to_key0 / self.seen).numpy()
