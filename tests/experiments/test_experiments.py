@@ -275,6 +275,44 @@ def test_split_groups_balances_groups_that_do_not_share_out_evenly():
     assert len(small[0]) < MIN_SPLIT and split_groups(small, 2) == small
 
 
+def test_split_groups_weighs_each_group_by_its_cost_per_member():
+    """The heads study's shape: five groups of six, one of them (d_model 256) about 2.6x the cost
+    of the cheapest. By members they go out in any order (one worker got 38 + 50 + 100 s of them,
+    the other 42 + 53); by cost the costliest goes first and the loads even out."""
+    from poslab.experiments.runner import SPLIT_OVERHEAD, split_groups
+
+    groups = [[f"{g}{i}" for i in range(6)] for g in "abcde"]
+    costs = [1.0, 1.1, 1.3, 1.4, 2.6]  # seconds per member, as step_costs gives them
+    parts = split_groups(groups, 2, costs)
+    assert parts[0] == groups[4] and parts[1] == groups[3]  # costliest first
+    loads = [0.0, 0.0]
+    for part in parts:  # the pool hands parts out in this order to the first free worker
+        cost = (len(part) + SPLIT_OVERHEAD) * costs[groups.index(part)]
+        loads[loads.index(min(loads))] += cost
+    assert max(loads) / sum(loads) < 0.55  # within 10% of an even share
+    assert split_groups(groups, 2) == groups  # without costs: by members, all equal, as given
+    with pytest.raises(ValueError):
+        split_groups(groups, 2, costs[:2])
+
+
+def test_step_costs_measure_each_group_on_one_thread_and_restore_the_threads():
+    import math
+
+    import torch
+
+    from poslab.experiments.runner import step_costs
+    from poslab.studies import heads
+
+    study = heads.EXPERIMENT.study("quick")
+    groups: dict[str, list] = {}
+    for m in members("heads", study):
+        groups.setdefault(m.group_key(), []).append(m)
+    threads = torch.get_num_threads()
+    costs = step_costs(list(groups.values()))
+    assert torch.get_num_threads() == threads
+    assert len(costs) == len(groups) and all(math.isfinite(c) and c > 0 for c in costs)
+
+
 def test_heatmap_declaration_draws_the_mean_over_seeds_on_its_grid(tmp_path, monkeypatch):
     """A Heatmap averages ``value`` over seeds per (y, x) cell, leaves missing cells blank, draws one
     panel per value of its panel columns, and draws nothing without rows."""

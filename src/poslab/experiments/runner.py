@@ -417,47 +417,85 @@ SPLIT_OVERHEAD = 5  # an ensemble's fixed cost per step, in members: 12 members 
 MIN_SPLIT = 8  # balancing halves only parts at least this large, so both halves stay vmapped ensembles
 
 
-def split_groups(groups: list[list[Member]], slots: int) -> list[list[Member]]:
-    """The groups as parts to train, longest first (the order a pool hands them out).
+def split_groups(groups: list[list[Member]], slots: int, costs: list[float] | None = None) -> list[list[Member]]:
+    """The groups as parts to train, costliest first (the order a pool hands them out).
 
     Members of one group share the model and training config, so any part of a group is a group
     (each member computes what it computes alone; an ensemble's members are bit for bit those of
     any part of it, tests/test_train.py). On a CPU with more workers than groups, the largest is
     halved until every slot has a part. Then, where the parts do not share out evenly (three groups
-    on two workers leave one idle for a third of the run), the largest part of at least MIN_SPLIT
-    members is halved while that shortens the estimated wall time: each part costs its members
-    plus SPLIT_OVERHEAD, assigned longest first to the least loaded slot.
+    on two workers leave one idle for a third of the run), the costliest part of at least MIN_SPLIT
+    members is halved while that shortens the estimated wall time: each part costs its members plus
+    SPLIT_OVERHEAD, times its group's cost per member (``costs``, one per group: e.g.
+    :func:`step_costs`; equal when None), assigned costliest first to the least loaded slot.
     """
-    def halve_largest(parts: list[list], smallest: int) -> list[list] | None:
-        largest = max(range(len(parts)), key=lambda i: len(parts[i]), default=None)
-        if largest is None or len(parts[largest]) < smallest:
-            return None
-        group, half = parts[largest], (len(parts[largest]) + 1) // 2
-        return parts[:largest] + [group[:half], group[half:]] + parts[largest + 1:]
+    weights = [1.0] * len(groups) if costs is None else [float(c) for c in costs]
+    if len(weights) != len(groups):
+        raise ValueError(f"{len(weights)} costs for {len(groups)} groups")
 
-    out = [list(g) for g in groups]
+    def cost(part: tuple[float, list]) -> float:
+        return (len(part[1]) + SPLIT_OVERHEAD) * part[0]
+
+    def halve_largest(parts: list[tuple[float, list]], smallest: int, by) -> list[tuple[float, list]] | None:
+        splittable = [i for i in range(len(parts)) if len(parts[i][1]) >= smallest]
+        if not splittable:
+            return None
+        largest = max(splittable, key=lambda i: by(parts[i]))
+        (w, group), half = parts[largest], (len(parts[largest][1]) + 1) // 2
+        return parts[:largest] + [(w, group[:half]), (w, group[half:])] + parts[largest + 1:]
+
+    out = [(w, list(g)) for w, g in zip(weights, groups, strict=True) if g]
     while len(out) < slots:
-        split = halve_largest(out, 2)
+        split = halve_largest(out, 2, by=lambda part: len(part[1]))
         if split is None:
             break
         out = split
     best, candidate = out, out
     for _ in range(2 * slots if slots > 1 else 0):
-        candidate = halve_largest(candidate, MIN_SPLIT)
+        candidate = halve_largest(candidate, MIN_SPLIT, by=cost)
         if candidate is None:
             break
-        if wall_estimate(candidate, slots) < wall_estimate(best, slots):
+        if wall_estimate(candidate, slots, cost) < wall_estimate(best, slots, cost):
             best = candidate
-    return sorted(best, key=len, reverse=True)
+    return [part for _, part in sorted(best, key=cost, reverse=True)]
 
 
-def wall_estimate(parts: list[list], slots: int) -> float:
-    """The largest load when ``parts`` (cost: members + SPLIT_OVERHEAD) go longest first to the
-    least loaded of ``slots``."""
+def wall_estimate(parts: list, slots: int, cost: Callable | None = None) -> float:
+    """The largest load when ``parts`` (each costing ``cost(part)``; by default its members plus
+    SPLIT_OVERHEAD) go costliest first to the least loaded of ``slots``."""
+    cost = cost or (lambda part: len(part) + SPLIT_OVERHEAD)
     loads = [0.0] * max(1, slots)
-    for part in sorted(parts, key=len, reverse=True):
-        loads[loads.index(min(loads))] += len(part) + SPLIT_OVERHEAD
+    for part in sorted(parts, key=cost, reverse=True):
+        loads[loads.index(min(loads))] += cost(part)
     return max(loads)
+
+
+CALIBRATION_STEPS = 3  # timed steps per group in step_costs (after one untimed step)
+
+
+def step_costs(groups: list[list[Member]]) -> list[float]:
+    """Each group's training seconds per member, estimated for :func:`split_groups`: a few steps of
+    an ensemble of (at most) two of its members on one thread, as a worker trains, scaled to the
+    group's steps; per member, SPLIT_OVERHEAD of them being the ensemble's fixed cost. Groups differ
+    several-fold (a d_model of 256 against 64, Shaw's direct forward against the grid fast path),
+    which counting members cannot see. Only the schedule reads it: what each member computes does
+    not depend on its part."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    costs = []
+    try:
+        for group in groups:
+            part, cfg = group[:2], group[0].study.train
+            short = dataclasses.replace(cfg, steps=CALIBRATION_STEPS + 1, warmup_steps=0, snapshot_steps=(),
+                                        chunk=CALIBRATION_STEPS + 1, compile=False)
+            result = train_ensemble(group[0].make_model(), [m.task for m in part], [m.seed for m in part], short,
+                                    progress=False)
+            assert result.step_ends is not None
+            per_step = (result.step_ends[-1] - result.step_ends[0]) / CALIBRATION_STEPS
+            costs.append(per_step / (len(part) + SPLIT_OVERHEAD) * cfg.steps)
+    finally:
+        torch.set_num_threads(threads)
+    return costs
 
 
 def evaluate_members(experiment: str, members: list[tuple[str, dict]], job: Callable[[dict], list[dict]], *,
@@ -556,7 +594,10 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
         raise ValueError("a PhaseTimer sees this process only: time a study with the inline executor")
     batches = list(groups.values())
     if device == "cpu":  # a core per job beats every core on one job (poslab bench lm measures it)
-        batches = split_groups(batches, getattr(executor, "slots", 1))
+        slots = getattr(executor, "slots", 1)
+        with span("setup"):  # the groups' costs decide the shares only where there are shares to make
+            costs = step_costs(batches) if slots > 1 and len(batches) > 1 else None
+        batches = split_groups(batches, slots, costs)
     jobs = [(experiment.name, group, device, progress, i, timer) for i, group in enumerate(batches)]
     for results in executor.map_unordered(train_group, jobs):
         record(results)
