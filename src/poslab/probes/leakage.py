@@ -405,9 +405,10 @@ def leakage_bytes(n: int, layers: int, heads: int, batch: int = 2) -> int:
     """Bytes :func:`leakage` holds at its peak on windows of n internal positions (an estimate):
     the per-pair sums (3 quantities x 3 arrays x layers x heads x n^2 float64), one chunk's
     intermediates from ``collect`` (float32 scores and pattern of every layer), one layer's float64
-    copies and derived logits (about 8 x batch x heads x n^2), and the fits' per-pair means,
-    predictions and residuals (about 8 x layers x heads x C float64, C = n (n + 1) / 2 causal
-    pairs) with the one-hot fit's Gram matrix and its pseudo-inverse (3 x (3n)^2)."""
+    copies and derived logits (about 8 x batch x heads x n^2), and the fits' gathered sums and
+    per-pair means (at most 8 x layers x heads x C float64, C = n (n + 1) / 2 causal pairs; the
+    fits no longer build predictions or residuals, so this part is an upper bound) with the one-hot
+    fit's Gram matrix and its pseudo-inverse (3 x (3n)^2)."""
     pairs_ = n * (n + 1) // 2
     return 8 * (9 * layers * heads * n * n + batch * layers * heads * n * n + 8 * batch * heads * n * n
                 + 8 * layers * heads * pairs_ + 3 * (3 * n) ** 2)
