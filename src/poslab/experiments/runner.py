@@ -492,7 +492,7 @@ def step_costs(groups: list[list[Member]]) -> list[float]:
                                     progress=False)
             assert result.step_ends is not None
             per_step = (result.step_ends[-1] - result.step_ends[0]) / CALIBRATION_STEPS
-            costs.append(per_step / (len(part) + SPLIT_OVERHEAD) * cfg.steps)
+            costs.append(float(per_step) / (len(part) + SPLIT_OVERHEAD) * cfg.steps)
     finally:
         torch.set_num_threads(threads)
     return costs
