@@ -22,7 +22,7 @@ import torch
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import worker_pool
 from poslab.experiments.runner import members as study_members
-from poslab.experiments.runner import split_groups, step_costs, train_members
+from poslab.experiments.runner import share_out, train_members
 from poslab.studies import phenomenon
 from poslab.train import train_plain
 
@@ -43,8 +43,7 @@ def bench_train(*, steps: int = 4000, plain_steps: int = 200, workers: int | Non
     labels = [",".join(f"{k}={v}" for k, v in g[0].ids.items() if k not in ("seed", "K")) for g in groups.values()]
     workers = min(workers or os.cpu_count() or 1, len(everyone))
     start = time.perf_counter()  # the groups' calibration (step_costs) is part of the wall time
-    costs = step_costs(list(groups.values())) if workers > 1 else None
-    parts = split_groups(list(groups.values()), workers, costs)  # as `poslab run` shares them out
+    parts = share_out(list(groups.values()), workers)  # as `poslab run` shares them out
     pool, threads = worker_pool(workers)
     with pool:
         futures = [pool.submit(train_members, part, desc=f"ensemble x{len(part)}", position=i)

@@ -336,8 +336,8 @@ def test_one_hot_fit_equals_the_dense_pseudo_inverse(n, window, early, fit):
     torch.testing.assert_close(fit_.predict(y), (X @ (X_pinv @ y.T)).T, rtol=0, atol=1e-10)
     z = torch.randn(4, len(i), generator=torch.Generator().manual_seed(n + 1), dtype=torch.float64)
     dense = ((X @ (X_pinv @ y.T)).T * z).sum(-1)  # sum over pairs of the prediction times z
-    torch.testing.assert_close(fit_.projected_dot(y, z), dense, rtol=1e-10, atol=1e-9)
-    torch.testing.assert_close(fit_.projected_dot(y, y), (X @ (X_pinv @ y.T)).T.square().sum(-1), rtol=1e-10,
+    torch.testing.assert_close(fit_.projected_dot(y, z)[0], dense, rtol=1e-10, atol=1e-9)
+    torch.testing.assert_close(fit_.projected_dot(y, y)[0], (X @ (X_pinv @ y.T)).T.square().sum(-1), rtol=1e-10,
                                atol=1e-9)
 
 

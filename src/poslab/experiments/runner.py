@@ -470,6 +470,13 @@ def wall_estimate(parts: list, slots: int, cost: Callable | None = None) -> floa
     return max(loads)
 
 
+def share_out(groups: list[list[Member]], slots: int) -> list[list[Member]]:
+    """:func:`split_groups` weighed by :func:`step_costs` where there are shares to make (more than
+    one slot and one group), by member count otherwise: how ``poslab run`` and ``bench train``
+    share groups out on a CPU."""
+    return split_groups(groups, slots, step_costs(groups) if slots > 1 and len(groups) > 1 else None)
+
+
 CALIBRATION_STEPS = 3  # timed steps per group in step_costs (after one untimed step)
 
 
@@ -594,10 +601,8 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
         raise ValueError("a PhaseTimer sees this process only: time a study with the inline executor")
     batches = list(groups.values())
     if device == "cpu":  # a core per job beats every core on one job (poslab bench lm measures it)
-        slots = getattr(executor, "slots", 1)
-        with span("setup"):  # the groups' costs decide the shares only where there are shares to make
-            costs = step_costs(batches) if slots > 1 and len(batches) > 1 else None
-        batches = split_groups(batches, slots, costs)
+        with span("setup"):  # the groups' measured costs decide the shares
+            batches = share_out(batches, getattr(executor, "slots", 1))
     jobs = [(experiment.name, group, device, progress, i, timer) for i, group in enumerate(batches)]
     for results in executor.map_unordered(train_group, jobs):
         record(results)

@@ -141,13 +141,14 @@ class OneHotFit:
         """X^+ y for every row of y [lead, C] -> [lead, F]."""
         return self.transposed(y) @ self.gram_pinv  # the Gram pseudo-inverse is symmetric
 
-    def projected_dot(self, a: Tensor, b: Tensor) -> Tensor:
-        """sum over pairs of (X X^+ a) b, row by row, [lead, C] x 2 -> [lead], without the [lead, C]
-        prediction: X X^+ is the orthogonal projector on X's columns, so the sum is
-        (X^T a)^T (X^T X)^+ (X^T b), and with b = a it is the prediction's sum of squares."""
+    def projected_dot(self, a: Tensor, *bs: Tensor) -> tuple[Tensor, ...]:
+        """For each b: the sum over pairs of (X X^+ a) b, row by row, [lead, C] -> [lead], without
+        the [lead, C] prediction: X X^+ is the orthogonal projector on X's columns, so the sum is
+        (X^T a)^T (X^T X)^+ (X^T b); with b = a (the same tensor, not transposed again) it is the
+        prediction's sum of squares. X^T a and its product with the pseudo-inverse are made once."""
         xa = self.transposed(a)
-        xb = xa if b is a else self.transposed(b)
-        return ((xa @ self.gram_pinv) * xb).sum(-1)
+        u = xa @ self.gram_pinv
+        return tuple((u * (xa if b is a else self.transposed(b))).sum(-1) for b in bs)
 
     def predict(self, y: Tensor) -> Tensor:
         """X X^+ y, the least-squares prediction on every pair, [lead, C]."""
@@ -257,7 +258,7 @@ def r_squared(sums: PairSums, i: Tensor, j: Tensor, fit: str) -> Tensor:
         cross, power = (mean * s1).sum(-1), mean.square().sum(-1)
     else:
         model = _fit(sums.fit_sum.shape[-1], fit, i.numpy().tobytes(), j.numpy().tobytes())
-        cross, power = model.projected_dot(mean, s1), model.projected_dot(mean, mean)
+        cross, power = model.projected_dot(mean, s1, mean)
     sse = s2 - 2 * cross + N * power
     sst = s2 - s1.sum(-1).square() / (N * len(i))
     tiny = 1e-10 * s2.clamp_min(1e-300)
@@ -299,7 +300,7 @@ def component_b(sums: PairSums, i: Tensor, j: Tensor) -> dict[str, Tensor]:
     for name, fit in (("component_b", "query"), ("component_b_interaction", "key")):
         model = _fit(sums.fit_sum.shape[-1], fit, i.numpy().tobytes(), j.numpy().tobytes())
         # (Q m_fit).(Q m_test) = m_fit.m_test - m_fit.(X X^+ m_test): Q = I - X X^+ is a projector
-        out[name] = (both - model.projected_dot(m_test, m_fit)) / len(i)
+        out[name] = (both - model.projected_dot(m_test, m_fit)[0]) / len(i)
     small = var <= 1e-12 * s2.reshape(-1).div(N).clamp_min(1e-300)  # no variance: nothing to explain
     for name in out:
         out[name] = torch.where(small, torch.zeros_like(var), out[name] / torch.where(small, 1.0, var)).reshape(lead)
