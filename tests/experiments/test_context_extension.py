@@ -10,11 +10,14 @@ import pytest
 import torch
 
 from poslab.errors import ConfigError
+from poslab.experiments import rope_extension
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.runner import run_study, validate
 from poslab.experiments.spec import check_flips
 from poslab.experiments.stages import is_stage
 from poslab.positional.scaling_laws import critical_dimension
+from poslab.probes.passkey_eval import ranking_rows, reasoning, reasoning_windows
+from poslab.probes.positionwise import bend_rows
 from poslab.store import Store
 from poslab.studies import context_extension as ce
 
@@ -80,9 +83,9 @@ def test_quick_end_to_end_every_method_is_a_stored_run(tmp_path, monkeypatch):
         before = {k: [r for r in stored if r["run_key"] == k] for k in lost}
         for key in lost:
             store.delete(key)
-        ce._MEMO.clear()
+        ce.EXTENSIONS.memo.clear()
         monkeypatch.setattr(ce, "search", lambda *a, **k: pytest.fail("searched again"))
-        monkeypatch.setattr(ce, "finetune", lambda *a, **k: pytest.fail("fine-tuned again"))
+        monkeypatch.setattr(rope_extension, "finetune", lambda *a, **k: pytest.fail("fine-tuned again"))
         resumed = run_study(ce.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
         assert resumed["evaluated"] == len(lost)
         for key, method in lost.items():
@@ -176,7 +179,7 @@ def test_bend_rows_flat_then_rising_and_the_shift():
     law = [dict(probe="scaling_law", method="rope", seed=0, extrapolation_bound=48.0),
            dict(probe="scaling_law", method="base2x+ft", seed=0, extrapolation_bound=80.0)]
     rows = rope + tuned + law
-    bends = {r["method"]: r for r in ce.bend_rows(rows, L0)}
+    bends = {r["method"]: r for r in bend_rows(rows, L0, ce.BEND_DELTA, ce.BEND_SHARP)}
     assert bends["rope"]["ref"] == 1.0 and bends["rope"]["flat_rise"] == pytest.approx(0.025)  # [32, 48)
     assert bends["rope"]["past_rise"] == pytest.approx(np.mean([0.5, 0.6, 0.7, 0.8, 0.9, 1.0]))
     assert bends["rope"]["bend"] == 48 and bends["base2x+ft"]["bend"] == 80
@@ -188,7 +191,7 @@ def test_bend_rows_flat_then_rising_and_the_shift():
     assert bends["rope"]["sharp_over_bound"] == pytest.approx(56 / 48)
     assert shift["sharp_ratio"] == pytest.approx(88 / 56)
     # a loss that rises right after L0 is not flat
-    early = ce.bend_rows(_pos("rope", 0, [3.0, 2.0, 1.0, 1.0, 1.5, 1.6, 1.7]) + law[:1], L0)
+    early = bend_rows(_pos("rope", 0, [3.0, 2.0, 1.0, 1.0, 1.5, 1.6, 1.7]) + law[:1], L0, ce.BEND_DELTA, ce.BEND_SHARP)
     assert early[0]["flat_rise"] > ce.BEND_DELTA and early[0]["bend"] == 32
 
 
@@ -226,7 +229,7 @@ def test_reasoning_exact_match_is_greedy_decoding_and_its_strict_score():
     scripts, wanted = [], {}
     for name in task.reasoning:
         for depth in ce.PASSKEY_DEPTHS:
-            tokens, first = ce.reasoning_windows(task, name, L, depth, n, 0)
+            tokens, first = reasoning_windows(task, name, L, depth, n, 0)
             for i in range(n):
                 answer = task.decode(tokens[i, first[i]:])
                 # trial 0 writes the answer then "."; trial 1 runs on into a digit; trial 2 errs in the answer
@@ -234,7 +237,7 @@ def test_reasoning_exact_match_is_greedy_decoding_and_its_strict_score():
                 scripts.append(torch.cat([tokens[i, :first[i]], task.encode(text)]))
                 wanted[(name, depth, i)] = (tokens[i, :first[i]], answer, text)
     oracle = Scripted(scripts, task.vocab_size)
-    rows = ce.reasoning(lambda length: oracle, task, [L], n, 0, "cpu")
+    rows = reasoning(lambda length: oracle, task, [L], n, 0, "cpu", depths=ce.PASSKEY_DEPTHS)
     assert {(r["task"], r["depth"]) for r in rows} == {(t, d) for t in task.reasoning for d in ce.PASSKEY_DEPTHS}
     assert all(r["exact"] == pytest.approx(1 / 3) for r in rows)
     for (_, _, i), (prompt, answer, text) in list(wanted.items())[:6]:  # explicit greedy decoding agrees
@@ -251,11 +254,11 @@ def test_ranking_rows_by_hand():
     exact = [dict(probe="reasoning", method=m, seed=0, task="code", length=128, depth=d, exact=e)
              for m, e in (("rope", 0.0), ("pi", 1.0), ("yarn", 0.5)) for d in (0.0, 1.0)]
     at_L0 = [dict(probe="reasoning", method="rope", seed=0, task="code", length=32, depth=0.0, exact=1.0)]
-    (got,) = ce.ranking_rows(loss + exact + at_L0, L0)
+    (got,) = ranking_rows(loss + exact + at_L0, L0)
     assert got["best_task"] == "pi" and got["best_loss"] == "yarn" and got["multiple"] == 4.0
     assert got["tau"] == pytest.approx(1 / 3)  # (rope, pi) and (rope, yarn) agree, (pi, yarn) does not
     flat = [dict(r, exact=0.0) for r in exact]
-    (tied,) = ce.ranking_rows(loss + flat, L0)
+    (tied,) = ranking_rows(loss + flat, L0)
     assert tied["tau"] is None and tied["best_task"] is None and tied["best_loss"] == "yarn"
 
 

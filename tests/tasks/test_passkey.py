@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from poslab.errors import ConfigError
-from poslab.studies.context_extension import passkey
+from poslab.probes.passkey_eval import passkey
+from poslab.studies.context_extension import PASSKEY_DEPTHS
 from poslab.tasks import build_task
 from poslab.tasks.passkey import NEEDLE, QUERY, PasskeyText
 from poslab.tasks.text import CharText
@@ -83,13 +84,13 @@ class Copier(torch.nn.Module):
 
 def test_passkey_scoring_with_a_perfect_copier_and_a_blind_model():
     task = PasskeyText(share=1.0, split="val")
-    rows = passkey(lambda L: Copier(task), None, [40, 80], n=8, seed=0, digits=5, device="cpu")
+    rows = passkey(lambda L: Copier(task), None, [40, 80], n=8, seed=0, digits=5, device="cpu", depths=PASSKEY_DEPTHS)
     assert len(rows) == 2 * 5  # lengths x depths
     assert all(r["accuracy"] == 1.0 and r["digit_accuracy"] == 1.0 for r in rows)
     assert all(r["loss"] < 1e-3 for r in rows)
 
     blind = lambda tokens: torch.zeros(*tokens.shape, task.vocab_size)  # noqa: E731
-    rows = passkey(lambda L: blind, None, [40], n=8, seed=0, digits=5, device="cpu")
+    rows = passkey(lambda L: blind, None, [40], n=8, seed=0, digits=5, device="cpu", depths=PASSKEY_DEPTHS)
     assert all(r["loss"] == pytest.approx(math.log(task.vocab_size), rel=1e-5) for r in rows)
     assert all(r["accuracy"] == 0.0 for r in rows)  # argmax of flat logits is token 0, never a digit
 

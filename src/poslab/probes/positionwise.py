@@ -5,7 +5,8 @@
 One forward per chunk of windows (the model's own, so anything longer than memory allows goes
 through :func:`poslab.probes.lm_streaming.positionwise_loss` instead). The LM studies read the
 same three things from it: the overall loss, the greedy next-token accuracy and the loss in
-equal-width position buckets.
+equal-width position buckets. :func:`bend_rows` reads the buckets against a predicted bound
+(where the loss should start to rise, e.g. the RoPE scaling law's T_extra).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -72,3 +74,31 @@ def loss_rows(model_at: Callable[[int], nn.Module], text, lengths: Sequence[int]
         rows.append(dict(probe="loss", length=L, loss=got.loss, windows=got.windows))
         rows += bucket_rows(got, width, length=L)
     return rows
+
+
+def bend_rows(rows: list[dict], L0: int, delta: float, sharp: float) -> list[dict]:
+    """Per method with a predicted bound (a ``scaling_law`` row: method, seed,
+    ``extrapolation_bound``) and seed, on its ``positionwise`` rows of the longest windows
+    (``longest``): the reference loss (buckets in [L0/2, L0)), the mean rise over buckets in
+    [L0, bound) and past the bound, and the first bucket from L0 on whose loss exceeds the
+    reference by ``delta`` (None if none does), and the same for a rise above ``sharp`` (a
+    control) with its start over the bound."""
+    out = []
+    for law in (r for r in rows if r.get("probe") == "scaling_law"):
+        m, seed, bound = law["method"], law["seed"], law["extrapolation_bound"]
+        pos = sorted((r for r in rows if r.get("probe") == "positionwise" and r.get("longest") and r["method"] == m
+                      and r["seed"] == seed), key=lambda r: r["bucket_start"])
+        in_range = [r["loss"] for r in pos if L0 // 2 <= r["bucket_start"] and r["bucket_end"] < L0]
+        if not in_range:
+            continue
+        ref = float(np.mean(in_range))
+        flat = [r["loss"] - ref for r in pos if r["bucket_start"] >= L0 and r["bucket_end"] < bound]
+        past = [r["loss"] - ref for r in pos if r["bucket_start"] >= bound]
+        rising = [r["bucket_start"] for r in pos if r["bucket_start"] >= L0 and r["loss"] - ref > delta]
+        steep = [r["bucket_start"] for r in pos if r["bucket_start"] >= L0 and r["loss"] - ref > sharp]
+        out.append(dict(probe="bend", method=m, seed=seed, bound=bound, ref=ref,
+                        flat_rise=float(np.mean(flat)) if flat else None,
+                        past_rise=float(np.mean(past)) if past else None,
+                        bend=rising[0] if rising else None, sharp_bend=steep[0] if steep else None,
+                        sharp_over_bound=steep[0] / bound if steep else None))
+    return out

@@ -1,95 +1,44 @@
 """Context extension evaluated as the survey demands (seed ``001``, survey abstract).
 
-"The ability to compute positional features beyond the training length does not imply reliable
-long-context generalization; context extension must be evaluated through short-context
-retention, position-wise perplexity, retrieval ..." A character-level RoPE language model
-(nanoGPT's CPU recipe for TinyShakespeare: 4 layers, 4 heads, width 128, context L0 = 64, batch
-12, 2000 AdamW steps; 10% of training windows carry a passkey whose answer digits weigh 10 in the
-loss, and 25% end with an example of a reasoning or code task whose answer characters weigh 10,
-:mod:`poslab.tasks.passkey`) is extended to L_t = s L0 (s = ``FACTOR`` = 4) by every method of
-``METHODS`` and measured by four protocols on the validation split: the loss per position bucket
-(width L0 / 4) on windows of {1, 2, 4, 8} L0, short-context retention (loss at L0 minus plain
-RoPE's), passkey retrieval at depths ``PASSKEY_DEPTHS``, and the reasoning and code tasks
-(``REASONING``: multi-key and multi-value needles, variable tracking, brackets, code, in the compact
-form of :mod:`poslab.tasks.reasoning` that fits L0) by the same depth x length grid, exact match of
-the greedy answer (:func:`reasoning`). Per task and length past L0 the methods are ranked by exact
-match and by loss (probe "ranking", Kendall's tau, :mod:`poslab.experiments.ranking`): the survey
-predicts the two rankings need not agree.
-
-``METHODS`` is the registry: ``{name: Method(build, trains, stored)}``. Every method but ``rope``
-(the trained member) is an evaluate-only variant of the trained member, so each is a run of its own
-in the store (its own key, resumed like training, its search and fine-tuning rows beside its
-protocol rows). A searched or fine-tuned method is also a stage of its own
-(:mod:`poslab.experiments.stages`): its searched schedule or fine-tuned weights are stored under a
-key of the trained member, the method and the search / fine-tuning constants, so a resumed run,
-or a later method built on it (``stage(ctx, name)``: LongRoPE+ft fine-tunes under LongRoPE's
-searched factors), reads it back instead of searching or fine-tuning again.
-
-- training-free schedules (:mod:`poslab.positional.rope_scaling`): ``pi``, ``ntk``, ``dynamic``,
-  ``ntk_by_parts``, ``yarn``, ``llama3`` (the variant carries the schedule dict, so it is keyed);
-- ``longrope`` (Ding et al. 2024, scaled down): :func:`search` for long factors in [1, 2s],
-  non-decreasing, and n-hat among ``N_HATS`` on the training-split LM loss at L_t, then short
-  factors at L0; HF ``longrope`` schedule (attention factor sqrt(1 + ln s / ln L0));
-- ``longrope2`` (Shang et al. 2025): the theoretical critical dimension from the RoPE scaling law
-  (:func:`poslab.positional.scaling_laws.critical_dimension`); the real one searched between the
-  pair that completes ``PERIODS`` periods in L0 and it; NTK factors below it, searched factors
-  (non-decreasing, in [s, 2s]) from it on; objective: the loss on the answer digits of passkeys
-  planted at the start of the window (depth 0, "needle-driven"), at L_t;
-- fine-tuned (``FT_SHARE`` of the pre-training steps, AdamW at ``FT_LR``): ``pi+ft``, ``yarn+ft``,
-  ``longrope+ft`` at L_t; ``longrope-progressive`` (LongRoPE's second stage scaled down: search
-  again for ``PROGRESSIVE`` L0 on longrope+ft, then readjust the short factors at L0);
-  ``longrope2+ft`` (mixed context windows: rescaled RoPE on L_t, original RoPE on L0, evaluated so);
-- ``base2x+ft``: the RoPE scaling law's Theorem 2 checked (Liu et al. 2023): fine-tuned at L0
-  (``BASE_FT_SHARE`` of the pre-training steps) with the base ``base_for_length(2 T_extra)``
-  whose predicted bound is twice plain RoPE's; its bend should move with it.
-
-Every search reports its budget (population x generations = evaluations, wall time) and which
-initial seed its winner descends from. n-hat makes angles depend on the position itself, so the
-streamed evaluations refuse longrope; dynamic NTK (and LongRoPE's short/long choice) uses the
-frequencies of the window's length for every position, as one Hugging Face forward does.
+A character-level RoPE LM (nanoGPT's CPU recipe for TinyShakespeare, context L0, trained on a mix
+with passkeys and reasoning / code examples, :mod:`poslab.tasks.passkey`) is extended to L_t = s L0
+(s = ``FACTOR``) by every method of ``METHODS`` (training-free schedules, LongRoPE and LongRoPE2
+searches, fine-tunes, base2x+ft) and measured on the validation split by position-wise loss,
+short-context retention, passkey retrieval and the reasoning and code tasks
+(:mod:`poslab.probes.passkey_eval`); per task and length past L0 the methods are ranked by exact
+match and by loss. The registry and its stored stages: :mod:`poslab.experiments.rope_extension`.
+The set-up of every method, and what was measured: docs/context-extension.md.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
-import json
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from poslab.errors import ConfigError
 from poslab.experiments.config import EvalConfig, StudyConfig
-from poslab.experiments.longrope_search import (
-    SearchConfig,
-    SearchSpace,
-    longrope,
-    rope_encoding,
-    search,
-    swap,
-    with_scaling,
-)
+from poslab.experiments.longrope_search import SearchConfig, SearchSpace, longrope, search, with_scaling
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, write_outputs
-from poslab.experiments.ranking import rank_agreement
+from poslab.experiments.rope_extension import (
+    Built,
+    Extensions,
+    Method,
+    as_loaded,
+    fixed,
+    lm_objective,
+    needle_objective,
+    rope_base,
+    scaling_law_row,
+)
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe
-from poslab.positional.scaling_laws import (
-    base_for_length,
-    critical_dimension,
-    extrapolation_bound,
-    full_period_pairs,
-    pair_with_periods,
-)
-from poslab.probes.positionwise import loss_rows
+from poslab.positional.scaling_laws import base_for_length, critical_dimension, extrapolation_bound, pair_with_periods
+from poslab.probes.passkey_eval import passkey, ranking_rows, reasoning
+from poslab.probes.positionwise import bend_rows, loss_rows
 from poslab.tasks import reasoning as rs
-from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.text import CharText
 from poslab.train import TrainConfig, lm_recipe
 
@@ -299,56 +248,6 @@ def check(study: StudyConfig) -> None:
 
 # ----------------------------------------------------------------------------- the method registry
 
-@dataclass
-class Built:
-    """A method applied to one trained member: its model at each length, its stage rows, what a
-    stored stage rebuilds it from (``info``, JSON: the searched schedule, the fine-tuning
-    schedules) and the fine-tuned copy (``tuned``), which later stages reuse."""
-
-    model_at: Callable[[int], torch.nn.Module]
-    rows: list[dict] = field(default_factory=list)
-    info: dict = field(default_factory=dict)
-    tuned: torch.nn.Module | None = None
-
-
-@dataclass(frozen=True)
-class Method:
-    build: Callable[..., Built]  # (ctx) -> Built
-    trains: bool  # changes the weights (fine-tuning)
-    scaling: Callable[[int], dict] | None = None  # training-free: its rope_scaling dict for L0 (the variant's)
-    stored: bool = False  # a search or a fine-tune: a stage of its own in the store (experiments.stages)
-
-
-_MEMO: dict[tuple[str, str], Built] = {}
-
-
-def stage(ctx, method: str) -> Built:
-    """``METHODS[method]`` built on ctx's trained member, once per process (keyed by the trained
-    member's run key: a stage method's variant changes nothing else in the config). A stored
-    method is read back from the store's stage when ``ctx.stages`` holds it, else computed and
-    recorded there (its rows with ``info``, and the fine-tuned weights)."""
-    member = dataclasses.replace(ctx.member, variant=None).key
-    if (member, method) in _MEMO:
-        return _MEMO[(member, method)]
-    spec, stages = METHODS[method], ctx.stages
-    stored = stages.get(stage_config(member, method)) if spec.stored and stages is not None else None
-    if stored is None:
-        clock = time.perf_counter()
-        built = spec.build(ctx)
-        if spec.stored and stages is not None:
-            tuned = built.tuned
-            weights = None if tuned is None else {k: v.detach().cpu() for k, v in tuned.state_dict().items()}
-            stages.put(stage_config(member, method), [dict(probe="stage", info=json.dumps(built.info))] + built.rows,
-                       weights, seconds=time.perf_counter() - clock)
-    else:
-        rows, weights = stored
-        info = json.loads(rows[0]["info"])
-        tuned = _reload(ctx, info, weights) if weights else None
-        built = Built(_view(ctx, info, tuned), rows[1:], info, tuned)
-    _MEMO[(member, method)] = built
-    return built
-
-
 def stage_config(member: str, method: str) -> dict:
     """What a stored stage is keyed by: the trained member, the method and every constant its
     search or fine-tuning reads."""
@@ -357,56 +256,20 @@ def stage_config(member: str, method: str) -> dict:
                 base_ft=BASE_FT_SHARE)
 
 
-def _fixed(model) -> Callable[[int], torch.nn.Module]:
-    return lambda L: model
-
-
-def _as_loaded(ctx) -> Built:
-    return Built(_fixed(ctx.model))
-
-
 def _schedule(which: str) -> Method:
-    return Method(build=_as_loaded, trains=False, scaling=lambda L0: schedules(L0)[which])
+    return Method(build=as_loaded, trains=False, scaling=lambda L0: schedules(L0)[which])
 
 
 def _space(ctx, **kw) -> SearchSpace:
-    cfg = ctx.model.cfg
-    return SearchSpace(L0=ctx.study.train.max_length, head_dim=cfg.d_head, base=_base(ctx.model), **kw)
+    return SearchSpace(L0=ctx.study.train.max_length, head_dim=ctx.model.cfg.d_head, base=rope_base(ctx.model), **kw)
 
 
-def _searched(ctx, scaling: dict, rows: list[dict], on: str | None = None, **info) -> Built:
-    """A searched stage: ``scaling`` on the member (or on stage ``on``'s fine-tuned copy)."""
-    info = dict(scaling=scaling, **({"on": on} if on else {}), **info)
-    return Built(_view(ctx, info), rows, info)
+def _ft_steps(study: StudyConfig, share: float = FT_SHARE) -> int:
+    return max(2, int(share * study.train.steps))
 
 
-def _view(ctx, info: dict, tuned: torch.nn.Module | None = None) -> Callable[[int], torch.nn.Module]:
-    """A stage's model at each length, from its info (and fine-tuned copy)."""
-    if "encodings" in info:  # fine-tuned: each length reads through its training schedule (or the first's)
-        assert tuned is not None
-        if not info.get("per_length"):
-            return _fixed(tuned)
-        encs = _encodings(ctx, info)
-        L0, target = min(encs), max(encs)
-        return lambda L: swap(tuned, encs[L0] if L <= L0 else encs[target])
-    if "scaling" in info:
-        base = stage(ctx, info["on"]).tuned if "on" in info else ctx.model
-        return _fixed(with_scaling(base, info["scaling"]))
-    return _fixed(ctx.model)
-
-
-def _encodings(ctx, info: dict) -> dict:
-    """{length: RoPE encoding} of a fine-tuned stage's info (JSON keys are strings)."""
-    return {int(L): rope_encoding(ctx.model, scaling) for L, scaling in info["encodings"].items()}
-
-
-def _reload(ctx, info: dict, weights: dict) -> torch.nn.Module:
-    """A stored fine-tuned copy: the member's structure, reading through its first schedule."""
-    tuned = copy.deepcopy(ctx.model)
-    encs = _encodings(ctx, info)
-    swap(tuned, encs[next(iter(encs))])
-    tuned.load_state_dict(weights)
-    return tuned.to(next(ctx.model.parameters()).device).eval()
+def _finetuned(ctx, scalings: dict, per_length: bool = False) -> Built:
+    return EXTENSIONS.finetuned(ctx, scalings, _ft_steps(ctx.study), FT_LR, per_length)
 
 
 def build_longrope(ctx) -> Built:
@@ -416,19 +279,17 @@ def build_longrope(ctx) -> Built:
     short = search(model, lm_objective(ctx.task, L0, ctx.study),
                    _space(ctx, s=FACTOR, kind="short", other=tuple(long.factors), n_hats=(long.n_hat,)), SEARCH,
                    seed=seed)
-    return _searched(ctx, longrope(L0, short.factors, long.factors, FACTOR, long.n_hat),
-                     long.rows("long") + short.rows("short"))
+    return EXTENSIONS.searched(ctx, longrope(L0, short.factors, long.factors, FACTOR, long.n_hat),
+                               long.rows("long") + short.rows("short"))
 
 
 def build_longrope2(ctx) -> Built:
-    model, L0 = ctx.model, ctx.study.train.max_length
-    cfg = model.cfg
-    crit = critical_dimension(_base(model), L0, cfg.d_head) // 2  # the theoretical critical pair
-    lo = min(pair_with_periods(_base(model), L0, cfg.d_head, PERIODS), crit)
+    model, L0, d = ctx.model, ctx.study.train.max_length, ctx.model.cfg.d_head
+    crit = critical_dimension(rope_base(model), L0, d) // 2  # the theoretical critical pair
+    lo = min(pair_with_periods(rope_base(model), L0, d, PERIODS), crit)
     long = search(model, needle_objective(ctx.task, int(FACTOR * L0), ctx.study),
-                  _space(ctx, s=FACTOR, critical=(lo, min(crit, cfg.d_head // 2 - 1))), SEARCH,
-                  seed=ctx.member.seed + 2)
-    return _searched(ctx, longrope(L0, [1.0] * len(long.factors), long.factors, FACTOR), long.rows("long"))
+                  _space(ctx, s=FACTOR, critical=(lo, min(crit, d // 2 - 1))), SEARCH, seed=ctx.member.seed + 2)
+    return EXTENSIONS.searched(ctx, longrope(L0, [1.0] * len(long.factors), long.factors, FACTOR), long.rows("long"))
 
 
 def build_ft(which: str, ctx) -> Built:
@@ -437,8 +298,7 @@ def build_ft(which: str, ctx) -> Built:
 
 
 def build_longrope_ft(ctx) -> Built:
-    L0 = ctx.study.train.max_length
-    return _finetuned(ctx, {int(FACTOR * L0): stage(ctx, "longrope").info["scaling"]})
+    return _finetuned(ctx, {int(FACTOR * ctx.study.train.max_length): stage(ctx, "longrope").info["scaling"]})
 
 
 def build_longrope2_ft(ctx) -> Built:
@@ -462,27 +322,25 @@ def build_progressive(ctx) -> Built:
                           starts={"stage-1": tuple(first["short_factor"])}), SEARCH, seed=seed + 4)
     prog = longrope(L0, short.factors, long.factors, PROGRESSIVE, long.n_hat)
     before = longrope(L0, first["short_factor"], long.factors, PROGRESSIVE, long.n_hat)
-    ev = ctx.study.eval
-    loss = [positionwise(_fixed(with_scaling(tuned, sc)), ctx.task.corpus, [L0], L0, ev.n_sequences, ev.chunk,
-                         ctx.device)[0]["loss"] for sc in (before, prog)]
+    loss = [positionwise(ctx, fixed(with_scaling(tuned, sc)), [L0])[0]["loss"] for sc in (before, prog)]
     rows = long.rows("long") + short.rows("short")
     rows.append(dict(probe="readjust", length=L0, before=loss[0], after=loss[1], gain=loss[1] - loss[0]))
-    return _searched(ctx, prog, rows, on="longrope+ft")
+    return EXTENSIONS.searched(ctx, prog, rows, on="longrope+ft")
 
 
 def build_base2x(ctx) -> Built:
     """Theorem 2 of Liu et al. 2023: tuned at L0 with the base whose bound is 2 T_extra."""
     model, L0, d = ctx.model, ctx.study.train.max_length, ctx.model.cfg.d_head
-    base = _base(model)
+    base = rope_base(model)
     beta = base_for_length(2 * extrapolation_bound(base, L0, d), L0, d, pretrain_base=base)
-    steps = max(2, int(BASE_FT_SHARE * ctx.study.train.steps))
-    built = _finetuned(ctx, {L0: {"rope_type": "default", "rope_theta": beta}}, steps)
-    built.rows.append(_law_row(beta, L0, d, pretrain_base=base))
+    built = EXTENSIONS.finetuned(ctx, {L0: {"rope_type": "default", "rope_theta": beta}},
+                                 _ft_steps(ctx.study, BASE_FT_SHARE), FT_LR)
+    built.rows.append(scaling_law_row(beta, L0, d, pretrain_base=base))
     return built
 
 
 METHODS: dict[str, Method] = {  # a new method is one entry; the report lists every one
-    "rope": Method(build=_as_loaded, trains=False),
+    "rope": Method(build=as_loaded, trains=False),
     **{k: _schedule(k) for k in ("pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3")},
     "longrope": Method(build=build_longrope, trains=False, stored=True),
     "longrope2": Method(build=build_longrope2, trains=False, stored=True),
@@ -493,6 +351,8 @@ METHODS: dict[str, Method] = {  # a new method is one entry; the report lists ev
     "longrope2+ft": Method(build=build_longrope2_ft, trains=True, stored=True),
     "base2x+ft": Method(build=build_base2x, trains=True, stored=True),
 }
+EXTENSIONS = Extensions(METHODS, stage_config)  # each method built once per process, stored ones as stages
+stage = EXTENSIONS.stage
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -500,180 +360,23 @@ METHODS: dict[str, Method] = {  # a new method is one entry; the report lists ev
 def evaluate(ctx) -> list[dict]:
     method = ctx.member.variant or "rope"
     built = stage(ctx, method)
-    L0, ev = ctx.study.train.max_length, ctx.study.eval
-    rows = positionwise(built.model_at, ctx.task.corpus, ev.lengths, L0, ev.n_sequences, ev.chunk, ctx.device)
-    rows += passkey(built.model_at, ctx.task.corpus, ev.lengths, max(2, ev.n_sequences // 4), ev.seed,
-                    ctx.task.digits, ctx.device)
-    rows += reasoning(built.model_at, ctx.task, ev.lengths, max(2, ev.n_sequences // 4), ev.seed, ctx.device)
+    L0, ev, n = ctx.study.train.max_length, ctx.study.eval, max(2, ctx.study.eval.n_sequences // 4)
+    rows = positionwise(ctx, built.model_at, ev.lengths)
+    rows += passkey(built.model_at, ctx.task.corpus, ev.lengths, n, ev.seed, ctx.task.digits, ctx.device,
+                    depths=PASSKEY_DEPTHS)
+    rows += reasoning(built.model_at, ctx.task, ev.lengths, n, ev.seed, ctx.device, depths=PASSKEY_DEPTHS)
     rows += built.rows
     if method == "rope":
-        rows.append(_law_row(_base(ctx.model), L0, ctx.model.cfg.d_head))
+        rows.append(scaling_law_row(rope_base(ctx.model), L0, ctx.model.cfg.d_head))
     return [{"method": method, **r} for r in rows]
 
 
-def _law_row(base: float, L0: int, d: int, pretrain_base: float | None = None) -> dict:
-    d_extra = critical_dimension(pretrain_base or base, L0, d)
-    return dict(probe="scaling_law", head_dim=d, base=base, train_length=L0, critical_dimension=d_extra,
-                full_period_pairs=full_period_pairs(base, L0, d),
-                extrapolation_bound=extrapolation_bound(base, L0, d, pretrain_base=pretrain_base))
-
-
-def _base(model) -> float:
-    return float(getattr(model.encoding, "base", 10000.0))
-
-
-def positionwise(model_at, corpus, lengths, L0: int, n: int, chunk: int, device) -> list[dict]:
+def positionwise(ctx, model_at, lengths) -> list[dict]:
     """Loss per position bucket (width L0 / BUCKETS) and overall, on validation windows of each length."""
-    return loss_rows(model_at, CharText(corpus=corpus, split="val"), lengths, max(1, L0 // BUCKETS), n=n,
-                     chunk=chunk, device=device)
+    L0, ev = ctx.study.train.max_length, ctx.study.eval
+    return loss_rows(model_at, CharText(corpus=ctx.task.corpus, split="val"), lengths, max(1, L0 // BUCKETS),
+                     n=ev.n_sequences, chunk=ev.chunk, device=ctx.device)
 
-
-def passkey(model_at, corpus, lengths, n: int, seed: int, digits: int, device) -> list[dict]:
-    """Exact-match accuracy, digit accuracy and digit loss by depth x length (validation haystacks)."""
-    rows = []
-    for L in lengths:
-        model = model_at(L)
-        for depth in PASSKEY_DEPTHS:
-            task = PasskeyText(corpus=corpus, split="val", share=1.0, digits=digits, depth=depth, score="answer")
-            g = torch.Generator().manual_seed(_cell_seed(seed, L, depth))
-            batch, answer = task.sample_with_answers(g, n, L)
-            batch, answer = batch.to(device), answer.to(device)
-            logits = model(batch.tokens)
-            ce = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")  # [b, L]
-            right = (logits.argmax(-1) == batch.targets) & answer  # [b, L]
-            per_seq = right.sum(1) == answer.sum(1)
-            rows.append(dict(probe="passkey", length=L, depth=depth, accuracy=float(per_seq.float().mean()),
-                             digit_accuracy=float(right.sum() / answer.sum()), loss=float(ce[answer].mean()),
-                             passkeys=n))
-    return rows
-
-
-def reasoning(model_at, task: PasskeyText, lengths, n: int, seed: int, device) -> list[dict]:
-    """Exact match of the greedy answer per reasoning task of ``task`` by depth x length: ``n``
-    examples per cell, each ending a validation window of L characters (:func:`reasoning_windows`).
-
-    One teacher-forced forward per (length, task), every depth in it: greedy decoding writes the
-    answer iff every answer character is the argmax after the characters before it, and the
-    prediction after the last is not a letter or digit (``rs.score``'s run-on rule; strict about the
-    single leading space a character model is trained on). Also the accuracy and loss of the
-    answer's characters (its leading space excluded), as the training weights them. A depth whose
-    example cannot fit L is left out."""
-    alnum = torch.tensor([c.isalnum() for c in task.vocab], device=device)
-    rows = []
-    for L in lengths:
-        model = model_at(L)
-        for name in task.reasoning:
-            cells = [(depth, cell) for depth in PASSKEY_DEPTHS
-                     if (cell := reasoning_windows(task, name, L, depth, n, seed)) is not None]
-            if not cells:
-                continue
-            tokens = torch.cat([c[0] for _, c in cells]).to(device)  # [cells x n, L]
-            first = torch.cat([c[1] for _, c in cells]).to(device)  # [cells x n]
-            full = model(tokens)  # [cells x n, L, vocab]
-            logits = full[:, :-1]  # position t predicts token t + 1
-            ce = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")  # [cells x n, L - 1]
-            right = logits.argmax(-1) == tokens[:, 1:]
-            t = torch.arange(L - 1, device=device)
-            answer = t >= first[:, None] - 1  # predicting the answer, leading space included
-            content = t >= first[:, None]  # ... without it
-            exact = (right | ~answer).all(1) & ~alnum[full[:, -1].argmax(-1)]  # no run-on after the answer
-            for k, (depth, _) in enumerate(cells):
-                i = slice(k * n, (k + 1) * n)
-                rows.append(dict(probe="reasoning", task=name, length=L, depth=depth,
-                                 exact=float(exact[i].float().mean()),
-                                 answer_accuracy=float(right[i][content[i]].float().mean()),
-                                 loss=float(ce[i][content[i]].mean()), examples=n))
-    return rows
-
-
-@functools.lru_cache(maxsize=512)
-def reasoning_windows(task: PasskeyText, name: str, L: int, depth: float, n: int,
-                      seed: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``n`` windows of L characters (token ids of ``task``'s vocabulary, [n, L]) and the index of
-    each one's answer (its leading space) [n]: validation text, a line break, then an example of
-    ``name`` at ``depth`` (``rs.fitted`` with rs.CHAR_PARAMS, seed ``seed * 1000 + trial``), prompt and
-    answer ending the window, as the training mixture writes them. None when it cannot fit L."""
-    examples = [rs.fitted(name, L - 1, depth, seed * 1000 + trial, **rs.CHAR_PARAMS[name]) for trial in range(n)]
-    if any(ex is None for ex in examples):
-        return None
-    text = CharText(corpus=task.corpus, split="val").ids  # corpus ids are the same in task's vocabulary
-    g = torch.Generator().manual_seed(_cell_seed(seed + 101 + list(rs.TASKS).index(name), L, depth))
-    starts = torch.randint(0, text.numel() - L, (n,), generator=g)
-    tokens = text[starts[:, None] + torch.arange(L)]  # [n, L]
-    first = torch.empty(n, dtype=torch.long)
-    for i, ex in enumerate(examples):
-        assert ex is not None
-        ids = task.encode("\n" + ex.prompt + ex.answer)  # as the training mixture writes it
-        tokens[i, L - len(ids):] = ids
-        first[i] = L - len(ex.answer)
-    return tokens, first
-
-
-def _cell_seed(seed: int, L: int, depth: float) -> int:
-    return (seed * 1_000_003 + L * 1009 + int(round(depth * 1000))) % (2 ** 62)
-
-
-def lm_objective(task, L: int, study):
-    """Mean next-character loss on fixed training-split text windows of length L."""
-    n = max(2, study.eval.n_sequences // 8)
-    batch = CharText(corpus=task.corpus, split="train").sample(
-        torch.Generator().manual_seed(_cell_seed(study.eval.seed + 7, L, 0.0)), n, L)
-
-    def loss(model) -> float:
-        b = batch.to(next(model.parameters()).device)
-        return float(F.cross_entropy(model(b.tokens).flatten(0, 1), b.targets.flatten()))
-    return loss
-
-
-def needle_objective(task, L: int, study):
-    """LongRoPE2's needle-driven loss: cross-entropy on the answer digits of passkeys planted at the
-    start of the window (depth 0), so every answer digit depends on the farthest positions."""
-    n = max(4, study.eval.n_sequences // 4)
-    pk = PasskeyText(corpus=task.corpus, split="train", share=1.0, digits=task.digits, depth=0.0, score="answer")
-    batch, answer = pk.sample_with_answers(torch.Generator().manual_seed(_cell_seed(study.eval.seed + 11, L, 0.0)),
-                                           n, L)
-
-    def loss(model) -> float:
-        dev = next(model.parameters()).device
-        ce = F.cross_entropy(model(batch.tokens.to(dev)).transpose(1, 2), batch.targets.to(dev), reduction="none")
-        return float(ce[answer.to(dev)].mean())
-    return loss
-
-
-def _finetuned(ctx, scalings: dict, steps: int | None = None, per_length: bool = False) -> Built:
-    """A fine-tuned stage: ``scalings`` {length: rope_scaling dict or None}, trained on in turn."""
-    steps = steps or max(2, int(FT_SHARE * ctx.study.train.steps))
-    clock = time.perf_counter()
-    encodings = {L: rope_encoding(ctx.model, scaling) for L, scaling in scalings.items()}
-    tuned = finetune(ctx.model, encodings, ctx.task, ctx.study, steps, ctx.member.seed, ctx.device)
-    rows = [dict(probe="timing", stage="finetune", seconds=time.perf_counter() - clock, steps=steps, lr=FT_LR,
-                 lengths=",".join(map(str, encodings)))]
-    info = dict(encodings=scalings, per_length=per_length)
-    return Built(_view(ctx, info, tuned), rows, info, tuned)
-
-
-def finetune(model, encodings: dict, task, study, steps: int, seed: int, device):
-    """A fine-tuned copy of ``model``: step k trains on windows of the k-th length of ``encodings``
-    (cycling) read through that length's RoPE schedule; AdamW at FT_LR, gradient clip 1.0, the
-    training mix of the task. Returns the copy, reading through the first schedule."""
-    tuned = copy.deepcopy(model).train()
-    lengths = list(encodings)
-    opt = torch.optim.AdamW(tuned.parameters(), lr=FT_LR, betas=study.train.betas,
-                            weight_decay=study.train.weight_decay)
-    g = torch.Generator().manual_seed(10_000 + seed)
-    with torch.enable_grad():
-        for k in range(steps):
-            L = lengths[k % len(lengths)]
-            swap(tuned, encodings[L])
-            loss = tuned.loss(task.sample(g, study.train.batch_size, L).to(device))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(tuned.parameters(), 1.0)
-            opt.step()
-    return swap(tuned.eval(), encodings[lengths[0]])
-
-
-# ----------------------------------------------------------------------------- the LongRoPE search
 
 # ----------------------------------------------------------------------------- report
 
@@ -686,7 +389,7 @@ def derived_rows(rows: list[dict], L0: int) -> list[dict]:
     longest = max((r["length"] for r in rows if r.get("length")), default=None)
     law = {(r["method"], r["seed"]): r["extrapolation_bound"] for r in rows if r.get("probe") == "scaling_law"}
     loss = {(r["method"], r["seed"], r["length"]): r["loss"] for r in rows if r.get("probe") == "loss"}
-    digit = {}
+    digit: dict[tuple, list[float]] = {}
     for r in rows:
         r["method"] = r.get("method") or r.get("variant") or "rope"
         r["#"], r["L0"], r["extension"] = order.get(r["method"], len(order)), L0, r["method"] != "rope"
@@ -709,56 +412,13 @@ def derived_rows(rows: list[dict], L0: int) -> list[dict]:
             if (a, seed, int(L)) in table and (b, seed, int(L)) in table:
                 out.append(dict(probe="vs", pair=f"{a} - {b}", seed=seed, length=int(L),
                                 diff=table[(a, seed, int(L))] - table[(b, seed, int(L))]))
-    out += bend_rows(rows, L0) + ranking_rows(rows, L0)
+    out += bend_rows(rows, L0, BEND_DELTA, BEND_SHARP) + ranking_rows(rows, L0)
     bends = {(r["method"], r["seed"]): r for r in out if r["probe"] == "bend"}
     for seed in seeds:
         rope, tuned = bends.get(("rope", seed)), bends.get(("base2x+ft", seed))
         if rope and tuned and rope["bend"] and tuned["bend"]:
             sharp = tuned["sharp_bend"] / rope["sharp_bend"] if rope["sharp_bend"] and tuned["sharp_bend"] else None
             out.append(dict(probe="bend_shift", seed=seed, ratio=tuned["bend"] / rope["bend"], sharp_ratio=sharp))
-    return out
-
-
-def ranking_rows(rows: list[dict], L0: int) -> list[dict]:
-    """probe="ranking" per (seed, task, length > L0): Kendall's tau between the methods ordered by
-    mean exact match over depths (higher first) and by loss at that length (lower first)."""
-    loss = {(r["method"], r["seed"], r["length"]): r["loss"] for r in rows if r.get("probe") == "loss"}
-    cells: dict[tuple, dict[str, list[float]]] = {}
-    for r in rows:
-        if r.get("probe") == "reasoning" and r["length"] > L0 and r.get("exact") is not None:
-            cells.setdefault((r["seed"], r["task"], r["length"]), {}).setdefault(r["method"], []).append(r["exact"])
-    out = []
-    for (seed, task, L), exact in sorted(cells.items()):
-        got = rank_agreement({m: float(np.mean(v)) for m, v in exact.items()},
-                             {m: v for (m, s, length), v in loss.items() if s == seed and length == L})
-        if got is not None:
-            out.append(dict(probe="ranking", seed=seed, task=task, length=L, multiple=L / L0, **got))
-    return out
-
-
-def bend_rows(rows: list[dict], L0: int, delta: float = BEND_DELTA) -> list[dict]:
-    """Per method with a predicted bound and seed, on the longest windows: the reference loss
-    (buckets in [L0/2, L0)), the mean rise over buckets in [L0, bound) and past the bound, and the
-    first bucket from L0 on whose loss exceeds the reference by ``delta`` (None if none does), and
-    the same for a sharp rise (:data:`BEND_SHARP`, the control) with its start over the bound."""
-    out = []
-    for law in (r for r in rows if r.get("probe") == "scaling_law"):
-        m, seed, bound = law["method"], law["seed"], law["extrapolation_bound"]
-        pos = sorted((r for r in rows if r.get("probe") == "positionwise" and r.get("longest") and r["method"] == m
-                      and r["seed"] == seed), key=lambda r: r["bucket_start"])
-        ref = [r["loss"] for r in pos if L0 // 2 <= r["bucket_start"] and r["bucket_end"] < L0]
-        if not ref:
-            continue
-        ref = float(np.mean(ref))
-        flat = [r["loss"] - ref for r in pos if r["bucket_start"] >= L0 and r["bucket_end"] < bound]
-        past = [r["loss"] - ref for r in pos if r["bucket_start"] >= bound]
-        rising = [r["bucket_start"] for r in pos if r["bucket_start"] >= L0 and r["loss"] - ref > delta]
-        sharp = [r["bucket_start"] for r in pos if r["bucket_start"] >= L0 and r["loss"] - ref > BEND_SHARP]
-        out.append(dict(probe="bend", method=m, seed=seed, bound=bound, ref=ref,
-                        flat_rise=float(np.mean(flat)) if flat else None,
-                        past_rise=float(np.mean(past)) if past else None,
-                        bend=rising[0] if rising else None, sharp_bend=sharp[0] if sharp else None,
-                        sharp_over_bound=sharp[0] / bound if sharp else None))
     return out
 
 
@@ -770,9 +430,8 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     intro = (f"Character-level RoPE LM trained at L0 = {L0}, extended by s = {FACTOR:g} to L_t = {int(FACTOR * L0)}. "
              f"Search budget: population {SEARCH.population} x {SEARCH.generations} generations "
              f"({SEARCH.evaluations} objective evaluations per search, {SEARCH.survivors} survivors). Fine-tuning: "
-             f"{max(2, int(FT_SHARE * study.train.steps))} AdamW steps at lr {FT_LR} (base2x+ft: "
-             f"{max(2, int(BASE_FT_SHARE * study.train.steps))} at L0). Passkeys: "
-             f"{max(2, study.eval.n_sequences // 4)} per (length, depth), depths {list(PASSKEY_DEPTHS)}; "
+             f"{_ft_steps(study)} AdamW steps at lr {FT_LR} (base2x+ft: {_ft_steps(study, BASE_FT_SHARE)} at L0). "
+             f"Passkeys: {max(2, study.eval.n_sequences // 4)} per (length, depth), depths {list(PASSKEY_DEPTHS)}; "
              f"the reasoning and code tasks ({', '.join(study.task.get('reasoning', ()))}; training share "
              f"{study.task.get('reasoning_share', 0)}, answer weight {study.task.get('reasoning_weight', 1)}) "
              f"on the same grid, compact form.")
