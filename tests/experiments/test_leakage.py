@@ -10,6 +10,7 @@ import pytest
 from poslab.errors import ConfigError
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.runner import run_study
+from poslab.probes import leakage as lk
 from poslab.store import Store
 from poslab.studies import get_experiment
 from poslab.studies import leakage as exp
@@ -62,7 +63,7 @@ def rows_for(b_by_layer: dict[tuple, list[float]], swap: float, seeds=(0, 1)) ->
         for seed in seeds:
             for layer, b in enumerate(bs):
                 ids = dict(encoding=enc, window=window, seed=seed, layer=layer, head=0)
-                heads = {k: 0.1 for k in exp.HEAD_KEYS}
+                heads = {k: 0.1 for k in lk.HEAD_KEYS}
                 rows.append(dict(probe="head", **{**heads, "component_b": b, "early_component_b": b}, sink=True,
                                  **ids))
                 rows.append(dict(probe="intervention", intervention="bos_token", component_b=b,
@@ -78,15 +79,15 @@ def judged(rows):
 
 def test_derived_rows_by_hand():
     rows = exp.labelled(rows_for({("rope", None): [0.02, 0.04], ("rope_ntk", None): [0.01, 0.01]}, 0.5))
-    models = exp.model_rows(rows)
+    models = lk.model_rows(rows)
     std = [r for r in models if r["model"] == "RoPE" and r["seed"] == 0][0]
     assert std["component_b"] == pytest.approx(0.03) and std["depth_slope"] == pytest.approx(0.02)
-    swap = exp.swap_rows(rows)
+    swap = lk.swap_rows(rows)
     assert all(r["change"] == pytest.approx(-0.5) for r in swap)
     gaps = [r for r in exp.contrast_rows(models) if r["probe"] == "gap"]
     assert [g["gap"] for g in gaps] == pytest.approx([0.02, 0.02])
     flat = exp.labelled(rows_for({("rope", None): [0.0, 0.0]}, 0.5))  # nothing to be relative to
-    assert all(r["change"] is None for r in exp.swap_rows(flat))
+    assert all(r["change"] is None for r in lk.swap_rows(flat))
 
 
 def test_analysis_reads_the_published_pattern_and_its_absence():

@@ -134,6 +134,7 @@ def test_boundary_claims_read_initial_and_final_pairs():
 
 def test_pair_rows_read_a_snapshot_not_the_live_weights():
     from poslab.models.transformer import Transformer, TransformerConfig
+    from poslab.probes.mope import pair_rows
 
     model = Transformer(TransformerConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=1, max_len=32,
                                           encoding="mope", encoding_options=dict(
@@ -141,7 +142,7 @@ def test_pair_rows_read_a_snapshot_not_the_live_weights():
                                               init_sigma=16.0)))
     state = {k: v.clone() for k, v in model.named_parameters()}
     state["encoding.log_sigma_scale"] = torch.full_like(state["encoding.log_sigma_scale"], math.log(2.0))
-    rows = exp.pair_rows(model.encoding, state, 7, 16)
+    rows = pair_rows(model.encoding, state, 7, 16)
     theta = model.encoding.theta.double()
     sigma = torch.tensor([r["sigma"] for r in rows], dtype=torch.float64).reshape(2, -1)
     torch.testing.assert_close(sigma, (5 / theta + 2 * 16.0).expand_as(sigma))  # c / omega + 2 sigma0

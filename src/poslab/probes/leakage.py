@@ -52,6 +52,10 @@ Closed-system check: per layer, the mean pairwise cosine similarity of the posit
 across inputs. With a fixed BOS it is 1 at every layer (position 0 sees only itself and starts
 from the same vector); with a content token at position 0 it follows that token.
 
+The leakage study's rows (:func:`leakage_rows`: per head, per intervention of
+:func:`interventions`, the closed-system check; :func:`model_rows` and :func:`swap_rows` derived
+from them) are built here too, so another study of the same models can reuse them.
+
 Notation: b batch, l layer, h head, i query and j key index on the internal sequence (BOS at 0),
 n its length, C the number of kept pairs, F regression features, D d_model.
 """
@@ -62,7 +66,7 @@ import contextlib
 import functools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -623,3 +627,98 @@ def bos_replacements(model, token: int, seed: int = 0) -> dict[str, Tensor]:
     r = torch.randn(W_bos.shape, generator=g, dtype=W_bos.dtype).to(W_bos.device)
     return dict(token=model.W_E[token].detach().clone(), random=r * W_bos.norm() / r.norm(),
                 mean=model.W_E.detach().mean(0))
+
+
+# ----------------------------------------------------------------------------- the leakage study's rows
+
+PRESENT = 0.01  # the earlier size line for "present" (shown, not judged) and the floor of a relative BOS-swap change
+HEAD_KEYS = ("component_a", "component_b", "component_b_key", "component_b_interaction", "early_component_a",
+             "early_component_b", "old_component_a", "old_component_b", "received_0")
+
+
+def interventions(model, batch: Batch, sink: np.ndarray) -> dict[str, Intervention]:
+    """The leakage study's interventions on ``model`` and its evaluation ``batch``: the three BOS
+    swaps of :func:`bos_replacements` with the most frequent token (``bos_token``, ``bos_random``,
+    ``bos_mean``), the position-0 residual entering the middle layer patched in from another input
+    whose position 0 holds a content token (``resid0_patch``), and key 0 removed in the
+    sink-reading heads (``drop_key0``, only where some head reads the sink)."""
+    token = int(torch.bincount(batch.tokens.flatten().cpu()).argmax())  # the most frequent character
+    out = {f"bos_{k}": Intervention(bos_embedding=v) for k, v in bos_replacements(model, token).items()}
+    # Another input with a content token at position 0: the batch shifted by one sequence, its
+    # first character in the BOS slot; its position-0 residual enters the middle layer here.
+    other = batch.tokens.roll(1, dims=0)
+    layer = model.cfg.n_layers // 2
+    source = model.collect(replace(batch, tokens=other),
+                           intervention=Intervention(bos_embedding=model.W_E[other[:, 0]].detach()))
+    out["resid0_patch"] = Intervention(resid0=source.layers[layer].resid_pre[:, 0], resid0_layer=layer)
+    if sink.any():
+        out["drop_key0"] = Intervention(drop_key0=torch.as_tensor(sink, device=model.W_E.device))
+    return out
+
+
+def leakage_rows(model, batch: Batch, *, early: int, chunk: int = CHUNK) -> list[dict]:
+    """The leakage study's rows of one trained model on ``batch``: per layer and head (probe
+    ``head``) every number of :func:`leakage` with the fit of log Z_i on log(i + 1) and whether it
+    reads the sink; per :func:`interventions` entry, layer and head (probe ``intervention``) (b)
+    and early (b) under it; per layer (probe ``closed``) the :func:`closed_system` check."""
+    base = leakage(model, batch, early=early, chunk=chunk)
+    n_layers, n_heads = base["component_b"].shape
+    rows = []
+    for layer in range(n_layers):
+        for h in range(n_heads):
+            fit = log_z_fit(base["log_z"][layer, h])
+            rows.append(dict(probe="head", layer=layer, head=h, **{k: float(base[k][layer, h]) for k in HEAD_KEYS},
+                             sink=bool(base["sink"][layer, h]), log_z_slope=fit["slope"], log_z_r2=fit["r2"]))
+    for name, iv in interventions(model, batch, base["sink"]).items():
+        out = leakage(model, batch, intervention=iv, early=early, chunk=chunk)
+        rows += [dict(probe="intervention", intervention=name, layer=layer, head=h,
+                      component_b=float(out["component_b"][layer, h]),
+                      early_component_b=float(out["early_component_b"][layer, h]))
+                 for layer in range(n_layers) for h in range(n_heads)]
+    closed = closed_system(model, batch, chunk=chunk)
+    rows += [dict(probe="closed", layer=layer, fixed_bos=float(closed["fixed_bos"][layer]),
+                  content=float(closed["content"][layer])) for layer in range(n_layers + 1)]
+    return rows
+
+
+def _by(rows: list[dict], probe: str, by: tuple[str, ...]) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["probe"] == probe:
+            out.setdefault(tuple(r[k] for k in by), []).append(r)
+    return out
+
+
+def _mean(rows: list[dict], column: str) -> float:
+    return float(np.mean([r[column] for r in rows]))
+
+
+def model_rows(rows: list[dict]) -> list[dict]:
+    """One row per model and seed (probe "model") from :func:`leakage_rows` labelled by ``model``:
+    head-row means, the slope of the layer-mean (b) on the layer, the member's validation loss and
+    sink-reading head count (from its ``member`` row)."""
+    out = []
+    for (m, seed), heads in _by(rows, "head", ("model", "seed")).items():
+        layers = sorted({r["layer"] for r in heads})
+        per_layer = [_mean([r for r in heads if r["layer"] == layer], "component_b") for layer in layers]
+        member = [r for r in rows if r["probe"] == "member" and r["model"] == m and r["seed"] == seed]
+        out.append(dict(probe="model", model=m, encoding=heads[0]["encoding"], window=heads[0].get("window"),
+                        seed=seed, **{k: _mean(heads, k) for k in HEAD_KEYS},
+                        depth_slope=float(np.polyfit(layers, per_layer, 1)[0]) if len(layers) > 1 else None,
+                        val_loss=member[0]["val_loss"] if member else None,
+                        sink_heads=member[0]["sink_heads"] if member else None))
+    return out
+
+
+def swap_rows(rows: list[dict], floor: float = PRESENT) -> list[dict]:
+    """Per model, seed and intervention (probe "swap"): the relative change of the mean early (b);
+    ``change`` is None where the trained early (b) is below ``floor``: a change relative to a
+    component at noise level is noise over noise (the leakage study's quick preset: +3886%)."""
+    base = {k: _mean(v, "early_component_b") for k, v in _by(rows, "head", ("model", "seed")).items()}
+    out = []
+    for (m, seed, iv), got in _by(rows, "intervention", ("model", "seed", "intervention")).items():
+        b = base.get((m, seed))
+        change = (_mean(got, "early_component_b") - b) / b if b is not None and b >= floor else None
+        out.append(dict(probe="swap", model=m, encoding=got[0]["encoding"], window=got[0].get("window"), seed=seed,
+                        intervention=iv, change=change, change_pct=None if change is None else 100 * change))
+    return out

@@ -1,37 +1,10 @@
 """Where RoPE models get absolute position from (seed 001, third abstract): the leakage study.
 
-Small character-level language models with a BOS vector at position 0 are trained on the same
-text (TinyShakespeare, the same steps, batches and seeds) as a 2 x 2 grid: RoPE or NTK-scaled
-RoPE (``rope_ntk``, base scaled for factor 4), full causal attention or a sliding window. The
-three models of the abstract are standard RoPE, NTK-scaled RoPE and RoPE with a sliding window;
-the fourth cell (NTK + window) comes with the grid and is reported beside them.
-
-Per model, layer and head, on held-out windows of the validation split (probes/leakage.py)::
-
-    (a) = Var Λ(i) / Var log a_ij      Λ(i) = log sum_{j <= i} exp f^(i - j), the log-normaliser
-                                       of the head's relative fit: the causal mask's denominator
-    (b) = R²[any (i, j)] - R²[f(i - j) + g(i)]   on per-query-centred logits: absolute position
-                                       the weights see beyond the offset (key position h(j) and
-                                       query-key interactions; a query-only g(i) cancels in softmax)
-    early (a), (b)                     the same on queries i < EARLY only
-    received_0 >= 0.3                  sink-reading heads
-
-and early (b) again under interventions before the forward pass (models/intervention.py): the
-BOS embedding replaced by the most frequent token's embedding (``bos_token``), by a random vector
-of the same norm (``bos_random``) or by the mean embedding (``bos_mean``); the position-0 residual
-entering the middle layer patched in from another input whose position 0 holds a content token
-(``resid0_patch``); key 0 removed in the sink-reading heads (``drop_key0``). The closed-system
-check compares the position-0 residual across inputs with the fixed BOS and with each input's
-first token at position 0. The earlier ΔR² definitions of (a) and (b) are reported beside the new.
-
-The abstract reports: both components in all three architectures; NTK scaling suppresses (b),
-sliding windows let it grow with depth, standard RoPE sits between; a BOS swap removes 40% of
-(b) at early queries; with a fixed BOS the position-0 fingerprint is constant across inputs.
-Neither the model sizes, the definition of "early" nor a size for "present" are public: ours
-are in :func:`study` and :func:`early_queries`. (b) is judged present when its seed mean less two
-standard errors over seeds is above 0 (``lower_bound``; the estimator is 0 on average without
-key-position terms); (a) > 0 holds by construction under a causal mask, so its size is shown, not
-judged; the earlier size line :data:`PRESENT` (0.01 of the variance) is shown beside both.
+Small character LMs with a BOS at position 0, trained alike as a 2 x 2 grid (RoPE or NTK-scaled
+RoPE, full causal attention or a sliding window), are probed per layer and head for (a), the causal
+mask's share, and (b), the residual stream's, also at early queries and under interventions at
+position 0 (:mod:`poslab.probes.leakage`). The set-up, the definitions and how "present" is
+judged are described in docs/leakage.md.
 """
 
 from __future__ import annotations
@@ -40,21 +13,19 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from poslab.errors import ConfigError
+from poslab.experiments.charlm import CPU_MODEL, recipe_train
 from poslab.experiments.config import EvalConfig, StudyConfig
-from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, write_outputs
+from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, select, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, lower_bound, mean, minimum, probe, share
-from poslab.models.intervention import Intervention
 from poslab.positional import ENCODINGS, rotary_encodings
 from poslab.probes import leakage as lk
+from poslab.probes.leakage import PRESENT
 from poslab.tasks import eval_batch
-from poslab.train import TrainConfig, evaluate_loss, lm_recipe
+from poslab.train import TrainConfig, evaluate_loss
 
-INTERVENTIONS = ("bos_token", "bos_random", "bos_mean", "resid0_patch", "drop_key0")
-PRESENT = 0.01  # the earlier size line for "present" (shown, not judged) and the floor of a relative BOS-swap change
 FIXED = {"model.bos": "the study is about the BOS at position 0",
          "model.causal": "position 0 is a closed system only under a causal mask",
          "eval.lengths": "one evaluation length, the training length (train.max_length)"}
@@ -69,8 +40,8 @@ def study(preset: str) -> StudyConfig:
         train = TrainConfig(steps=40, batch_size=16, lr=3e-3, optimizer="adamw", min_length=T, max_length=T)
         evaluation = EvalConfig(lengths=(T,), n_sequences=16, seed=0, chunk=16)
     else:
-        model, T, window, seeds = dict(d_model=128, n_layers=4, n_heads=4, bos=True), 64, 16, 3
-        train = lm_recipe(steps=2000, batch_size=12, context=T)
+        model, T, window, seeds = dict(CPU_MODEL, bos=True), 64, 16, 3
+        train = recipe_train("paper")
         evaluation = EvalConfig(lengths=(T,), n_sequences=256, seed=0, chunk=128)
     return StudyConfig(model_type="transformer", model=model, task_type="text", task={},
                        grid={"encoding": ("rope", "rope_ntk"), "model.window": (None, window)},
@@ -187,97 +158,21 @@ def model_label(encoding: str, window) -> str:
     return base if window is None else f"{base} + window {window}"
 
 
-# ----------------------------------------------------------------------------- per member
-
-HEAD_KEYS = ("component_a", "component_b", "component_b_key", "component_b_interaction", "early_component_a",
-             "early_component_b", "old_component_a", "old_component_b", "received_0")
-
+# ----------------------------------------------------------------------------- per member and derived rows
 
 def evaluate(ctx) -> list[dict]:
-    study, model = ctx.study, ctx.model
-    T = study.train.max_length
-    val = dataclasses.replace(ctx.task, split="val")
-    batch = eval_batch(val, T, study.eval.n_sequences, study.eval.seed, device=ctx.device)
-    early = early_queries(study)
-    loss = evaluate_loss(model, batch, chunk=study.eval.chunk)
-    base = lk.leakage(model, batch, early=early, chunk=study.eval.chunk)
-    rows = [dict(probe="member", val_loss=loss["loss"], val_accuracy=loss["accuracy"],
-                 sink_heads=int(base["sink"].sum()), early=early)]
-    n_layers, n_heads = base["component_b"].shape
-    for layer in range(n_layers):
-        for h in range(n_heads):
-            fit = lk.log_z_fit(base["log_z"][layer, h])
-            rows.append(dict(probe="head", layer=layer, head=h, **{k: float(base[k][layer, h]) for k in HEAD_KEYS},
-                             sink=bool(base["sink"][layer, h]), log_z_slope=fit["slope"], log_z_r2=fit["r2"]))
-    for iv_name, iv in interventions(model, batch, base["sink"]).items():
-        out = lk.leakage(model, batch, intervention=iv, early=early, chunk=study.eval.chunk)
-        rows += [dict(probe="intervention", intervention=iv_name, layer=layer, head=h,
-                      component_b=float(out["component_b"][layer, h]),
-                      early_component_b=float(out["early_component_b"][layer, h]))
-                 for layer in range(n_layers) for h in range(n_heads)]
-    closed = lk.closed_system(model, batch, chunk=study.eval.chunk)
-    rows += [dict(probe="closed", layer=layer, fixed_bos=float(closed["fixed_bos"][layer]),
-                  content=float(closed["content"][layer])) for layer in range(n_layers + 1)]
-    return rows
+    study, ev = ctx.study, ctx.study.eval
+    batch = eval_batch(dataclasses.replace(ctx.task, split="val"), study.train.max_length, ev.n_sequences, ev.seed,
+                       device=ctx.device)
+    loss = evaluate_loss(ctx.model, batch, chunk=ev.chunk)
+    rows = lk.leakage_rows(ctx.model, batch, early=early_queries(study), chunk=ev.chunk)
+    return [dict(probe="member", val_loss=loss["loss"], val_accuracy=loss["accuracy"],
+                 sink_heads=sum(r["sink"] for r in select(rows, "head")), early=early_queries(study)), *rows]
 
-
-def interventions(model, batch, sink: np.ndarray) -> dict[str, Intervention]:
-    """The interventions of the study on ``model`` and its evaluation ``batch`` (see the module
-    docstring); ``drop_key0`` only where some head reads the sink."""
-    token = int(torch.bincount(batch.tokens.flatten().cpu()).argmax())  # the most frequent character
-    swaps = lk.bos_replacements(model, token)
-    out = {f"bos_{k}": Intervention(bos_embedding=v) for k, v in swaps.items()}
-    # Another input with a content token at position 0: the batch shifted by one sequence, its
-    # first character in the BOS slot; its position-0 residual enters the middle layer here.
-    other = batch.tokens.roll(1, dims=0)
-    layer = model.cfg.n_layers // 2
-    source = model.collect(dataclasses.replace(batch, tokens=other),
-                           intervention=Intervention(bos_embedding=model.W_E[other[:, 0]].detach()))
-    out["resid0_patch"] = Intervention(resid0=source.layers[layer].resid_pre[:, 0], resid0_layer=layer)
-    if sink.any():
-        out["drop_key0"] = Intervention(drop_key0=torch.as_tensor(sink, device=model.W_E.device))
-    return out
-
-
-# ----------------------------------------------------------------------------- derived rows
 
 def labelled(rows: list[dict]) -> list[dict]:
     """Every row with its model's label (``model``)."""
     return [{**r, "model": model_label(r["encoding"], r.get("window"))} for r in rows]
-
-
-def _mean(rows: list[dict], column: str) -> float:
-    return float(np.mean([r[column] for r in rows]))
-
-
-def model_rows(rows: list[dict]) -> list[dict]:
-    """One row per model and seed (probe "model"): head-row means, the slope of the layer-mean
-    (b) on the layer, the member's validation loss and sink-reading head count."""
-    out = []
-    for (m, seed), heads in _by(rows, "head", ("model", "seed")).items():
-        layers = sorted({r["layer"] for r in heads})
-        per_layer = [_mean([r for r in heads if r["layer"] == layer], "component_b") for layer in layers]
-        member = [r for r in rows if r["probe"] == "member" and r["model"] == m and r["seed"] == seed]
-        out.append(dict(probe="model", model=m, encoding=heads[0]["encoding"], window=heads[0].get("window"),
-                        seed=seed, **{k: _mean(heads, k) for k in HEAD_KEYS},
-                        depth_slope=float(np.polyfit(layers, per_layer, 1)[0]) if len(layers) > 1 else None,
-                        val_loss=member[0]["val_loss"] if member else None,
-                        sink_heads=member[0]["sink_heads"] if member else None))
-    return out
-
-
-def swap_rows(rows: list[dict]) -> list[dict]:
-    """Per model, seed and intervention (probe "swap"): the relative change of the mean early (b);
-    ``change`` is None where the trained early (b) is below :data:`PRESENT`: a change relative to
-    a component at noise level is noise over noise (quick preset: +3886%)."""
-    base = {k: _mean(v, "early_component_b") for k, v in _by(rows, "head", ("model", "seed")).items()}
-    out = []
-    for (m, seed, iv), got in _by(rows, "intervention", ("model", "seed", "intervention")).items():
-        b = base.get((m, seed))
-        change = (_mean(got, "early_component_b") - b) / b if b is not None and b >= PRESENT else None
-        out.append(dict(probe="swap", model=m, encoding=got[0]["encoding"], window=got[0].get("window"), seed=seed,
-                        intervention=iv, change=change, change_pct=None if change is None else 100 * change))
-    return out
 
 
 def contrast_rows(models: list[dict]) -> list[dict]:
@@ -296,16 +191,8 @@ def contrast_rows(models: list[dict]) -> list[dict]:
 
 
 def derived_rows(rows: list[dict]) -> list[dict]:
-    models = model_rows(rows)
-    return models + swap_rows(rows) + contrast_rows(models)
-
-
-def _by(rows: list[dict], probe_name: str, by: tuple[str, ...]) -> dict[tuple, list[dict]]:
-    out: dict[tuple, list[dict]] = {}
-    for r in rows:
-        if r["probe"] == probe_name:
-            out.setdefault(tuple(r[k] for k in by), []).append(r)
-    return out
+    models = lk.model_rows(rows)
+    return models + lk.swap_rows(rows) + contrast_rows(models)
 
 
 # ----------------------------------------------------------------------------- report

@@ -1,54 +1,31 @@
 """MoPE with energy-gated attention on TinyShakespeare: the 2 x 2 ablation (seed survey ``001``,
 "Morlet Positional Encoding"; arXiv 2606.01258, 2605.26355, 2605.21842).
 
-{RoPE, MoPE} x {standard, energy-gated attention (EGA)} character-level language models, trained
-on the same text with the same steps, batches and seeds (a cell's members differ only by seed and
-train as one ensemble). Improvement = loss(standard) - loss(cell), paired by seed, in nats of
-validation cross-entropy per character (the unit assumed for the published +0.119; bits per
-character are the same number / ln 2 and are shown beside it).
-
-MoPE is ``encoding="mope"``: RoPE whose pair-f score term is damped by exp(-Delta^2 / 2 sigma_f^2),
-one (omega, sigma) per head and pair (``per_head``), the admissibility boundary omega sigma >= c
-held by reparametrization (``admissibility="hard"``, c = 5: sigma_f = c / omega_f + sigma0 e^s_f).
-The free width sigma0 (``encoding_options.mope.init_sigma``) starts where locality is live: at the
-training context T (default; damping at offset T is exp(-1/2) for the highest-frequency pair);
-the control starts every pair on the boundary (init_sigma = BOUNDARY_SIGMA0, omega sigma / c <=
-1.002). omega and sigma learn in their own optimizer group (``train.param_groups``: lr
-GROUP_LR, no weight decay: the per-head log-scales are 2-D and would otherwise be decayed) and
-their trajectories are recorded at SNAPSHOTS points of training (``train.snapshot_steps``).
-
-Rows per member: ``member`` (val_loss, parameters), ``loss`` / ``positionwise`` (loss per
-evaluation length and position bucket), ``pair`` (MoPE: every (omega, sigma) at each recorded
-step, step 0 = initialization), ``gate`` (EGA: tau_h, shares of gated-on tokens and of tokens
-above average energy). Derived rows (``derived_rows``): ``gain`` per cell and seed, ``ordering``
-per run, ``move`` per pair (initial and final distance to the boundary), ``gate_share``.
-
-Presets, on the character LM's (studies/lm.py, ``lm_study``): ``quick`` (seconds, for tests);
-``paper``: nanoGPT's shakespeare_char CPU recipe (4 layers, 4 heads, d_model 128, context 64,
-batch 12, 2000 steps, AdamW lr 1e-3 cosine to 1e-4, no dropout), 3 seeds; ``gpu``: 6 layers x
-256 (8 heads, 128 pairs: the abstract's count), context 256, about 4.8M parameters, 5000 steps of
-batch 64, dropout 0.2 (nanoGPT's shakespeare_char GPU recipe; the published scale overfits
-TinyShakespeare without it), 3 seeds.
+{RoPE, MoPE} x {standard, energy-gated attention (EGA)} character LMs trained alike (the LM study's
+recipe, :func:`~poslab.experiments.charlm.lm_study`); improvement = loss(standard) - loss(cell),
+paired by seed, in nats per character (assumed). MoPE's (omega, sigma) pairs are read against the
+admissibility boundary omega sigma = c over training (:mod:`poslab.probes.mope`). The set-up
+(MoPE's options, sigma0, the parameter group, the rows, the presets) is described in docs/mope.md.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from poslab.errors import ConfigError, check_choice
+from poslab.experiments.charlm import RECIPES, context_loss_rows, lm_study, validation_loss
 from poslab.experiments.config import StudyConfig
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, save, write_outputs
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, group_stats, mean_std, select, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, maximum, mean, minimum, probe, share
 from poslab.models.transformer import gate_parameter_count
-from poslab.probes.positionwise import loss_rows
-from poslab.studies.lm import lm_study, validation_loss
+from poslab.probes.mope import gate_rows, move_rows, pairs_figure, trajectory_rows
 from poslab.train import group_names
 
 name = "mope"
@@ -74,23 +51,18 @@ MOPE_PARAMETERS = ["log_omega_scale", "log_sigma_scale"]
 def study(preset: str) -> StudyConfig:
     """The LM study of ``preset`` over the 2 x 2 grid; MoPE's free width starts at the context T."""
     check_choice("preset", preset, PRESETS)
-    changes = dict(seeds=3, grid={"encoding": ("rope", "mope"), "model.energy_gate": (False, True)})
+    T, steps = (16, 8) if preset == "quick" else (RECIPES[preset]["context"], RECIPES[preset]["steps"])
+    changes = dict(seeds=3, grid={"encoding": ("rope", "mope"), "model.energy_gate": (False, True)},
+                   eval=dict(lengths=(T, 2 * T, 4 * T), n_sequences=256, chunk=32 if preset == "gpu" else 64))
+    train: dict = {}
     if preset == "quick":
-        T, steps = 16, 8
         changes.update(seeds=2, model=dict(d_model=16, n_layers=1, n_heads=2),
                        eval=dict(lengths=(T, 2 * T), n_sequences=4, chunk=4))
         train = dict(steps=steps, batch_size=8, warmup_steps=2, min_length=T, max_length=T)
-    elif preset == "paper":
-        T, steps = 64, 2000
-        changes.update(eval=dict(lengths=(T, 2 * T, 4 * T), n_sequences=256, chunk=64))
-        train = {}
-    else:
-        T, steps = 256, 5000
+    elif preset == "gpu":
         # ~5M parameters (the published scale), 3 seeds; dropout 0.2 as nanoGPT's shakespeare_char GPU recipe,
         # so the longer run does not overfit the 1M-character corpus
-        changes.update(model=dict(d_model=256, n_layers=6, n_heads=8, dropout=0.2),
-                       eval=dict(lengths=(T, 2 * T, 4 * T), n_sequences=256, chunk=32))
-        train = {}
+        changes.update(model=dict(d_model=256, n_layers=6, n_heads=8, dropout=0.2))
     train.update(param_groups=(dict(match=MOPE_PARAMETERS, lr=GROUP_LR, weight_decay=0.0),),
                  snapshot_steps=snapshot_steps(steps))
     changes["encoding_options"] = {"mope": dict(admissibility="hard", admissibility_c=C, per_head=True,
@@ -100,10 +72,6 @@ def study(preset: str) -> StudyConfig:
 
 def snapshot_steps(steps: int) -> tuple[int, ...]:
     return tuple(sorted({max(1, round(steps * k / SNAPSHOTS)) for k in range(1, SNAPSHOTS)}))
-
-
-def _cells(rows, kind: str, **where) -> list[dict]:
-    return [r for r in rows if r.get("probe") == kind and all(r.get(k) == v for k, v in where.items())]
 
 
 def _sigma0(rows) -> str:
@@ -142,12 +110,13 @@ CLAIMS = [
 ]
 
 
-def _gain(group) -> str:
-    return _fmt([r["gain"] for r in group if r.get("gain") is not None])
-
-
 def _fmt(values, scale=1.0) -> str:
     return mean_std([v * scale for v in values], signed=True, empty="—")
+
+
+def _paper(group) -> str:
+    cell = (group[0]["encoding"], bool(group[0]["energy_gate"]))
+    return f"{PAPER[cell]:+.3f}" if cell in PAPER else "—"
 
 
 TABLES = [
@@ -158,7 +127,7 @@ TABLES = [
           columns=(Column("parameters", lambda g: f"{g[0]['parameters']:,}"), Column("val loss", "val_loss"),
                    Column("improvement (nats)", lambda g: _fmt([r["gain"] for r in g if "gain" in r])),
                    Column("improvement (bits)", lambda g: _fmt([r["gain"] for r in g if "gain" in r], 1 / math.log(2))),
-                   Column("paper (nats, assumed)", lambda g: _paper(g)))),
+                   Column("paper (nats, assumed)", _paper))),
     Table("Loss by evaluation length", by=("encoding", "energy_gate"), where=probe("loss"),
           pivot=Pivot("length", "loss", "L={}")),
     Table("MoPE (omega, sigma): distance to the boundary and locality", by=("energy_gate", "step"),
@@ -177,11 +146,6 @@ FIGURES = [
     Lines("pair_trajectory.png", x="step", y="log10_ratio", series=("pair",), panel="energy_gate",
           where=probe("pair"), ylabel="log10(omega sigma / c) (0 = boundary)", hline=0.0),
 ]
-
-
-def _paper(group) -> str:
-    cell = (group[0]["encoding"], bool(group[0]["energy_gate"]))
-    return f"{PAPER[cell]:+.3f}" if cell in PAPER else "—"
 
 
 def check(study: StudyConfig) -> None:
@@ -216,52 +180,12 @@ def evaluate(ctx) -> list[dict]:
     loss = validation_loss(model, val, T, chunk=chunk, limit=n)
     rows = [dict(probe="member", val_loss=loss["loss"], val_accuracy=loss["accuracy"], windows=loss["windows"],
                  parameters=sum(p.numel() for p in model.parameters()), gate_parameters=gate_parameter_count(model))]
-    rows += loss_rows(lambda L: model, val, study.eval.lengths, max(1, T // BUCKETS), n=n, chunk=chunk,
-                      device=ctx.device)
+    rows += context_loss_rows(lambda L: model, val, study.eval.lengths, T, n=n, chunk=chunk, device=ctx.device,
+                              buckets=BUCKETS)
     if model.cfg.encoding == "mope":
-        states = {0: dict(ctx.untrained.named_parameters()), **ctx.snapshots,
-                  study.train.steps: dict(model.named_parameters())}
-        for step, state in sorted(states.items()):
-            rows += pair_rows(model.encoding, state, step, T)
+        rows += trajectory_rows(model, ctx.untrained, ctx.snapshots, study.train.steps, T)
     if model.cfg.energy_gate:
         rows += gate_rows(model, list(val.windows(T, batch_size=chunk, limit=n)), ctx.device)
-    return rows
-
-
-def pair_rows(encoding, state: dict, step: int, T: int) -> list[dict]:
-    """Every (omega, sigma) pair of ``encoding`` with the weights of ``state`` (model parameter
-    names -> tensors): omega sigma / c, its distance to 1 and the damping at offset T."""
-    enc = copy.deepcopy(encoding).cpu().double()
-    enc.load_state_dict({k[len("encoding."):]: v.detach().cpu().double() for k, v in state.items()
-                         if k.startswith("encoding.")}, strict=False)
-    with torch.no_grad():
-        omega = enc.omega.reshape(-1, enc.omega.shape[-1])  # [h | 1, F]
-        sigma = enc.sigma.reshape(omega.shape)
-    ratio = omega * sigma / enc.c
-    return [dict(probe="pair", step=step, head=h, pair=f, omega=float(omega[h, f]), sigma=float(sigma[h, f]),
-                 ratio=float(ratio[h, f]), log10_ratio=math.log10(float(ratio[h, f])),
-                 gap=abs(float(ratio[h, f]) - 1), damping_T=math.exp(-T ** 2 / (2 * float(sigma[h, f]) ** 2)),
-                 c=enc.c, init_sigma=enc.init_sigma)
-            for h in range(omega.shape[0]) for f in range(omega.shape[1])]
-
-
-def gate_rows(model, windows, device) -> list[dict]:
-    """tau_h and, over the validation windows' tokens, the shares with g > 1/2 and with E > 1."""
-    on, above_, mean_g, count = {}, {}, {}, 0
-    with torch.no_grad():
-        for batch in windows:
-            _, inter = model(batch.tokens.to(device), return_intermediates=True)
-            for i, (block, layer) in enumerate(zip(model.layers, inter.layers, strict=True)):
-                E, g = block.energy_gate(block.ln_attn(layer.resid_pre))  # [b, h, n]
-                for key, value in ((on, (g > 0.5)), (above_, (E > 1)), (mean_g, g)):
-                    key[i] = key.get(i, 0) + value.double().sum(dim=(0, 2)).cpu()  # [h]
-            count += batch.tokens.numel()
-    rows = []
-    for i, block in enumerate(model.layers):
-        tau = block.gate_tau.detach().cpu()
-        rows += [dict(probe="gate", layer=i, head=h, tau=float(tau[h]), gated_on=float(on[i][h]) / count,
-                      above_average=float(above_[i][h]) / count, mean_gate=float(mean_g[i][h]) / count)
-                 for h in range(tau.numel())]
     return rows
 
 
@@ -271,7 +195,7 @@ def derived_rows(rows: list[dict]) -> list[dict]:
     """``gain`` (per cell and seed: loss(standard) - loss(cell)), ``ordering`` (the smaller gap of
     MoPE+EGA > EGA > MoPE, in means), ``move`` (per model, head and pair: initial and final gap to the
     boundary, with the run's sigma0 start), ``gate_share`` (gate parameters / standard model's)."""
-    loss = {(r["encoding"], bool(r["energy_gate"]), r["seed"]): r for r in _cells(rows, "member")}
+    loss = {(r["encoding"], bool(r["energy_gate"]), r["seed"]): r for r in select(rows, "member")}
     out = []
     for (enc, gate, seed), r in loss.items():
         base = loss.get(("rope", False, seed))
@@ -281,22 +205,11 @@ def derived_rows(rows: list[dict]) -> list[dict]:
             if r["gate_parameters"]:
                 out.append(dict(probe="gate_share", encoding=enc, seed=seed,
                                 share=r["gate_parameters"] / base["parameters"]))
-    means = {cell: np.mean([g["gain"] for g in out
-                            if g["probe"] == "gain" and (g["encoding"], g["energy_gate"]) == cell])
-             for cell in PAPER if any(g["probe"] == "gain" and (g["encoding"], g["energy_gate"]) == cell for g in out)}
+    means = group_stats(select(out, "gain"), ("encoding", "energy_gate"), "gain")  # cell -> (mean, std, n)
     if len(means) == 3:
-        out.append(dict(probe="ordering", seed=None, margin=float(min(means[("mope", True)] - means[("rope", True)],
-                                                                      means[("rope", True)] - means[("mope", False)]))))
-    pairs = {}
-    for p in _cells(rows, "pair"):
-        pairs.setdefault((p["energy_gate"], p["seed"], p["head"], p["pair"]), []).append(p)
-    for (gate, seed, head, pair), track in pairs.items():
-        track = sorted(track, key=lambda p: p["step"])
-        out.append(dict(probe="move", energy_gate=gate, seed=seed, head=head, pair=pair, sigma_init=_sigma0(track[0]),
-                        initial_gap=track[0]["gap"], final_gap=track[-1]["gap"],
-                        log_sigma_change=math.log(track[-1]["sigma"] / track[0]["sigma"]),
-                        log_omega_change=math.log(track[-1]["omega"] / track[0]["omega"])))
-    return out
+        top, ega, alone = (means[cell][0] for cell in PAPER)  # MoPE+EGA, EGA alone, MoPE alone
+        out.append(dict(probe="ordering", seed=None, margin=float(min(top - ega, ega - alone))))
+    return out + move_rows(rows, _sigma0)
 
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
@@ -305,7 +218,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     shown = [dict(r, gain=gains[(r["encoding"], bool(r["energy_gate"]), r["seed"])])
              if r.get("probe") == "member" and (r["encoding"], bool(r["energy_gate"]), r["seed"]) in gains else r
              for r in rows]
-    seeds = sorted({r["seed"] for r in _cells(rows, "member")})
+    seeds = sorted({r["seed"] for r in select(rows, "member")})
     tr = study.train
     mope = study.encoding_options.get("mope", {})
     intro = (f"Budget: {len(seeds)} seeds ({', '.join(map(str, seeds))}), {tr.steps} steps of batch {tr.batch_size} at "
@@ -314,36 +227,8 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"sigma0 = {mope.get('init_sigma')} ({_sigma0(mope)} start), omega and sigma in their own group "
              f"{list(tr.param_groups)}; trajectories at steps {list(tr.snapshot_steps)}.")
     return write_outputs(out, title=title, rows=shown, claims=judge_all(CLAIMS, rows + derived), intro=intro,
-                         tables=TABLES, figures=FIGURES, csv_rows=rows + derived, more_figures=pairs_figure)
-
-
-def pairs_figure(rows: list[dict], out: Path) -> list[Path]:
-    """(omega, sigma) of every pair at initialization and after training, against sigma = c / omega."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pairs = _cells(rows, "pair")
-    if not pairs:
-        return []
-    last = max(p["step"] for p in pairs)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 4), squeeze=False, sharey=True)
-    for ax, gate in zip(axes[0], (False, True), strict=False):
-        mine = [p for p in pairs if bool(p["energy_gate"]) == gate]
-        for step, style in ((0, dict(mfc="none", color="grey", label="initial")),
-                            (last, dict(color="C3", label=f"after {last} steps"))):
-            sel = [p for p in mine if p["step"] == step]
-            ax.loglog([p["omega"] for p in sel], [p["sigma"] for p in sel], "o", ms=3, **style)
-        omega = np.array([p["omega"] for p in pairs])
-        grid = np.geomspace(omega.min() / 2, omega.max() * 2, 100)
-        c = pairs[0]["c"]
-        ax.loglog(grid, c / grid, "k--", lw=1, label=f"omega sigma = {c:g}")
-        ax.loglog(grid, (1 + NEAR) * c / grid, "k:", lw=0.8, label="+5%")
-        ax.set(xlabel="omega", title=f"MoPE, energy gate {'on' if gate else 'off'}")
-        ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("sigma")
-    return [save(fig, out / "pairs.png")]
+                         tables=TABLES, figures=FIGURES, csv_rows=rows + derived,
+                         more_figures=partial(pairs_figure, near=NEAR))
 
 
 EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, presets=PRESETS,
