@@ -8,9 +8,9 @@ import pytest
 
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.runner import run_study
+from poslab.probes.interpolant import min_norm_interpolant
 from poslab.store import Store
 from poslab.studies import get_experiment
-from poslab.studies.linear_control import min_norm_interpolant
 
 TINY = ["train.steps=5", "eval.n_sequences=16", "eval.lengths=[12,20]", "seeds=1"]
 STUDIES = {  # name: (extra overrides, files)

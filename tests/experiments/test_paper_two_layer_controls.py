@@ -9,9 +9,9 @@ import pytest
 from poslab.errors import ConfigError
 from poslab.experiments.config import StudyConfig, apply_overrides, apply_point, grid_points
 from poslab.experiments.runner import members, run_study
+from poslab.probes.weights import rotary_kernel_rows
 from poslab.store import Store
 from poslab.studies import PAPER_STUDIES, get_experiment
-from poslab.studies.controls import kernel_rows
 
 TINY = ["train.steps=5", "eval.n_sequences=16", "seeds=1"]
 
@@ -91,7 +91,7 @@ def test_interpolation_changes_what_an_unseen_position_reads():
 
 
 def test_kernel_has_its_maximum_at_zero_and_a_wider_base_a_higher_ratio():
-    rows = {(k["d"], k["base"]): k for k in kernel_rows(widths=(64,), bases=(1e3, 1e5))}
+    rows = {(k["d"], k["base"]): k for k in rotary_kernel_rows(widths=(64,), bases=(1e3, 1e5))}
     assert all(k["unique_max_at_0"] and k["g0"] == 32 for k in rows.values())
     assert rows[(64, 1e3)]["ratio"] < rows[(64, 1e5)]["ratio"] < 1
 

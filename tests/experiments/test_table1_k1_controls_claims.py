@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 import torch
 
+from poslab.experiments import fixed_offset
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.spec import ClaimSpec, check_flips, judge_all, minimum
+from poslab.probes.weights import table_row_norms
 from poslab.studies import controls, k1, phenomenon
 
 
@@ -31,9 +33,9 @@ def _cells(encoding, K, seed, init=0.02, variant=None, acc=1.0, peak=None, Lmax=
 
 
 def _phenomenon_claims(rows):
-    labelled = phenomenon.labelled(rows, 16)
+    labelled = fixed_offset.ape_conditions(rows, 16, phenomenon.HEADLINE_INIT)
     cells = [r for r in labelled if r["probe"] == "length"]
-    heads = phenomenon.head_pinning([r for r in cells if r["kind"] == "absolute"], 16)
+    heads = fixed_offset.head_pinning([r for r in cells if r["kind"] == "absolute"], 16)
     return {c.name: c for c in judge_all(phenomenon.CLAIMS, cells + heads)}
 
 
@@ -136,10 +138,10 @@ def test_row_norms_read_the_rows_past_lmax_against_their_initial_values():
     trained.load_state_dict(untrained.state_dict())
     with torch.no_grad():
         trained.encoding.W_pos[16:] *= 0.5
-    got = controls.row_norms(trained, untrained, 16)
+    got = table_row_norms(trained, untrained, 16)
     assert got["unseen_row_norm_ratio"] == pytest.approx(0.5) and got["seen_row_norm_ratio"] == pytest.approx(1.0)
     rope = RetrievalHead(RetrievalHeadConfig(encoding="rope", d_model=16, max_len=48))
-    assert controls.row_norms(rope, rope, 16) == dict(unseen_row_norm_ratio=None, seen_row_norm_ratio=None)
+    assert table_row_norms(rope, rope, 16) == dict(unseen_row_norm_ratio=None, seen_row_norm_ratio=None)
     assert np.isfinite(got["unseen_row_norm_ratio"])
 
 

@@ -8,6 +8,7 @@ import torch
 from poslab.models import model_classes
 from poslab.probes import accuracy_and_attention, rotary_kernel
 from poslab.probes.equivariance import secondary_peak, total_variation, window_profile
+from poslab.probes.per_head import class_peaks
 from poslab.studies import heads as heads_study
 from poslab.studies import two_layer
 from poslab.tasks import build_task, eval_batch
@@ -80,7 +81,7 @@ def test_class_peaks_average_each_query_class_on_its_own():
     torch.manual_seed(0)
     model = cls(cfg_cls(vocab_size=20, d_model=16, n_heads=2, max_len=32)).eval()
     batch = eval_batch(task, 12, 64, 0)
-    got = heads_study.class_peaks(model, batch, 20, chunk=16)
+    got = class_peaks(model, batch, 20, chunk=16)
     query = batch.tokens[:, 11]
     for c, keep in enumerate((query < 10, query >= 10)):
         _, attn = accuracy_and_attention(model, batch[keep.nonzero()[:, 0]])

@@ -4,8 +4,12 @@ the width condition of the linear control, and the spec helpers they need, on ha
 import numpy as np
 import pytest
 
+from poslab.experiments.fixed_offset import dilution_fit_rows
 from poslab.experiments.spec import ClaimSpec, Ref, judge_all, probe, share, synthetic_rows
+from poslab.probes.interpolant import min_norm_interpolant, off_support
 from poslab.studies import linear_control, validation
+
+KEY = ("encoding", "K", "length_sampling", "seed")  # a member of the validation study
 
 
 def cells(a_of_L, K=2, seed=0, sampling="batch", lengths=(12, 16, 20, 24, 32, 40, 48)):
@@ -15,7 +19,7 @@ def cells(a_of_L, K=2, seed=0, sampling="batch", lengths=(12, 16, 20, 24, 32, 40
 
 def test_fit_rows_recover_an_exact_inverse_linear_law_and_split_unseen_lengths():
     rows = cells(lambda L: 1 / (1 + 0.01 * (L - 1)))
-    fits = {r["span"]: r for r in validation.fit_rows(rows, Lmax=16)}
+    fits = {r["span"]: r for r in dilution_fit_rows(rows, Lmax=16, key=KEY)}
     assert set(fits) == {"all", "unseen"}
     assert fits["all"]["slope"] == pytest.approx(0.01) and fits["all"]["intercept"] == pytest.approx(1.0)
     assert fits["all"]["r2"] == pytest.approx(1.0) and fits["all"]["max_rel_residual"] < 1e-9
@@ -26,7 +30,7 @@ def test_fit_rows_recover_an_exact_inverse_linear_law_and_split_unseen_lengths()
 
 def test_a_curved_decay_is_judged_not_linear():
     rows = cells(lambda L: 1 / (1 + ((L - 1) - 30) ** 2 / 100))  # 1/a* falls then rises: not a line
-    fits = validation.fit_rows(rows, Lmax=16)
+    fits = dilution_fit_rows(rows, Lmax=16, key=KEY)
     linear = [s for s in validation.CLAIMS if "linear in L-1" in s.name][0]
     claims = judge_all([linear], fits)
     all_span = [c for c in claims if "all lengths" in c.name][0]
@@ -54,6 +58,7 @@ def test_mean_logit_is_the_average_of_the_last_query_scores():
     import torch
 
     from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
+    from poslab.probes import mean_logit_profile
     from poslab.tasks import build_task, eval_batch
 
     torch.manual_seed(0)
@@ -61,7 +66,7 @@ def test_mean_logit_is_the_average_of_the_last_query_scores():
     batch = eval_batch(build_task("fixed_offset", m=20, K=2), 12, 10, 0)
     with torch.no_grad():
         scores = model.collect(batch).layers[0].attn_scores[:, 0, -1].double()  # [b, L]
-        got = validation.mean_logit(model, batch)
+        got = mean_logit_profile(model, batch)
     assert np.allclose(got, scores.mean(0).numpy())
 
 
@@ -94,11 +99,11 @@ def test_min_norm_interpolant_off_support_is_what_the_claim_reads():
     basis = np.concatenate([np.cos(np.outer(offsets, theta)), np.sin(np.outer(offsets, theta))], axis=1)
     spike = np.where(offsets[on] == -2, 1.0, 0.0)
     rc = linear_control.INTERPOLANT_RCOND
-    truth = linear_control.min_norm_interpolant(theta, offsets[on], spike, offsets, rcond=rc)
-    g = linear_control.min_norm_interpolant(theta, offsets[on], truth[on], offsets, rcond=rc)
+    truth = min_norm_interpolant(theta, offsets[on], spike, offsets, rcond=rc)
+    g = min_norm_interpolant(theta, offsets[on], truth[on], offsets, rcond=rc)
     assert np.allclose(g, truth, rtol=1e-6, atol=1e-6)  # a min-norm profile is its own interpolant
-    assert linear_control.off_support(truth, g, offsets < -11) == pytest.approx(1.0)
+    assert off_support(truth, g, offsets < -11) == pytest.approx(1.0)
     null = np.linalg.svd(basis[on])[2][-1]  # coefficients invisible on the support
     other = truth + np.abs(truth).max() * basis @ null / np.abs(basis @ null).max()
     assert np.allclose(other[on], truth[on], atol=1e-6 * np.abs(truth).max())
-    assert linear_control.off_support(other, g, offsets < -11) < 0.9  # same support values, not min-norm
+    assert off_support(other, g, offsets < -11) < 0.9  # same support values, not min-norm

@@ -60,6 +60,32 @@ class Column:
         return f"{got:.{self.digits}f}" if isinstance(got, float) else str(got)
 
 
+def most_common(column: str) -> Callable[[list[Row]], object]:
+    """A :class:`Column` value: the most common value of ``column`` in the group."""
+    def cell(rows: list[Row]) -> object:
+        vals = [r[column] for r in rows]
+        return max(set(vals), key=vals.count)
+    return cell
+
+
+def at_largest(column: str, of: str = "length") -> Callable[[list[Row]], str]:
+    """A :class:`Column` value: mean ± std of ``column`` over the group's rows at its largest ``of``."""
+    def cell(rows: list[Row]) -> str:
+        largest = max(r[of] for r in rows)
+        return mean_std([r[column] for r in rows if r[of] == largest and r.get(column) is not None])
+    return cell
+
+
+def value_range(column: str, digits: int = 2) -> Callable[[list[Row]], str]:
+    """A :class:`Column` value: "min-max" of ``column`` over the group."""
+    return lambda g: f"{min(r[column] for r in g):.{digits}f}-{max(r[column] for r in g):.{digits}f}"
+
+
+def means(*columns: str, digits: int = 3) -> Callable[[list[Row]], str]:
+    """A :class:`Column` value: the group's mean of each of ``columns``, joined by " / "."""
+    return lambda g: " / ".join(f"{np.mean([r[c] for r in g]):.{digits}f}" for c in columns)
+
+
 @dataclass(frozen=True)
 class Pivot:
     """One column per value of ``column`` (e.g. length), each mean ± std of ``value``."""
@@ -257,8 +283,10 @@ class Outputs:
 def write_outputs(out: Path, *, title: str, rows: list[Row], claims: list[Claim], intro: str = "",
                   tables: Sequence[Table] = (), figures: Sequence[Lines | Heatmap] = (),
                   csv_rows: list[Row] | None = None, columns: list[str] | None = None, sections: Sequence[str] = (),
-                  more_figures: Callable[[list[Row], Path], list[Path]] | None = None) -> list[Path]:
-    """rows.csv, table.md (intro, tables, extra sections, claims), claims.json and figures."""
+                  more_figures: Callable[[list[Row], Path], list[Path]] | None = None,
+                  csvs: dict[str, str] | None = None) -> list[Path]:
+    """rows.csv, table.md (intro, tables, extra sections, claims), claims.json, figures and, last,
+    one CSV per ``csvs`` entry (file name -> probe: the rows of that probe)."""
     out.mkdir(parents=True, exist_ok=True)
     files = [write_csv(csv_rows if csv_rows is not None else rows, out / "rows.csv", columns)]
     text = [f"# {title}", ""]
@@ -278,4 +306,4 @@ def write_outputs(out: Path, *, title: str, rows: list[Row], claims: list[Claim]
             files.append(path)
     if more_figures is not None:
         files += more_figures(rows, out)
-    return files
+    return files + [write_csv(select(rows, probe), out / name) for name, probe in (csvs or {}).items()]

@@ -1,30 +1,8 @@
 """Section 5.1 of the seed paper: "the account is not RoPE-specific".
 
-The Table 1 protocol (one layer, one head, d = 64, m = 20, fixed-offset retrieval, lengths
-uniform in [8, 16], evaluated at L in {12, ..., 48}) with every family of the registry: the
-relative biases the paper names (ALiBi, the T5 bucketed bias) and RoPE, plus NoPE, sinusoidal
-(absolute), Shaw (relative vectors), Transformer-XL and MoPE (relative, rotary form). The paper
-gives no numbers; each encoding is judged by what the account predicts for its kind:
-
-- a relative or rotary logit whose kernel is learned at every evaluation offset selects -K at
-  every length (Lemma 1: the logit depends on positions only through the offset);
-- ALiBi's only positional term is the monotone -m (i - j). With i.i.d. tokens the keys at -1
-  and -K are exchangeable given the query, so pairing each sequence with the one whose tokens at
-  -1 and -K are swapped gives E[a(-1)] >= E[a(-K)] for any content weights and any m > 0
-  (tests/positional/test_alibi_account.py): K >= 2 is unreachable, a confirmation when it fails.
-  K = 1 is the paper's K = 1 remark: a kernel peaked at 0 plus a suppressed self-logit selects
-  -1, which needs a slope that separates -1 from -2 (the one-head published slope is 2^-8). Below
-  a slope of 0.05 neighbouring offsets tie within the probe's sampling noise (at 2^-8 the mean
-  attention at -1 and -2 agree to four decimals), so those cells are n.a. at every K;
-- T5 buckets that no training distance reaches keep their initial bias (32 buckets, max
-  distance 128: distances 16-47 fall in buckets 16-24, never trained), the untrained-rows failure
-  of a learned APE; cells with such distances are n.a., and controls whose buckets cover every
-  evaluation distance (16 buckets, max distance 16) or whose table starts at zero are run;
-- absolute and position-free encodings: not predicted.
-
-Labelled controls keep the old settings (ALiBi at the one-head slope 2^-8, T5 32/128 with an
-N(0, 1) table). The learned ALiBi slope is log-parameterised and starts at the one-head
-published slope (the field's usual start); a learned slope that starts at 0.5 is its control.
+The Table 1 protocol with every family of the registry (ALiBi and the T5 bias at several
+settings, RoPE, NoPE, sinusoidal, Shaw, Transformer-XL, MoPE), each judged by what the account
+predicts for its kind. The predictions and controls are told in docs/bias-comparison.md.
 """
 
 from __future__ import annotations
@@ -32,17 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from poslab.experiments.config import StudyConfig, quick
-from poslab.experiments.fixed_offset import length_rows
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, write_outputs
+from poslab.experiments.fixed_offset import bucket_coverage_at, length_rows
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, at_largest, most_common, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, at_least, below, is_, judge_all, kind, mean, neg, probe, share
 from poslab.positional import encoding_class
-from poslab.positional.t5 import bucket_coverage
 
 name = "bias-comparison"
 title = "Section 5.1: ALiBi, T5 bias and RoPE (and the other families) under the Table 1 protocol"
-
-# ----------------------------------------------------------------------------- grid
 
 FORMULA = ("rope", "mope", "shaw", "transformer_xl")  # relative/rotary, kernel learned at every offset
 UNPREDICTED = ("nope", "sinusoidal")
@@ -60,19 +35,12 @@ T5 = {  # setup label -> T5 options
 # ALiBi slopes at least this order neighbouring offsets beyond the probe's sampling noise: their mean
 # attention differs by a factor e^-m <= 0.95 (at 2^-8 it is 0.996, and a(-1), a(-2) agree to four decimals)
 USABLE_SLOPE = 0.05
-
-
-def _settings() -> dict[str, dict]:
-    out = {f"{enc} K=2": {"encoding": enc, "task.K": 2} for enc in (*FORMULA, *UNPREDICTED)}
-    for label, opts in ALIBI.items():
-        for K in (1, 2, 3):
-            out[f"{label} K={K}"] = {"encoding": "alibi", "encoding_options": {"alibi": opts}, "task.K": K}
-    for label, opts in T5.items():
-        out[f"{label} K=2"] = {"encoding": "t5", "encoding_options": {"t5": opts}, "task.K": 2}
-    return out
-
-
-SETTINGS = _settings()
+SETTINGS = {  # setting name -> encoding, its options and K
+    **{f"{enc} K=2": {"encoding": enc, "task.K": 2} for enc in (*FORMULA, *UNPREDICTED)},
+    **{f"{label} K={K}": {"encoding": "alibi", "encoding_options": {"alibi": opts}, "task.K": K}
+       for label, opts in ALIBI.items() for K in (1, 2, 3)},
+    **{f"{label} K=2": {"encoding": "t5", "encoding_options": {"t5": opts}, "task.K": 2} for label, opts in T5.items()},
+}
 
 
 def study(preset: str) -> StudyConfig:
@@ -81,8 +49,6 @@ def study(preset: str) -> StudyConfig:
                       grid={"setting": tuple(SETTINGS)}, settings=SETTINGS, seeds=3)
     return quick(cfg) if preset == "quick" else cfg
 
-
-# ----------------------------------------------------------------------------- claims
 
 AT_K = share("peak_offset", "==", neg("K"), text="share of seed x length cells whose mean attention peaks at -K")
 CELLS = probe("length")
@@ -126,31 +92,14 @@ CLAIMS = [
               where=CELLS & is_("in_range", False), per=("setup", "K"), measure=mean("accuracy"),
               na="the paper gives no number"),
 ]
-
-# ----------------------------------------------------------------------------- tables and figures
-
-
-def _most_common_offset(rows: list[dict]) -> int:
-    offs = [r["peak_offset"] for r in rows]
-    return max(set(offs), key=offs.count)
-
-
-def _at_longest(column: str):
-    def cell(rows: list[dict]) -> str:
-        longest = max(r["length"] for r in rows)
-        vals = [r[column] for r in rows if r["length"] == longest and r.get(column) is not None]
-        return mean_std(vals)
-    return cell
-
-
 TABLES = [
     Table("Accuracy by evaluation length", by=("setup", "K"), where=CELLS,
           pivot=Pivot("length", "accuracy", "L={}"),
           columns=(Column("at -K", lambda rows: f"{100 * AT_K(rows):.0f}%"),
-                   Column("most common offset", _most_common_offset),
-                   Column("peak height at longest L", _at_longest("peak_height")),
+                   Column("most common offset", most_common("peak_offset")),
+                   Column("peak height at longest L", at_largest("peak_height")),
                    Column("slope m (trained)", "slope"), Column("bucket coverage at longest L",
-                                                               _at_longest("coverage"))),
+                                                               at_largest("coverage"))),
           intro="Mean ± std over seeds. `at -K`: share of seed x length cells whose mean attention peaks at "
                 "offset -K. `slope m`: ALiBi's slope after training (fixed ones unchanged). `bucket coverage`: "
                 "share of the evaluation offsets 0..L-1 whose T5 bucket some training distance (0..L_max-1) "
@@ -159,14 +108,10 @@ TABLES = [
 FIGURES = [Lines("accuracy.png", x="length", y="accuracy", series=("setup", "K"), panel="panel", where=CELLS,
                  xlabel="evaluation length L", ylim=(-0.02, 1.02),
                  vline=lambda rows: max(r["length"] for r in rows if r["in_range"]))]  # longest trained length
-
-
 INTRO = ("The paper gives no numbers for Section 5.1; each encoding is judged by what the account predicts "
          "for its kind. ALiBi's monotone bias cannot select -K >= 2 on i.i.d. tokens (a failure there confirms "
          "the account); T5 cells at lengths whose distances fall in never-trained buckets are n.a. "
          "Settings named as before (alibi m=2^-8, t5 32/128 N(0,1)) are the old runs, kept as controls.")
-
-# ----------------------------------------------------------------------------- evaluation
 
 
 def setup_label(encoding: str, options: dict) -> str:
@@ -188,17 +133,14 @@ def evaluate(ctx) -> list[dict]:
     for r in length_rows(ctx):
         r = {**r, **extra}
         if enc_name == "t5" and r["probe"] == "length":
-            r["coverage"] = bucket_coverage(range(ctx.study.train.max_length), range(r["length"]),
-                                            bidirectional=enc.bidirectional, num_buckets=enc.num_buckets,
-                                            max_distance=enc.max_distance)
+            r["coverage"] = bucket_coverage_at(enc, ctx.study.train.max_length, r["length"])
         rows.append(r)
     return rows
 
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
-    cells = [r for r in rows if r.get("probe") == "length"]
     return write_outputs(out, title=title, rows=rows, claims=judge_all(CLAIMS, rows), intro=INTRO,
-                         tables=TABLES, figures=FIGURES, csv_rows=cells,
+                         tables=TABLES, figures=FIGURES, csv_rows=[r for r in rows if r.get("probe") == "length"],
                          columns=["setup", "encoding", "kind", "K", "seed", "length", "in_range", "accuracy",
                                   "peak_offset", "peak_position", "peak_height", "a_star", "slope", "coverage",
                                   "chance"])

@@ -1,55 +1,23 @@
-"""The seed paper's Fig. 4 controls and supplement sweeps, as one study.
-
-Design: the sweeps are one-at-a-time (width, vocabulary, length range, temperature, rotary base,
-APE weight decay), not a product, so the grid has a single axis ``setting`` over named config
-bundles (``StudyConfig.settings``, resolved by :func:`poslab.experiments.config.apply_point`).
-``base`` is the paper's single head (d = 64, m = 20, K = 2, RoPE base 1e4, lengths in [8, 16],
-temperature 1); every other setting changes one thing. Each setting is its own ensemble (seeds
-vmapped); the runner stores, resumes and reports them like any grid. The inference-time APE
-fixes are evaluate-only ``variants`` of the ``ape 16 rows`` setting: a learned table of exactly
-L_max = 16 rows trained with ``out_of_range="clamp"`` (a no-op inside the training lengths, so
-the trained weights are those of plain APE) and re-evaluated under ``interpolate`` and
-``rescale`` without retraining. The weight-decay settings keep the model's full table (rows
-past L_max get no gradient; AdamW's decay is what acts on them, the Sabbaghi et al. channel).
-
-Probes per member: accuracy, selected offset and a* at each length; the margin mu at each length
-(``probes.margin``, mean over sequences) and the bound 1 / (1 + (L - 1) e^{-mu}) beside a*, the
-margin over the competitors' mean, and the kernel's margin (``probes.profile_margin``: the mean
-logit profile's lead at -K over every other offset, content averaged out before the max); key
-and query carrier energies and the top singular-value energy of W = W_Q^T W_K (trained and
-untrained); the same two at every ``train.snapshot_steps`` step (co-emergence). The report adds
-the dilution fit 1/a* = c (L - 1) + b over all lengths per member, and the rotary kernel
-g(s) = sum_j cos(s theta_j) for each base x width, computed from the RoPE encoding's frequencies.
-
-Claims are judged on derived rows (:func:`derived_rows`): the co-emergence plateau (each of
-the carrier energies and W's sigma_1^2 share at >= 90% of its final value by step 500, "a few
-hundred", and within 10% of its final value from step 500 on), the length-invariant margin of
-Corollary 2 (relative range over the evaluation lengths of the seed-mean kernel's margin <= 10%;
-the per-sequence max margin is shown, n.a.: its max over L - 1 content-noisy competitors must
-grow with L on i.i.d. tokens, and the margin over the competitors' mean is a control), the
-bound 1 / (1 + (L - 1) e^{-mu}) <= a* at every length and seed, the key carrier across sweeps,
-the dilution rate by width, APE at the longest length under decoupled (AdamW) and coupled (Adam
-+ L2) weight decay beside how far the rows past L_max moved (norm at end / at init), the
-inference-time fixes, and each rotary base's OOD accuracy and offset -K at every length.
-
-Paper preset: 3 seeds, 2000 steps of batch 256 (the paper gives neither for the controls; the
-main study's recipe is Adam 1e-3, lengths [8, 16]), 1024 evaluation sequences per length.
+"""The seed paper's Fig. 4 controls and supplement sweeps, as one study: a single RoPE head (d = 64,
+m = 20, K = 2, lengths [8, 16]) under one-at-a-time settings (grid axis ``setting``: width,
+vocabulary, length range, temperature, rotary base, APE weight decay) and evaluate-only APE fixes.
+Design, probes and the claims' derived rows are explained in docs/table1-k1-controls.md.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
-from poslab import probes
 from poslab.experiments.config import EvalConfig, StudyConfig, quick
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, write_csv, write_outputs
+from poslab.experiments.derive import by_columns, dilution_rows, emergence_rows, joined, mean_std_where, range_over
+from poslab.experiments.offset_rows import carrier_rows, margin_length_rows
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, select, write_csv, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, is_, judge_all, maximum, mean, minimum, neg, probe, share
-from poslab.positional import build_encoding
-from poslab.tasks import eval_batch
+from poslab.probes.weights import rotary_kernel_rows
 from poslab.train import TrainConfig
 
 WIDTHS = (32, 64, 128)
@@ -85,6 +53,7 @@ ROPE_SETTINGS = tuple(s for s in SETTINGS if not s.startswith("ape"))
 DECAY_SETTINGS = tuple(s for s in SETTINGS if s.startswith(("ape wd", "ape l2")))
 ROTARY_BASE = {"base=1e3": 1e3, "base": 1e4, "base=1e5": 1e5}
 BASE_OOD = {1e3: 1.00, 1e4: 1.00, 1e5: 0.97}  # the paper's OOD accuracy per rotary base
+LONGEST = probe("length") & is_("longest", True)
 BASE_CELLS = probe("length") & is_("setting", *ROTARY_BASE)
 FAILS = dict(op="<=", threshold=2, scale_by="chance")  # "at chance", as Table 1 judges APE
 
@@ -130,11 +99,11 @@ CLAIMS = [
               paper="falls with width", where=probe("width_trend"), measure=minimum("min_drop"), op=">",
               threshold=0.0, note="c from 1/a* = c (L-1) + b over every evaluation length, mean over seeds"),
     ClaimSpec(name="{setting}: APE accuracy at the longest length", paper="the failure survives weight decay",
-              where=probe("length") & is_("longest", True) & is_("setting", *DECAY_SETTINGS) &
+              where=LONGEST & is_("setting", *DECAY_SETTINGS) &
               is_("learned_in_range", True), per=("setting",), measure=mean("accuracy"), **FAILS,
               note="{seeds} seeds"),
     ClaimSpec(name="{setting}: APE accuracy at the longest length", paper="the failure survives weight decay",
-              where=probe("length") & is_("longest", True) & is_("setting", *DECAY_SETTINGS) &
+              where=LONGEST & is_("setting", *DECAY_SETTINGS) &
               is_("learned_in_range", False), per=("setting",), measure=mean("accuracy"),
               na="the head did not learn the task at trained lengths (mean accuracy there < 0.95): a failure "
                  "past them says nothing about decay"),
@@ -143,7 +112,7 @@ CLAIMS = [
               measure=mean("unseen_row_norm_ratio"),
               na="shows whether decay reached the rows no training sequence uses (1 = untouched)"),
     ClaimSpec(name="APE 16-row table, {policy}: accuracy at the longest length", paper="at chance",
-              where=probe("length") & is_("longest", True) & is_("setting", "ape 16 rows"), per=("policy",),
+              where=LONGEST & is_("setting", "ape 16 rows"), per=("policy",),
               measure=mean("accuracy"), **FAILS, note="{seeds} seeds"),
     *[ClaimSpec(name=f"rotary base {b:g}: OOD accuracy (lengths > L_max)", paper=f"{BASE_OOD[b]:.2f}",
                 where=BASE_CELLS & is_("rope_base", b) & is_("in_range", False), per=("setting",),
@@ -161,25 +130,16 @@ CLAIMS = [
       for what, m in (("lowest", minimum), ("highest", maximum))],
 ]
 
-def _cells(g, where=lambda r: True):
-    return [r for r in g if r.get("probe") == "length" and where(r)]
-
-
 TABLES = [
     Table("Settings", by=("setting",), where=is_("probe", "length", "member", "dilution") & is_("trained", True),
           intro="Each setting changes one thing from `base` (d=64, m=20, base 1e4, tau=1, [8,16]). Carrier "
                 "energies and W's sigma_1^2 share at L = L_max; dilution c from 1/a* = c (L-1) + b over every "
                 "evaluation length.",
-          columns=(Column("acc L<=L_max",
-                          lambda g: mean_std([r["accuracy"] for r in _cells(g, lambda r: r["in_range"])])),
-                   Column("acc at the longest length",
-                          lambda g: mean_std([r["accuracy"] for r in _cells(g, lambda r: r["longest"])])),
-                   Column("peak offset at the longest length (per seed)",
-                          lambda g: " ".join(str(r["peak_offset"]) for r in _cells(g, lambda r: r["longest"]))),
-                   *[Column(label, lambda g, v=v: mean_std([r[v] for r in g if r["probe"] == "member"]))
-                     for label, v in (("carrier k", "carrier_k"), ("carrier q", "carrier_q"),
-                                      ("sigma_1^2 share", "rank_concentration"))],
-                   Column("dilution c", lambda g: mean_std([r["slope"] for r in g if r["probe"] == "dilution"])))),
+          columns=(Column("acc L<=L_max", mean_std_where("accuracy", probe("length") & is_("in_range", True))),
+                   Column("acc at the longest length", mean_std_where("accuracy", LONGEST)),
+                   Column("peak offset at the longest length (per seed)", joined("peak_offset", where=LONGEST)),
+                   Column("carrier k", "carrier_k"), Column("carrier q", "carrier_q"),  # member rows' columns
+                   Column("sigma_1^2 share", "rank_concentration"), Column("dilution c", "slope"))),
     Table("APE under weight decay: decoupled (AdamW) and coupled L2 (Adam)", by=("setting",),
           where=probe("member") & is_("setting", *DECAY_SETTINGS),
           intro="Rows >= L_max never appear in a training sequence: only the decay moves them. Norms (Frobenius) of "
@@ -219,74 +179,13 @@ def study(preset: str) -> StudyConfig:
                                         snapshot_steps=(10, 25, 50, 100, 200, 400, 1000, 2000)),
                       eval=EvalConfig(lengths=(12, 16, 20, 24, 32, 40, 48), n_sequences=1024))
     if preset == "quick":
-        import dataclasses
-
         cfg = quick(cfg)
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, snapshot_steps=(5, 20, 60)))
     return cfg
 
 
-def _carrier_rank(model, batch, chunk: int) -> tuple[float, float, float]:
-    c = probes.carrier(model, batch, chunk=chunk)
-    return float(c["carrier_k"]), float(c["carrier_q"]), float(probes.rank_concentration(model))
-
-
 def evaluate(ctx) -> list[dict]:
-    study, task, model = ctx.study, ctx.task, ctx.model
-    K, Lmax = task.K, study.train.max_length
-    rows = []
-    for L in study.eval.lengths:
-        batch = eval_batch(task, L, study.eval.n_sequences, study.eval.seed, device=ctx.device)
-        acc, attn = probes.accuracy_and_attention(model, batch, chunk=study.eval.chunk)
-        mu = float(probes.margin(model, batch, K, chunk=study.eval.chunk))
-        mu_mean = float(probes.margin(model, batch, K, chunk=study.eval.chunk, against="mean"))
-        mu_profile = probes.profile_margin(model, batch, K, chunk=study.eval.chunk)
-        rows.append(dict(probe="length", length=L, in_range=L <= Lmax, accuracy=acc, **probes.peak(attn[0], L),
-                         a_star=probes.attention_at_offset(attn[0], L, -K), margin=mu, margin_mean=mu_mean,
-                         margin_profile=mu_profile,
-                         bound=probes.margin_bound(mu, L), chance=task.chance))
-    batch = eval_batch(task, Lmax, study.eval.n_sequences, study.eval.seed, device=ctx.device)
-    ck, cq, rank = _carrier_rank(model, batch, study.eval.chunk)
-    uk, uq, urank = _carrier_rank(ctx.untrained, batch, study.eval.chunk)
-    theta = model.encoding.rotary_frequencies()
-    rows.append(dict(probe="member", **row_norms(model, ctx.untrained, Lmax), carrier_k=ck, carrier_q=cq,
-                     rank_concentration=rank, untrained_carrier_k=uk,
-                     untrained_carrier_q=uq, untrained_rank=urank, d_model=model.cfg.d_model, m=task.vocab_size,
-                     temperature=model.cfg.temperature, max_length=Lmax,
-                     kernel_ratio=probes.kernel_ratio(theta) if theta is not None else None))
-    snap = copy.deepcopy(ctx.untrained)
-    for step, state in sorted(ctx.snapshots.items()):
-        snap.load_state_dict(state, strict=False)
-        sk, sq, srank = _carrier_rank(snap, batch, study.eval.chunk)
-        rows.append(dict(probe="snapshot", step=step, carrier_k=sk, carrier_q=sq, rank_concentration=srank))
-    rows.append(dict(probe="snapshot", step=0, carrier_k=uk, carrier_q=uq, rank_concentration=urank))
-    return rows
-
-
-def row_norms(model, untrained, Lmax: int) -> dict:
-    """A learned table's rows at end / at init (Frobenius norms): rows >= L_max (never in a training
-    sequence: only weight decay moves them) and rows < L_max; None without such rows."""
-    W, W0 = (getattr(m.encoding, "W_pos", None) for m in (model, untrained))
-    if W is None or W.shape[0] <= Lmax:
-        return dict(unseen_row_norm_ratio=None, seen_row_norm_ratio=None)
-    W, W0 = W.detach(), W0.detach()
-    return dict(unseen_row_norm_ratio=float(W[Lmax:].norm() / W0[Lmax:].norm()),
-                seen_row_norm_ratio=float(W[:Lmax].norm() / W0[:Lmax].norm()))
-
-
-def kernel_rows(widths=WIDTHS, bases=BASES, s_max: int = 47) -> list[dict]:
-    """g(s) for each rotary base and head width: the unique integer maximum at s = 0 over
-    0 < |s| <= s_max, and max_{4 <= s <= s_max} g(s) / g(0)."""
-    out = []
-    for d in widths:
-        for base in bases:
-            theta = build_encoding("rope", d_model=d, n_heads=1, d_head=d, max_len=s_max + 1,
-                                   base=base).rotary_frequencies()
-            g = probes.rotary_kernel(theta, np.arange(1, s_max + 1))
-            g0 = float(probes.rotary_kernel(theta, 0.0))
-            out.append(dict(d=d, base=base, g0=g0, max_g_ratio_s_ge_1=float(g.max() / g0),
-                            unique_max_at_0=bool((g < g0 - 1e-9).all()), ratio=probes.kernel_ratio(theta, 4, s_max)))
-    return out
+    return margin_length_rows(ctx) + carrier_rows(ctx)
 
 
 def derived_rows(rows: list[dict], study: StudyConfig) -> list[dict]:
@@ -303,65 +202,36 @@ def derived_rows(rows: list[dict], study: StudyConfig) -> list[dict]:
                      bound_gap=r["a_star"] - r["bound"])
         out.append(r)
     cells = [r for r in out if r["probe"] == "length" and r["variant"] is None]
-    for mine in _by([r for r in out if r["probe"] == "length"], ("setting", "policy")).values():
+    for mine in by_columns([r for r in out if r["probe"] == "length"], ("setting", "policy")).values():
         learned = bool(np.mean([r["accuracy"] for r in mine if r["in_range"]] or [0.0]) >= LEARNED)
         for r in mine:
             r["learned_in_range"] = learned
-    fits = {}
-    for (s, seed), mine in _by(cells, ("setting", "seed")).items():
-        pts = sorted((r["length"], r["a_star"]) for r in mine)
-        if len(pts) >= 2 and all(a > 0 for _, a in pts):
-            fits[(s, seed)] = dict(probe="dilution", setting=s, seed=seed, trained=True,
-                                   **probes.dilution_fit(*zip(*pts, strict=False)))
-    out += fits.values()
-    c = {s: np.mean([f["slope"] for (t, _), f in fits.items() if t == s]) for s in ("d=32", "base", "d=128")
-         if any(t == s for t, _ in fits)}
+    fits = dilution_rows(cells, ("setting", "seed"), trained=True)
+    out += fits
+    c = [np.mean([f["slope"] for f in fits if f["setting"] == s]) for s in ("d=32", "base", "d=128")
+         if any(f["setting"] == s for f in fits)]
     if len(c) >= 2:
-        cs = list(c.values())
-        out.append(dict(probe="width_trend", min_drop=float(min(a - b for a, b in zip(cs, cs[1:], strict=False)))))
-    for (s,), mine in _by(cells, ("setting",)).items():
-        ranges = {}
-        for col in ("margin", "margin_mean", "margin_profile"):
-            mu = [np.mean([r[col] for r in g if r.get(col) is not None] or [np.nan])
-                  for g in _by(mine, ("length",)).values()]
-            if len(mu) >= 2 and not np.isnan(mu).any():
-                ranges[col] = float((max(mu) - min(mu)) / abs(np.mean(mu)))
-        if "margin" in ranges:
-            out.append(dict(probe="margin_range", setting=s, mu_range=ranges["margin"],
-                            mu_mean_range=ranges.get("margin_mean"), mu_profile_range=ranges.get("margin_profile")))
+        out.append(dict(probe="width_trend", min_drop=float(-np.diff(c).max())))
+    for (s,), mine in by_columns(cells, ("setting",)).items():
+        mu_range, mu_mean, mu_profile = (range_over(mine, col) for col in ("margin", "margin_mean", "margin_profile"))
+        if mu_range is not None:
+            out.append(dict(probe="margin_range", setting=s, mu_range=mu_range, mu_mean_range=mu_mean,
+                            mu_profile_range=mu_profile))
     snaps = [r for r in out if r["probe"] == "snapshot" and r["setting"] == "base" and r["variant"] is None]
-    for q in ("carrier_k", "carrier_q", "rank_concentration"):
-        by_step = {st: np.mean([r[q] for r in g]) for (st,), g in _by(snaps, ("step",)).items()}
-        out += [dict(probe="emergence_plot", quantity=q, step_plot=max(st, 1), value=v) for st, v in by_step.items()]
-        if len(by_step) >= 2:
-            final = by_step[max(by_step)]
-            late = [abs(v - final) / abs(final) for st, v in by_step.items() if st >= FEW_HUNDRED]
-            out.append(dict(probe="emergence", setting="base", quantity=q,
-                            reach_step=next(st for st, v in by_step.items() if v >= 0.9 * final),
-                            late_change=float(max(late)) if len(late) >= 2 else None))
-    return out + [dict(probe="kernel", **k) for k in kernel_rows()]
-
-
-def _by(rows: list[dict], cols: tuple[str, ...]) -> dict[tuple, list[dict]]:
-    out: dict[tuple, list[dict]] = {}
-    for r in sorted(rows, key=lambda r: tuple(r[c] for c in cols)):
-        out.setdefault(tuple(r[c] for c in cols), []).append(r)
-    return out
+    out += emergence_rows(snaps, ("carrier_k", "carrier_q", "rank_concentration"), FEW_HUNDRED, setting="base")
+    return out + [dict(probe="kernel", **k) for k in rotary_kernel_rows(WIDTHS, BASES)]
 
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     every = derived_rows(rows, study)
-    pick = lambda *names: [r for r in every if r["probe"] in names]  # noqa: E731
     intro = (f"Mean ± std over seeds 0..{study.seeds - 1}. One head, RoPE unless marked; K = {study.task.get('K', 2)}; "
              f"{study.train.steps} steps of batch {study.train.batch_size}, lengths from {study.train.min_length} "
              f"to L_max (16 unless the setting says), drawn per {study.train.length_sampling}; "
              f"{study.eval.n_sequences} sequences per length; chance 1/m.")
     files = write_outputs(out, title=EXPERIMENT.title, rows=every, claims=judge_all(CLAIMS, every), intro=intro,
-                          tables=TABLES, figures=FIGURES, csv_rows=pick("length"))
-    return files + [write_csv(pick(*p), out / f) for f, p in (("members.csv", ("member",)),
-                                                                 ("snapshots.csv", ("snapshot",)),
-                                                                 ("dilution.csv", ("dilution",)),
-                                                                 ("kernel.csv", ("kernel",)))]
+                          tables=TABLES, figures=FIGURES, csv_rows=select(every, "length"))
+    more = {"members.csv": "member", "snapshots.csv": "snapshot", "dilution.csv": "dilution", "kernel.csv": "kernel"}
+    return files + [write_csv(select(every, name), out / f) for f, name in more.items()]
 
 
 EXPERIMENT = Experiment(name="controls", title="Fig. 4 and supplement: co-emergence, margin bound, carrier sweeps, APE "

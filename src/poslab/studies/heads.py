@@ -1,50 +1,31 @@
 """The seed paper's head-count paragraph: H in {1, 2, 4} rotary retrieval heads.
 
-"On the content-conditioned task ... each head's W is dominated by but not equal to one
-direction (top singular-value energy 0.39-0.57) ..., and splitting width across heads raises
-dilution (peak attention at L = 48 falls from 0.69 at H = 1 to 0.30 at H = 4) as each head
-carries fewer frequencies. The operative resource is the per-head frequency count."
-
-Two sweeps over H (grid axis ``setting``, named bundles): fixed width d_model = 64 (d_head =
-64 / H, the paper's), and fixed per-head width d_head = 64 (d_model = 64 H), which tests the
-last sentence: if the per-head frequency count is what matters, four heads of 64 keep most of
-one head's peak. Each runs on content-conditioned retrieval (query tokens < m/2 use K1 = 2,
-the others K2 = 3) and, for comparison, on fixed offset K = 2 as the same task with K1 = K2
-(axis ``task.K2``: 3 or 2).
-
-Peak height is taken per query class: a head's mean attention over the queries of one class
-(token < m/2, token >= m/2), its maximum over key positions, the highest head's, then the mean
-over the two classes. Averaging attention over both classes first (the earlier measure, kept as
-``peak_pooled``) puts the K1 and K2 peaks at different keys and halves the height.
+Two sweeps over H, at fixed width d_model = 64 and at fixed per-head width d_head = 64, on
+content-conditioned retrieval (K1 = 2, K2 = 3) and on fixed offset K = 2; peak height per query
+class. The set-up and the paper's words are in docs/two-layer-heads.md.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from poslab import probes
 from poslab.experiments.config import StudyConfig, quick
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_csv, write_outputs
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, value_range, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, at_least, at_most, is_, judge_all, maximum, mean, minimum, probe
+from poslab.probes.per_head import head_summaries, peak_heights
 from poslab.tasks import eval_batch
 
 WIDTH, LONGEST = 64, 48
 MIN_DROP = 0.05  # the H=1 -> H=4 peak drop below which "the share of it undone" is not computed
 SETTINGS = {  # H heads at fixed d_model = 64, and at fixed d_head = 64 (d_model = 64 H)
-    "H=1": {"model.n_heads": 1, "model.d_model": 64},
-    "H=2": {"model.n_heads": 2, "model.d_model": 64},
-    "H=4": {"model.n_heads": 4, "model.d_model": 64},
-    "H=2, d_head=64": {"model.n_heads": 2, "model.d_model": 128},
-    "H=4, d_head=64": {"model.n_heads": 4, "model.d_model": 256},
+    **{f"H={H}": {"model.n_heads": H, "model.d_model": 64} for H in (1, 2, 4)},
+    **{f"H={H}, d_head=64": {"model.n_heads": H, "model.d_model": 64 * H} for H in (2, 4)},
 }
 CC, FIXED = is_("K2", 3), is_("K2", 2)  # content-conditioned (K1 = 2, K2 = 3) and fixed offset K = 2
 AT_48 = probe("length") & is_("length", LONGEST) & is_("d_model", WIDTH)
 PAPER_PEAK = {1: 0.69, 4: 0.30}
-
 CLAIMS = [
     ClaimSpec(name="{task}, H={n_heads}, d_head={d_head}: accuracy at trained lengths (L ≤ 16)", paper="1.00",
               where=probe("length") & at_most("length", 16), per=("task", "n_heads", "d_head"),
@@ -59,24 +40,18 @@ CLAIMS = [
     ClaimSpec(name="{task}, H=2, d_model=64: peak attention at L=48 (per query class, highest head)",
               paper="between 0.69 and 0.30", where=AT_48 & is_("n_heads", 2), per=("task",),
               measure=mean("peak_height"), note="shown, not judged: no number in the paper"),
-    ClaimSpec(name="{task}, H={n_heads}, d_model=64: lowest per-head top singular-value energy of W",
-              paper="0.39 (range 0.39-0.57)", where=probe("head") & is_("d_model", WIDTH) & at_least("n_heads", 2),
-              per=("task", "n_heads"), measure=minimum("rank_concentration"), op=">=", threshold=0.34,
-              note="min over heads x {seeds} seeds; criterion: the published range widened by 0.05"),
-    ClaimSpec(name="{task}, H={n_heads}, d_model=64: highest per-head top singular-value energy of W",
-              paper="0.57 (range 0.39-0.57)", where=probe("head") & is_("d_model", WIDTH) & at_least("n_heads", 2),
-              per=("task", "n_heads"), measure=maximum("rank_concentration"), op="<=", threshold=0.62,
-              note="max over heads x {seeds} seeds; criterion: the published range widened by 0.05"),
+    *[ClaimSpec(name=f"{{task}}, H={{n_heads}}, d_model=64: {end} per-head top singular-value energy of W",
+                paper=f"{p} (range 0.39-0.57)", where=probe("head") & is_("d_model", WIDTH) & at_least("n_heads", 2),
+                per=("task", "n_heads"), measure=m("rank_concentration"), op=op, threshold=t,
+                note=f"{short} over heads x {{seeds}} seeds; criterion: the published range widened by 0.05")
+      for end, short, p, m, op, t in (("lowest", "min", 0.39, minimum, ">=", 0.34),
+                                      ("highest", "max", 0.57, maximum, "<=", 0.62))],
     ClaimSpec(name="{task}: share of the H=1 -> H=4 peak drop (longest L) undone by keeping d_head = 64",
               paper="the operative resource is the per-head frequency count", where=probe("resource"),
               per=("task",), measure=mean("recovered"), op=">=", threshold=0.5,
               note="(peak[H=4, d_head=64] - peak[H=4, d_model=64]) / (peak[H=1] - peak[H=4, d_model=64]), mean "
                    "over {seeds} seeds; ≥ 0.5: per-head width explains most of the drop"),
 ]
-
-
-def _range(column: str):
-    return lambda g: f"{min(r[column] for r in g):.2f}-{max(r[column] for r in g):.2f}"
 
 
 TABLES = [
@@ -91,7 +66,7 @@ TABLES = [
                    Column("pooled", "peak_pooled"), Column("pooled, mean head", "peak_pooled_mean"))),
     Table("Per head at L = 16", by=("task", "setting"), where=probe("head"),
           columns=(Column("carrier q", "carrier_q"), Column("carrier k", "carrier_k"),
-                   Column("sigma_1^2 share (min-max)", _range("rank_concentration")),
+                   Column("sigma_1^2 share (min-max)", value_range("rank_concentration")),
                    Column("sigma_1^2 share", "rank_concentration"))),
     Table("Per-head width as the resource (peak at the longest length, per seed)", by=("task",),
           where=probe("resource"),
@@ -109,50 +84,24 @@ def study(preset: str) -> StudyConfig:
     return quick(cfg) if preset == "quick" else cfg
 
 
-def task_label(K1: int, K2: int) -> str:
-    return f"fixed offset K={K1}" if K1 == K2 else f"content-conditioned K1={K1}, K2={K2}"
-
-
-def class_peaks(model, batch, m: int, chunk: int) -> np.ndarray:
-    """Per query class (token < m/2, token >= m/2) and head, the maximum over key positions of the
-    class's mean attention, [2, h] (NaN for a class with no query)."""
-    query = batch.tokens[torch.arange(len(batch.lengths)), batch.lengths - 1]  # [b]
-    out = np.full((2, model.cfg.n_heads), np.nan)
-    for c, members in enumerate((query < m // 2, query >= m // 2)):
-        if members.any():
-            _, attn = probes.accuracy_and_attention(model, batch[members.nonzero()[:, 0]], chunk=chunk)  # [h, L]
-            out[c] = attn.max(-1)
-    return out
-
-
 def evaluate(ctx) -> list[dict]:
     study, task, model = ctx.study, ctx.task, ctx.model
-    shape = dict(task=task_label(task.K1, task.K2), n_heads=model.cfg.n_heads, d_model=model.cfg.d_model,
-                 d_head=model.cfg.d_head)
+    label = f"fixed offset K={task.K1}" if task.K1 == task.K2 else f"content-conditioned K1={task.K1}, K2={task.K2}"
+    shape = dict(task=label, n_heads=model.cfg.n_heads, d_model=model.cfg.d_model, d_head=model.cfg.d_head)
     rows = []
     for L in study.eval.lengths:
         batch = eval_batch(task, L, study.eval.n_sequences, study.eval.seed, device=ctx.device)
         acc, attn = probes.accuracy_and_attention(model, batch, chunk=study.eval.chunk)  # attn [h, L]
-        pooled, per_class = attn.max(-1), class_peaks(model, batch, task.m, study.eval.chunk)
         rows.append(dict(probe="length", length=L, accuracy=acc, chance=task.chance, **shape,
-                         peak_height=float(np.nanmean(per_class.max(-1))),
-                         peak_height_mean=float(np.nanmean(per_class.mean(-1))),
-                         peak_class0=float(per_class[0].max()), peak_class1=float(per_class[1].max()),
-                         peak_pooled=float(pooled.max()), peak_pooled_mean=float(pooled.mean())))
+                         **peak_heights(model, batch, task.m, study.eval.chunk, attn)))
     batch = eval_batch(task, study.train.max_length, study.eval.n_sequences, study.eval.seed, device=ctx.device)
-    carrier = probes.carrier(model, batch, head=None)
-    rank = probes.rank_concentrations(model.W_Q, model.W_K, model.cfg.n_heads)
-    rows += [dict(probe="head", head=h, **shape, carrier_q=float(carrier["carrier_q_heads"][h]),
-                  carrier_k=float(carrier["carrier_k_heads"][h]), rank_concentration=float(rank[h]))
-             for h in range(model.cfg.n_heads)]
-    return rows
+    return rows + [dict(probe="head", head=h, **shape, **s) for h, s in enumerate(head_summaries(model, batch))]
 
 
 def derived_rows(rows: list[dict]) -> list[dict]:
-    """``sweep`` rows (the peak at the longest length, 48 in the presets, in each sweep: H=1 belongs
-    to both) and per (task, seed) a
-    ``resource`` row: the share of the H=1 -> H=4 drop at d_model=64 that d_head=64 undoes (only
-    where that drop is at least ``MIN_DROP``: a smaller one makes the share noise)."""
+    """``sweep`` rows (the peak at the longest length, 48 in the presets, in each sweep: H=1 belongs to
+    both) and per (task, seed) a ``resource`` row: the share of the H=1 -> H=4 drop at d_model=64 that
+    d_head=64 undoes (only where that drop is at least ``MIN_DROP``: a smaller one makes the share noise)."""
     lengths = [r["length"] for r in rows if r.get("probe") == "length"]
     at = [r for r in rows if r.get("probe") == "length" and r["length"] == max(lengths)]
     out = [dict(probe="sweep", sweep=f"{name} = {WIDTH}", task=r["task"], seed=r["seed"], n_heads=r["n_heads"],
@@ -173,10 +122,9 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"{study.eval.n_sequences} sequences per length. Settings: H heads at d_model = 64 (the paper's sweep) "
              "and at d_head = 64 (d_model = 64 H). Carrier energies and W's top singular-value energy per head at "
              "L = 16.")
-    files = write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro,
-                          tables=TABLES, figures=FIGURES, csv_rows=[r for r in rows if r.get("probe") == "length"])
-    files.append(write_csv([r for r in rows if r.get("probe") == "head"], out / "heads.csv"))
-    return files
+    return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro,
+                         tables=TABLES, figures=FIGURES, csv_rows=[r for r in rows if r.get("probe") == "length"],
+                         csvs={"heads.csv": "head"})
 
 
 EXPERIMENT = Experiment(name="heads", title="Head count: H in {1, 2, 4} at fixed width and at fixed per-head width, "

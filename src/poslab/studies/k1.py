@@ -1,35 +1,23 @@
-"""K = 1 of the seed paper: the immediate neighbour needs no pre-rotation.
-
-"For the immediate neighbor the carriers are near-parallel (kernel centered at 0) and
-suppressing the self-logit suffices, via the content covariance of Remark 1; the explicit
-pre-rotation appears only for K >= 2." RoPE retrieval heads (Table 1 protocol) with K in
-{1, 2, 3}. Per member:
-
-- carrier alignment: cos(m_Q, R_delta m_K) at delta = 0 (near-parallel carriers) and at
-  delta = -K (pre-rotated to the target), and the carrier profile's argmax over delta <= 0
-  (the kernel's centre: 0 at K = 1, -K at K >= 2);
-- the self-logit: mean attention on the query's own position (delta = 0) at L = L_max beside
-  the attention on the target (delta = -K): suppressed means the target's exceeds it. The
-  paper gives no threshold against a uniform head, so 1/L is shown, not judged;
-- the content covariance (our reading of Remark 1): on the token x token logit table at delta = 0,
-  G_ab = (W_Q x_a) . (W_K x_b) / sqrt(d), the mean of the diagonal (a key equal to the query
-  token) minus the mean off the diagonal, in units of G's standard deviation: negative means the
-  content term suppresses the self-logit.
+"""K = 1 of the seed paper: the immediate neighbour needs no pre-rotation. RoPE retrieval heads
+(Table 1 protocol) with K in {1, 2, 3}; per member the carrier alignment at delta = 0 and -K,
+the self-logit against the target's attention, and the content covariance of Remark 1. What each
+probe and claim reads is explained in docs/table1-k1-controls.md.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 
 from poslab import probes
 from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments.derive import joined
 from poslab.experiments.fixed_offset import length_rows
 from poslab.experiments.outputs import Column, Lines, Table, select, write_csv, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, Ref, at_least, is_, judge_all, mean, neg, probe, share
+from poslab.probes.weights import content_covariance
 from poslab.tasks import eval_batch
 
 K1 = probe("member") & is_("K", 1)
@@ -62,7 +50,7 @@ CLAIMS = [
 TABLES = [Table("Carriers, self-logit and content covariance by K (probes at L = L_max)", by=("K",),
                 where=probe("member"),
                 columns=(Column("cos(m_Q, R_0 m_K)", "cos_0"), Column("cos(m_Q, R_-K m_K)", "cos_target"),
-                         Column("profile argmax per seed", lambda g: " ".join(str(r["profile_peak"]) for r in g)),
+                         Column("profile argmax per seed", joined("profile_peak")),
                          Column("attention at delta=0", "self_weight"),
                          Column("1/L", lambda g: f"{g[0]['uniform']:.4f}"), Column("attention at -K", "target_weight"),
                          Column("content covariance", "content_covariance"), Column("key carrier", "carrier_k"),
@@ -76,15 +64,6 @@ def study(preset: str) -> StudyConfig:
     cfg = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20),
                       grid={"task.K": (1, 2, 3)}, seeds=5)
     return quick(cfg) if preset == "quick" else cfg
-
-
-def content_covariance(model) -> float:
-    """(mean diag G - mean off-diag G) / std(G), G_ab = (W_Q x_a) . (W_K x_b) / sqrt(d), head 0."""
-    d = model.cfg.d_head
-    x = model.W_E  # [m, D]: token embeddings (RoPE adds nothing at the input)
-    G = ((x @ model.W_Q[:d].T) @ (x @ model.W_K[:d].T).T / math.sqrt(d)).double().cpu().numpy()  # [m, m]
-    off = ~np.eye(len(G), dtype=bool)
-    return float((np.diag(G).mean() - G[off].mean()) / G.std())
 
 
 def evaluate(ctx) -> list[dict]:

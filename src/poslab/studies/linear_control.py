@@ -1,64 +1,29 @@
 """Section 7 of the seed paper: trained linear attention against softmax, and a width sweep.
 
-RoPE retrieval heads (Table 1 protocol, K = 2) with softmax attention and with linear attention
-(o = sum_t l_t v_t, no normalization). The paper reports at d = 64: linear 0.96 in distribution
-and 0.07 at L = 48 (chance 0.05), softmax 1.00; cos(m_Q, R_-K m_K) ~ 0.1 linear against 0.83
-softmax; key carrier fraction 0.07 linear against 0.80 softmax (baseline 0.016 = 1/d). Its
-explanation: the linear score profile f(delta) = sum_j A_j cos(delta theta_j + psi_j) is
-constrained only at the |Delta| training offsets, so once the d/2 rotary frequencies outnumber
-them it is underdetermined off support, where the minimum-norm interpolant is generically
-Theta(1); removing softmax "destroys extrapolation once the rotary frequencies outnumber the
-training offsets".
-
-Grid axis ``setting``: softmax and linear at the paper's d = 64 (32 frequencies against the 16
-training offsets delta in [-15, 0]), and the width sweep of linear attention at d = 16
-(8 frequencies, fewer than the offsets) and d = 32 (16, as many), with softmax at d = 16 as
-the capacity control. Every row carries ``frequencies`` (d/2) and ``train_offsets`` (L_max).
-
-The paper's sentence counts frequencies, its derivation counts the d coefficients (A_j, psi_j) of
-f against the |Delta| offsets ("for d > |Delta| it is underdetermined off support"). The two part
-at d = 32 (16 frequencies = 16 offsets, 32 coefficients > 16): there the derivation is judged
-(extrapolation destroyed) and the frequency-count reading (not destroyed) is shown as n.a.; d = 16
-(16 coefficients = 16 offsets: determined) is the contrast both readings imply.
-
-The score profile f(delta) is the mean attention logit at offset delta (for linear attention
-the "weights" are the logits), at the longest evaluation length. The interpolant is the
-minimum-norm least-squares trigonometric polynomial in the model's frequencies through the
-measured f at the training offsets delta in [-(L_max - 1), -1] (delta = 0 left out: there the
-query and key share a token, and the residuals' covariance adds a term the carrier profile has
-not; the fit including delta = 0 is kept as a control column).
+RoPE retrieval heads (Table 1 protocol, K = 2), softmax and linear attention at d = 64 and
+linear attention at d = 16 and 32 (softmax at d = 16 the capacity control); the linear score
+profile beside its min-norm interpolant. The set-up and the frequency-versus-coefficient
+reading are told in docs/validation-linear-survey.md.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from poslab import probes  # noqa: E402
-from poslab.experiments.config import StudyConfig, quick  # noqa: E402
-from poslab.experiments.fixed_offset import length_rows  # noqa: E402
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, save, select, write_csv, write_outputs  # noqa: E402
-from poslab.experiments.runner import Experiment  # noqa: E402
-from poslab.experiments.spec import ClaimSpec, above, at_most, below, is_, judge_all, mean, probe  # noqa: E402
-from poslab.tasks import eval_batch  # noqa: E402
+from poslab import probes
+from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments.fixed_offset import interpolant_figure, length_rows, score_profile_fits
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, means, select, write_outputs
+from poslab.experiments.runner import Experiment
+from poslab.experiments.spec import ClaimSpec, above, at_most, below, is_, judge_all, mean, probe
+from poslab.tasks import eval_batch
 
 PAPER = dict(linear_in=0.96, linear_48=0.07, softmax_acc=1.00, cos_linear=0.1, cos_softmax=0.83, carrier_linear=0.07,
              carrier_softmax=0.80, baseline=0.016)
-SETTINGS = {
-    "softmax d=64": {"model.attention": "softmax", "model.d_model": 64},
-    "linear d=64": {"model.attention": "linear", "model.d_model": 64},
-    "linear d=32": {"model.attention": "linear", "model.d_model": 32},
-    "linear d=16": {"model.attention": "linear", "model.d_model": 16},
-    "softmax d=16": {"model.attention": "softmax", "model.d_model": 16},
-}
+SETTINGS = {f"{a} d={d}": {"model.attention": a, "model.d_model": d}
+            for a, d in (("softmax", 64), ("linear", 64), ("linear", 32), ("linear", 16), ("softmax", 16))}
 INTERPOLANT_CORR = 0.9  # "explained by the min-norm interpolant": off-support agreement, declared here
 INTERPOLANT_RCOND = 1e-6  # relative singular-value cutoff of the interpolant (exact pinv: a control column)
-
 PAPER_D = is_("d", 64)
 LINEAR, SOFTMAX = is_("attention", "linear"), is_("attention", "softmax")
 IN_DIST, LONGEST = probe("length") & is_("in_range", True), probe("length") & is_("longest", True)
@@ -127,7 +92,7 @@ TABLES = [
           where=probe("length"), pivot=Pivot("length", "accuracy", "L={}")),
     Table("Carrier and score profile", by=("setting",), where=MEMBER, columns=(
         Column("cos(m_Q, R_-K m_K)", "carrier_cos"), Column("key carrier", "carrier_k"),
-        Column("untrained (iii)", lambda g: float(np.mean([r["baseline_k"] for r in g]))),
+        Column("untrained (iii)", means("baseline_k")),
         Column("off-support corr(f, interpolant)", "off_support_corr"),
         Column("same, support with delta = 0", "off_support_corr_with_self"),
         Column("same, exact pinv", "off_support_corr_exact"),
@@ -145,32 +110,6 @@ def study(preset: str) -> StudyConfig:
     return quick(cfg) if preset == "quick" else cfg
 
 
-def min_norm_interpolant(theta: np.ndarray, support: np.ndarray, values: np.ndarray, offsets: np.ndarray,
-                         rcond: float = 1e-15) -> np.ndarray:
-    """The minimum-norm trigonometric polynomial sum_j a_j cos(delta theta_j) + b_j sin(delta theta_j)
-    through ``values`` at the ``support`` offsets (least squares when over-determined), at ``offsets``.
-
-    ``rcond``: singular values of the support's basis below rcond x the largest are dropped
-    (numpy's pinv; the default keeps all). At d = 64 on 15 offsets the basis spans 11 decades
-    (the low frequencies are nearly collinear there), so the exact interpolant of a measured,
-    noisy f is dominated by its smallest directions; the study reads it at ``INTERPOLANT_RCOND``."""
-    basis = lambda d: np.concatenate([np.cos(np.outer(d, theta)), np.sin(np.outer(d, theta))], axis=1)  # noqa: E731
-    coef = np.linalg.pinv(basis(np.asarray(support, dtype=float)), rcond=rcond) @ np.asarray(values, dtype=float)
-    return basis(np.asarray(offsets, dtype=float)) @ coef
-
-
-def untrained_profile(ctx, L: int, offsets: np.ndarray) -> np.ndarray:
-    """The untrained model's mean logit (linear attention: its "weights") at ``offsets`` at length L."""
-    study = ctx.study
-    batch = eval_batch(ctx.task, L, study.eval.n_sequences, study.eval.seed, device=ctx.device)
-    attn = probes.accuracy_and_attention(ctx.untrained, batch, chunk=study.eval.chunk)[1][0]  # head 0, [L]
-    return np.array([float(attn[L - 1 + int(d)]) for d in offsets])
-
-
-def off_support(f: np.ndarray, g: np.ndarray, outside: np.ndarray) -> float:
-    return float(np.corrcoef(f[outside], g[outside])[0, 1]) if outside.sum() > 1 else float("nan")
-
-
 def evaluate(ctx) -> list[dict]:
     study, model, K = ctx.study, ctx.model, ctx.task.K
     Lmax, longest = study.train.max_length, max(study.eval.lengths)
@@ -181,31 +120,9 @@ def evaluate(ctx) -> list[dict]:
     batch = eval_batch(ctx.task, Lmax, study.eval.n_sequences, study.eval.seed, device=ctx.device)
     trained, base = probes.carrier(model, batch), probes.carrier(ctx.untrained, batch)
     cos = float(probes.carrier_profile(model, batch, [-K], normalize=True)[0])
-    attn = {r["offset"]: r["weight"] for r in rows if r["probe"] == "attention" and r["length"] == longest}
-    offsets = np.array(sorted(attn))
-    f = np.array([attn[d] for d in offsets])
-    support = (offsets >= -(Lmax - 1)) & (offsets < 0)
-    outside = offsets < -(Lmax - 1)
-    theta = probes.rotary_theta(model).detach().cpu().numpy()
-    g = min_norm_interpolant(theta, offsets[support], f[support], offsets, rcond=INTERPOLANT_RCOND)
-    exact = min_norm_interpolant(theta, offsets[support], f[support], offsets)
-    with_self = min_norm_interpolant(theta, offsets[support | (offsets == 0)], f[support | (offsets == 0)], offsets,
-                                     rcond=INTERPOLANT_RCOND)
-    # gradient descent on least squares ends at the interpolant nearest its start, not at the smallest one:
-    # the untrained profile f0 plus the min-norm change that fits the support
-    f0 = untrained_profile(ctx, longest, offsets)
-    from_init = f0 + min_norm_interpolant(theta, offsets[support], (f - f0)[support], offsets,
-                                          rcond=INTERPOLANT_RCOND)
-    rows.append(dict(probe="member", carrier_k=trained["carrier_k"], carrier_q=trained["carrier_q"],
-                     baseline_k=base["carrier_k"], carrier_cos=cos, profile_length=longest,
-                     off_support_corr=off_support(f, g, outside),
-                     off_support_corr_with_self=off_support(f, with_self, outside),
-                     off_support_corr_exact=off_support(f, exact, outside),
-                     off_support_corr_from_init=off_support(f, from_init, outside),
-                     off_support_scale=float(np.abs(f[outside]).mean() / max(abs(f[offsets == -K][0]), 1e-12))
-                     if outside.any() else float("nan")))
-    rows += [dict(probe="score", offset=int(d), f=float(v), interpolant=float(w), on_support=bool(s))
-             for d, v, w, s in zip(offsets, f, g, support, strict=False)]
+    fits, scores = score_profile_fits(ctx, rows, INTERPOLANT_RCOND)
+    rows += [dict(probe="member", carrier_k=trained["carrier_k"], carrier_q=trained["carrier_q"],
+                  baseline_k=base["carrier_k"], carrier_cos=cos, profile_length=longest, **fits), *scores]
     for r in rows:
         r.update(ids)
         if r["probe"] == "length":
@@ -221,28 +138,11 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"minimum-norm fit through f at the {Lmax - 1} training offsets delta in [-{Lmax - 1}, -1] "
              f"(singular values below {INTERPOLANT_RCOND:g} x the largest dropped; exact pinv as a control). "
              f"`frequencies` = d/2 rotary frequencies, `train_offsets` = the {Lmax} offsets delta in [-{Lmax - 1}, 0].")
-    files = write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro,
-                          tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length"),
-                          more_figures=lambda r, o: [score_figure(r, Lmax, o)])
-    return files + [write_csv(select(rows, "member"), out / "members.csv"),
-                    write_csv(select(rows, "score"), out / "profiles.csv")]
-
-
-def score_figure(rows: list[dict], Lmax: int, out: Path) -> Path:
-    """The linear heads' measured f(delta) beside the min-norm interpolant, one panel per width."""
-    prof = [r for r in select(rows, "score") if r["attention"] == "linear"]
-    widths = sorted({r["d"] for r in prof}) or [0]
-    fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 3.4), squeeze=False)
-    for ax, d in zip(axes[0], widths, strict=False):
-        for seed in sorted({r["seed"] for r in prof if r["d"] == d}):
-            pts = sorted((r["offset"], r["f"], r["interpolant"]) for r in prof if r["seed"] == seed and r["d"] == d)
-            x, f, g = map(np.array, zip(*pts, strict=False))
-            line = ax.plot(x, f, marker=".", lw=1, label=f"measured f, seed {seed}")[0]
-            ax.plot(x, g, ls="--", lw=1, color=line.get_color(), label=f"min-norm interpolant, seed {seed}")
-        ax.axvspan(-(Lmax - 1), -1, color="grey", alpha=0.15)
-        ax.set(xlabel="offset delta", ylabel="mean linear score", title=f"linear attention, d = {d}")
-        ax.legend(fontsize=6)
-    return save(fig, out / "score_profile.png")
+    return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro,
+                         tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length"),
+                         more_figures=lambda r, o: [interpolant_figure(
+                             select(r, "score", attention="linear"), "d", Lmax, "linear attention, d = {}",
+                             o / "score_profile.png")], csvs={"members.csv": "member", "profiles.csv": "score"})
 
 
 EXPERIMENT = Experiment(name="linear-control", title="Section 7: linear attention interpolates, softmax extrapolates",

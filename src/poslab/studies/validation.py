@@ -1,27 +1,8 @@
 """Table 2 / Figs. 2-3 of the seed paper: the target-aligned carrier and dilution.
 
-RoPE heads (K in {2, 3}, 5 seeds, the Table 1 protocol otherwise). Lemma 2: trained queries and
-keys share a dominant direction — carrier energy ||mean||^2 / E||proj||^2 far above the
-untrained baseline — pre-rotated to the target offset, so the carrier-only profile
-phi_c(delta) = m_Q^T R_delta m_K peaks at delta = -K. Corollary 2: softmax over a growing
-context dilutes the target weight a* inverse-linearly, so 1/a* is linear in L - 1.
-Proposition 1: with content-independent selection the zero-mean residuals q - m_Q, k - m_K do
-not move the expected argmax, so the mean logit at each offset peaks where phi_c does.
-
-The paper reports, under softmax at d = 64: carrier inner product cos(m_Q, R_-K m_K) ~ 0.83 and
-key carrier fraction ~ 0.80 (untrained baseline 0.016); carrier fraction 0.72-0.86 across
-settings; peak attention 0.69 at L = 48 for one head.
-
-Two untrained baselines, each with its definition: the paper's 0.016 is 1/d, the share of the
-keys' energy along a random direction (measured on the trained keys, averaged over 64 random
-unit directions); the literal untrained value of probe (iii) (the same probe on the member's
-initial weights) is about 1/m, since an untrained key's mean is the mean of m random token
-directions. The carrier profile's argmax runs over the offsets the task has, delta <= 0.
-The dilution fit is made over every evaluation length and over the unseen ones only
-(L > L_max). The paper states the law ("inverse-linear decay", "confirmed") with no R^2; the
-linearity claim is judged at R^2 >= ``R2_LINEAR`` (0.9, the usual reading of "a good linear
-fit"), declared here. Training lengths are drawn per batch (the headline) and per sequence
-(control), grid axis ``train.length_sampling``.
+RoPE heads (K in {2, 3}, 5 seeds, the Table 1 protocol otherwise, lengths drawn per batch and
+per sequence): carrier energies beside two untrained baselines, the carrier profile, Proposition
+1 and the dilution fit of 1/a* on L - 1. The set-up is told in docs/validation-linear-survey.md.
 """
 
 from __future__ import annotations
@@ -29,27 +10,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from poslab import probes
-from poslab.errors import ConfigError
+from poslab.experiments.checks import require_rotary
 from poslab.experiments.config import StudyConfig, quick
-from poslab.experiments.fixed_offset import length_rows
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, select, write_csv, write_outputs
+from poslab.experiments.fixed_offset import carrier_vs_untrained, dilution_fit_rows, length_rows, tag
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, means, select, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, Ref, is_, judge_all, mean, neg, probe, share
-from poslab.positional import ENCODINGS, rotary_encodings
+from poslab.probes.random_direction import N_DIRECTIONS, random_directions
 from poslab.tasks import eval_batch
 
 PAPER = dict(carrier_k=0.80, carrier_cos=0.83, baseline=0.016, carrier_range=(0.72, 0.86), peak_at_48=0.69)
-N_DIRECTIONS = 64  # random unit directions for the 1/d baseline
 R2_LINEAR = 0.9  # "1/a* linear in L - 1": the paper gives no number; a good linear fit by the usual reading
 CARRIER_OVER_BASELINE = 5  # "far above the untrained baseline"
 BY = ("encoding", "K", "length_sampling")
 LABEL = "{encoding}, K={K}, lengths per {length_sampling}"
 COLUMNS = ["encoding", "length_sampling", "K", "seed", "length", "in_range", "accuracy", "peak_offset",
            "peak_position", "peak_height", "in_range_mass", "a_star", "chance"]
-
 MEMBER, FIT = probe("member"), probe("fit")
 CLAIMS = [
     ClaimSpec(name=LABEL + ": key carrier energy / untrained probe (iii)",
@@ -80,14 +58,11 @@ CLAIMS = [
               where=MEMBER, na="one-layer heads at d = 64 and L <= 48 say nothing about large models beyond "
                                "their training window; the LM and context-extension studies are the place"),
 ]
-
 TABLES = [
     Table("Carrier, selection and Proposition 1", by=BY, where=MEMBER, columns=(
         Column("carrier q", "carrier_q"), Column("carrier k", "carrier_k"),
-        Column("untrained (iii) q / k", lambda g: f"{np.mean([r['baseline_q'] for r in g]):.3f} / "
-                                                  f"{np.mean([r['baseline_k'] for r in g]):.3f}"),
-        Column("1/d share q / k", lambda g: f"{np.mean([r['random_direction_q'] for r in g]):.4f} / "
-                                            f"{np.mean([r['random_direction_k'] for r in g]):.4f}"),
+        Column("untrained (iii) q / k", means("baseline_q", "baseline_k")),
+        Column("1/d share q / k", means("random_direction_q", "random_direction_k", digits=4)),
         Column("cos(m_Q, R_-K m_K)", "carrier_cos"),
         Column("profile argmax -K", share("profile_peak", "==", neg("K"))),
         Column("logit argmax = profile argmax", share("logit_peak", "==", Ref("profile_peak"))),
@@ -115,14 +90,6 @@ def study(preset: str) -> StudyConfig:
     return quick(cfg) if preset == "quick" else cfg
 
 
-def check(study: StudyConfig) -> None:
-    """The carrier profile needs rotary frequencies: refuse other encodings before any work."""
-    rotary = rotary_encodings()
-    for name in study.axis("encoding"):
-        if name in ENCODINGS and name not in rotary:
-            raise ConfigError("encoding", name, f"rotary encodings: {', '.join(rotary)}")
-
-
 def evaluate(ctx) -> list[dict]:
     study, model, K = ctx.study, ctx.model, ctx.task.K
     Lmax, longest = study.train.max_length, max(study.eval.lengths)
@@ -132,17 +99,11 @@ def evaluate(ctx) -> list[dict]:
             r.update(longest=r["length"] == longest, L_minus_1=r["length"] - 1,
                      inv_a_star=1 / r["a_star"] if r.get("a_star", 0) > 0 else None)
     batch = eval_batch(ctx.task, Lmax, study.eval.n_sequences, study.eval.seed, device=ctx.device)
-    trained, base = probes.carrier(model, batch), probes.carrier(ctx.untrained, batch)
     offsets = np.arange(-(Lmax - 1), 1)  # the offsets the task has: delta <= 0
     profile = probes.carrier_profile(model, batch, offsets)
-    logit = mean_logit(model, batch)  # [L] at offsets -(L-1) .. 0
-    cos = probes.carrier_profile(model, batch, [-K], normalize=True)[0]
-    rows.append(dict(probe="member", carrier_q=trained["carrier_q"], carrier_k=trained["carrier_k"],
-                     baseline_q=base["carrier_q"], baseline_k=base["carrier_k"],
-                     carrier_q_ratio=trained["carrier_q"] / base["carrier_q"],
-                     carrier_k_ratio=trained["carrier_k"] / base["carrier_k"],
-                     random_direction_q=random_direction(model, batch, "q"),
-                     random_direction_k=random_direction(model, batch, "k"), carrier_cos=float(cos),
+    logit = probes.mean_logit_profile(model, batch)  # [L] at offsets -(L-1) .. 0
+    rows.append(dict(probe="member", **carrier_vs_untrained(ctx, batch), **random_directions(model, batch),
+                     carrier_cos=float(probes.carrier_profile(model, batch, [-K], normalize=True)[0]),
                      profile_peak=int(offsets[int(np.argmax(profile))]), logit_peak=int(offsets[int(np.argmax(logit))]),
                      logit_peak_below_0=int(offsets[int(np.argmax(logit[:-1]))]),
                      logit_profile_corr=float(np.corrcoef(logit[:-1], profile[:-1])[0, 1]),
@@ -150,59 +111,12 @@ def evaluate(ctx) -> list[dict]:
     top = max(np.abs(profile).max(), 1e-12)
     rows += [dict(probe="profile", offset=int(d), phi=float(p), phi_norm=float(p / top), logit=float(lg))
              for d, p, lg in zip(offsets, profile, logit, strict=False)]
-    for r in rows:
-        r["length_sampling"] = study.train.length_sampling  # present whether or not it is a grid axis
-    return rows
-
-
-def mean_logit(model, batch, head: int = 0) -> np.ndarray:
-    """The expected logit of the last query at every key, E_b[l_{b,t}], [L] (keys in position order)."""
-    return probes.mean_logit_profile(model, batch, head=head)
-
-
-def random_direction(model, batch, which: str, head: int = 0) -> float:
-    """The 1/d baseline, measured: mean over random unit directions u of E[(u . x)^2] / E||x||^2
-    for the trained projected queries or keys x (head 0, unrotated). Its expectation is 1/d."""
-    g = torch.Generator().manual_seed(0)
-    d = model.cfg.d_head
-    U = torch.randn(N_DIRECTIONS, d, generator=g, dtype=torch.float64)
-    U = U / U.norm(dim=-1, keepdim=True)
-    num = den = 0.0
-    for _, inter in probes.over_chunks(model, batch):
-        li = inter.layers[0]
-        if which == "q":
-            x = probes.at_last_query(li.q, inter)[:, head].double()  # [b, d]
-        else:
-            x = li.k[:, head].double()[probes.token_keys(inter)]  # [keys, d]
-        num += float((x @ U.T).square().mean(-1).sum())
-        den += float(x.square().sum())
-    return num / den
-
-
-def fit_rows(rows: list[dict], Lmax: int) -> list[dict]:
-    """Derived rows (probe "fit"): the dilution fit of 1/a* on L - 1 per member, over every
-    evaluation length with a* > 0 (span "all") and over those above L_max (span "unseen")."""
-    cells = select(rows, "length")
-    out = []
-    members = sorted({(r["encoding"], r["K"], r["length_sampling"], r["seed"]) for r in cells}, key=str)
-    for key in members:
-        mine = sorted((r["length"], r["a_star"]) for r in cells
-                      if (r["encoding"], r["K"], r["length_sampling"], r["seed"]) == key and r.get("a_star", 0) > 0)
-        for span, pts in (("all", mine), ("unseen", [p for p in mine if p[0] > Lmax])):
-            if len(pts) < 2:
-                continue
-            L, a = map(np.array, zip(*pts, strict=False))
-            fit = probes.dilution_fit(L, a)
-            resid = 1 / a - (fit["slope"] * (L - 1) + fit["intercept"])
-            out.append(dict(probe="fit", encoding=key[0], K=key[1], length_sampling=key[2], seed=key[3], span=span,
-                            lengths=str([int(v) for v in L]), **fit,
-                            max_rel_residual=float(np.abs(resid).max() / np.mean(1 / a))))
-    return out
+    return tag(rows, length_sampling=study.train.length_sampling)
 
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
-    rows = rows + fit_rows(rows, study.train.max_length)
     Lmax = study.train.max_length
+    rows = rows + dilution_fit_rows(rows, Lmax, ("encoding", "K", "length_sampling", "seed"))
     intro = (f"Mean ± std over seeds 0..{study.seeds - 1}. Carrier energies on the projected (unrotated) queries and "
              f"keys at L = {Lmax}. Baselines: `untrained (iii)` is probe (iii) on the member's initial weights (about "
              f"1/m); `1/d share` is the fraction of the trained keys' energy along a random unit direction "
@@ -211,11 +125,10 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"every evaluation length and over those above L_max = {Lmax}; linearity judged at R^2 >= {R2_LINEAR} "
              f"(the paper gives no number). Training lengths uniform in [{study.train.min_length}, {Lmax}], drawn "
              f"per batch (headline) or per sequence (control).")
-    files = write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro,
-                          tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length"), columns=COLUMNS)
-    return files + [write_csv(select(rows, "member"), out / "members.csv"),
-                    write_csv(select(rows, "profile"), out / "profiles.csv")]
+    return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro,
+                         tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length"), columns=COLUMNS,
+                         csvs={"members.csv": "member", "profiles.csv": "profile"})
 
 
 EXPERIMENT = Experiment(name="validation", title="Table 2 / Figs. 2-3: target-aligned carrier and dilution",
-                        study=study, evaluate=evaluate, report=report, check=check, in_run_all=True)
+                        study=study, evaluate=evaluate, report=report, check=require_rotary, in_run_all=True)
