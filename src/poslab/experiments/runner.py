@@ -168,6 +168,11 @@ class Experiment:
     run: Callable[..., dict] | None = None
 
 
+def no_member_rows(ctx: MemberContext) -> list[dict]:
+    """``evaluate`` of a study whose own ``run`` lists and evaluates its members (a pretrained checkpoint)."""
+    return []
+
+
 # ----------------------------------------------------------------------------- resolution
 
 def resolve_task(study: StudyConfig) -> Task:
@@ -334,7 +339,7 @@ def train_members(group: list[Member], *, device: str = "cpu", progress: bool = 
                           device=device, progress=progress, desc=desc, position=position, timer=timer)
 
 
-def train_group(experiment_name: str, group: list[Member], device: str = "cpu", progress: bool = True,
+def train_group(experiment: Experiment, group: list[Member], device: str = "cpu", progress: bool = True,
                 position: int = 0, timer: PhaseTimer | None = None) -> list[MemberResult]:
     """Train one group as an ensemble and evaluate every member.
 
@@ -342,12 +347,9 @@ def train_group(experiment_name: str, group: list[Member], device: str = "cpu", 
     process, in a worker process, or on a Ray worker. It never touches the store. ``timer``
     (inline only: a worker's copy never comes back) also gets each member's ``evaluation``.
     """
-    from poslab.studies import get_experiment
-
-    experiment = get_experiment(experiment_name)
     label = ",".join(f"{k}={v}" for k, v in group[0].ids.items() if k not in ("seed", "K"))
     result = train_members(group, device=device, progress=progress, position=position,
-                           desc=f"{experiment_name} {label} x{len(group)}", timer=timer)
+                           desc=f"{experiment.name} {label} x{len(group)}", timer=timer)
     span = spans(timer)
     out = []
     for i, member in enumerate(group):
@@ -377,12 +379,9 @@ def evaluate_member(experiment: Experiment, ctx: MemberContext) -> list[dict]:
     return [{**ctx.member.ids, **row} for row in rows]
 
 
-def evaluate_variant(experiment_name: str, variant: Member, weights: dict[str, torch.Tensor],
+def evaluate_variant(experiment: Experiment, variant: Member, weights: dict[str, torch.Tensor],
                      device: str = "cpu", stages: Stages | None = None) -> MemberResult:
     """Evaluate trained weights under a variant's config (no training)."""
-    from poslab.studies import get_experiment
-
-    experiment = get_experiment(experiment_name)
     make = variant.make_model()
     model = build_member(make, variant.seed)
     model.load_state_dict(weights)
@@ -603,7 +602,7 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     if device == "cpu":  # a core per job beats every core on one job (poslab bench lm measures it)
         with span("setup"):  # the groups' measured costs decide the shares
             batches = share_out(batches, getattr(executor, "slots", 1))
-    jobs = [(experiment.name, group, device, progress, i, timer) for i, group in enumerate(batches)]
+    jobs = [(experiment, group, device, progress, i, timer) for i, group in enumerate(batches)]
     for results in executor.map_unordered(train_group, jobs):
         record(results)
 
@@ -615,7 +614,7 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
         with span("store"):
             weights = store.load_weights(base.key)
         with span("variants"):
-            result = evaluate_variant(experiment.name, variant, weights, device, stages)
+            result = evaluate_variant(experiment, variant, weights, device, stages)
         record([result])
         evaluated += 1
     with span("store"):

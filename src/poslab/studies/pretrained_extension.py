@@ -76,7 +76,7 @@ from poslab.errors import ConfigError, check_choice
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.ranking import rank_agreement
-from poslab.experiments.runner import Experiment
+from poslab.experiments.runner import Experiment, no_member_rows
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, mean, probe
 from poslab.experiments.stages import Stages
 from poslab.store import config_hash, git_revision
@@ -657,4 +657,4 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(name="pretrained-extension", title="Context extension on a pretrained model (survey)",
-                        study=study, evaluate=lambda ctx: [], report=report, presets=PRESETS, check=check, run=run)
+                        study=study, evaluate=no_member_rows, report=report, presets=PRESETS, check=check, run=run)

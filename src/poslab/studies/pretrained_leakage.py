@@ -67,7 +67,7 @@ import torch
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, mean_std, write_outputs
-from poslab.experiments.runner import Experiment
+from poslab.experiments.runner import Experiment, no_member_rows
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, lower_bound, mean, minimum, probe
 from poslab.store import config_hash
 from poslab.studies.leakage import PRESENT
@@ -445,4 +445,4 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(name="pretrained-leakage", title="Positional leakage on a pretrained model (seed 001)",
-                        study=study, evaluate=lambda ctx: [], report=report, presets=PRESETS, check=check, run=run)
+                        study=study, evaluate=no_member_rows, report=report, presets=PRESETS, check=check, run=run)
