@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from poslab.errors import ConfigError
+from poslab.experiments.charlm import CPU_MODEL, RECIPES, recipe_train
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.longrope_search import SearchConfig, SearchSpace, longrope, search, with_scaling
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, write_outputs
@@ -40,7 +41,7 @@ from poslab.probes.passkey_eval import passkey, ranking_rows, reasoning
 from poslab.probes.positionwise import bend_rows, loss_rows
 from poslab.tasks import reasoning as rs
 from poslab.tasks.text import CharText
-from poslab.train import TrainConfig, lm_recipe
+from poslab.train import TrainConfig
 
 name = "context-extension"
 title = "Survey §context extension: position-wise loss, short-context retention, passkey retrieval"
@@ -219,8 +220,7 @@ def study(preset: str) -> StudyConfig:
         ev = EvalConfig(lengths=tuple(m * L0 for m in (1, 2, 4)), n_sequences=8, seed=0, chunk=8)
         seeds = 1
     else:
-        L0, model = 64, dict(d_model=128, n_layers=4, n_heads=4)  # nanoGPT shakespeare_char on CPU
-        train = lm_recipe(steps=2000, batch_size=12, context=L0)
+        L0, model, train = RECIPES["paper"]["context"], dict(CPU_MODEL), recipe_train("paper")  # nanoGPT's CPU recipe
         ev = EvalConfig(lengths=tuple(m * L0 for m in MULTIPLES), n_sequences=64, seed=0, chunk=16)
         seeds = 2
     variants = {k: {"where": {"encoding": "rope"},
