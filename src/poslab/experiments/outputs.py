@@ -86,6 +86,16 @@ def means(*columns: str, digits: int = 3) -> Callable[[list[Row]], str]:
     return lambda g: " / ".join(f"{np.mean([r[c] for r in g]):.{digits}f}" for c in columns)
 
 
+def mean_std_where(column: str, where: Callable[[dict], bool]) -> Callable[[list[dict]], str]:
+    """A table cell: mean ± std of ``column`` over the group's rows meeting ``where``."""
+    return lambda g: mean_std([r[column] for r in g if where(r)])
+
+
+def joined(column: str, sep: str = " ", where: Callable[[dict], bool] = lambda r: True) -> Callable[[list[dict]], str]:
+    """A table cell: the group's values of ``column`` (rows meeting ``where``) joined by ``sep``."""
+    return lambda g: sep.join(str(r.get(column)) for r in g if where(r))
+
+
 @dataclass(frozen=True)
 class Pivot:
     """One column per value of ``column`` (e.g. length), each mean ± std of ``value``."""

@@ -12,9 +12,20 @@ from pathlib import Path
 import numpy as np
 
 from poslab.experiments.config import EvalConfig, StudyConfig, quick
-from poslab.experiments.derive import by_columns, dilution_rows, emergence_rows, joined, mean_std_where, range_over
+from poslab.experiments.derive import dilution_rows, emergence_rows, range_over
 from poslab.experiments.offset_rows import carrier_rows, margin_length_rows
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, select, write_csv, write_outputs
+from poslab.experiments.outputs import (
+    Column,
+    Lines,
+    Pivot,
+    Table,
+    groups,
+    joined,
+    mean_std_where,
+    select,
+    write_csv,
+    write_outputs,
+)
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, is_, judge_all, maximum, mean, minimum, neg, probe, share
 from poslab.probes.weights import rotary_kernel_rows
@@ -202,7 +213,7 @@ def derived_rows(rows: list[dict], study: StudyConfig) -> list[dict]:
                      bound_gap=r["a_star"] - r["bound"])
         out.append(r)
     cells = [r for r in out if r["probe"] == "length" and r["variant"] is None]
-    for mine in by_columns([r for r in out if r["probe"] == "length"], ("setting", "policy")).values():
+    for mine in groups([r for r in out if r["probe"] == "length"], ("setting", "policy")).values():
         learned = bool(np.mean([r["accuracy"] for r in mine if r["in_range"]] or [0.0]) >= LEARNED)
         for r in mine:
             r["learned_in_range"] = learned
@@ -212,7 +223,7 @@ def derived_rows(rows: list[dict], study: StudyConfig) -> list[dict]:
          if any(f["setting"] == s for f in fits)]
     if len(c) >= 2:
         out.append(dict(probe="width_trend", min_drop=float(-np.diff(c).max())))
-    for (s,), mine in by_columns(cells, ("setting",)).items():
+    for (s,), mine in groups(cells, ("setting",)).items():
         mu_range, mu_mean, mu_profile = (range_over(mine, col) for col in ("margin", "margin_mean", "margin_profile"))
         if mu_range is not None:
             out.append(dict(probe="margin_range", setting=s, mu_range=mu_range, mu_mean_range=mu_mean,

@@ -12,9 +12,8 @@ import numpy as np
 
 from poslab import probes
 from poslab.experiments.config import StudyConfig, quick
-from poslab.experiments.derive import joined
 from poslab.experiments.fixed_offset import length_rows
-from poslab.experiments.outputs import Column, Lines, Table, select, write_csv, write_outputs
+from poslab.experiments.outputs import Column, Lines, Table, joined, select, write_csv, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, Ref, at_least, is_, judge_all, mean, neg, probe, share
 from poslab.probes.weights import content_covariance

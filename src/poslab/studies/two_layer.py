@@ -11,9 +11,8 @@ from functools import partial
 from pathlib import Path
 
 from poslab.experiments.config import EvalConfig, StudyConfig, quick
-from poslab.experiments.derive import joined
 from poslab.experiments.offset_rows import shift_rows
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, select, write_csv, write_outputs
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_csv, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, at_most, is_, judge_all, maximum, mean, probe, share
 from poslab.train import TrainConfig
