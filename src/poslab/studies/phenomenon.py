@@ -11,6 +11,8 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import torch
+from torch import nn
 
 from poslab.experiments import fixed_offset as fo
 from poslab.experiments.config import StudyConfig, quick
@@ -101,8 +103,9 @@ def study(preset: str) -> StudyConfig:
 
 def evaluate(ctx) -> list[dict]:
     Lmax = ctx.study.train.max_length
-    if ctx.member.variant == "clamp":  # clamp-to-last: positions >= L_max read row L_max - 1
-        ctx.model.encoding.W_pos[Lmax:] = ctx.model.encoding.W_pos[Lmax - 1]
+    if ctx.member.variant == "clamp":  # clamp-to-last: positions >= L_max read row L_max - 1 (a new table)
+        W = ctx.model.encoding.W_pos
+        ctx.model.encoding.W_pos = nn.Parameter(torch.cat([W[:Lmax], W[Lmax - 1].expand(len(W) - Lmax, -1)]))
     return fo.add_in_range_mass(fo.tag(fo.length_rows(ctx), length_sampling=ctx.study.train.length_sampling), Lmax)
 
 
