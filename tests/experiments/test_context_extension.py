@@ -12,11 +12,12 @@ import torch
 from poslab.errors import ConfigError
 from poslab.experiments import rope_extension
 from poslab.experiments.config import apply_overrides
+from poslab.experiments.ranking import ranking_rows
 from poslab.experiments.runner import run_study, validate
 from poslab.experiments.spec import check_flips
 from poslab.experiments.stages import is_stage
 from poslab.positional.scaling_laws import critical_dimension
-from poslab.probes.passkey_eval import ranking_rows, reasoning, reasoning_windows
+from poslab.probes.passkey_eval import reasoning, reasoning_windows
 from poslab.probes.positionwise import bend_rows
 from poslab.store import Store
 from poslab.studies import context_extension as ce

@@ -10,6 +10,8 @@ studies.
 
 from __future__ import annotations
 
+import numpy as np
+
 
 def kendall_tau(x: list[float], y: list[float]) -> float | None:
     """Kendall's tau-b of two score lists (ties counted as neither concordant nor discordant);
@@ -40,3 +42,20 @@ def rank_agreement(by_task: dict[str, float], by_loss: dict[str, float]) -> dict
     def best(scores: list[float]) -> str | None:
         return None if len(set(scores)) == 1 else methods[max(range(len(methods)), key=lambda i: scores[i])]
     return dict(tau=kendall_tau(task, neg_loss), methods=len(methods), best_task=best(task), best_loss=best(neg_loss))
+
+
+def ranking_rows(rows: list[dict], L0: int) -> list[dict]:
+    """probe="ranking" per (seed, task, length > L0): Kendall's tau between the methods ordered by
+    mean exact match over depths (higher first) and by loss at that length (lower first)."""
+    loss = {(r["method"], r["seed"], r["length"]): r["loss"] for r in rows if r.get("probe") == "loss"}
+    cells: dict[tuple, dict[str, list[float]]] = {}
+    for r in rows:
+        if r.get("probe") == "reasoning" and r["length"] > L0 and r.get("exact") is not None:
+            cells.setdefault((r["seed"], r["task"], r["length"]), {}).setdefault(r["method"], []).append(r["exact"])
+    out = []
+    for (seed, task, L), exact in sorted(cells.items()):
+        got = rank_agreement({m: float(np.mean(v)) for m, v in exact.items()},
+                             {m: v for (m, s, length), v in loss.items() if s == seed and length == L})
+        if got is not None:
+            out.append(dict(probe="ranking", seed=seed, task=task, length=L, multiple=L / L0, **got))
+    return out

@@ -5,7 +5,6 @@ schedule gives one per length) on validation windows of :class:`poslab.tasks.pas
 corpus, one teacher-forced forward per cell: :func:`passkey` scores the answer digits of a planted
 passkey, :func:`reasoning` the greedy answer of an example of :mod:`poslab.tasks.reasoning` ending
 the window (its compact form, ``rs.CHAR_PARAMS``, as the training mixture writes it).
-:func:`ranking_rows` then ranks methods by exact match against their loss at the same length.
 Used by the ``context-extension`` study.
 """
 
@@ -14,11 +13,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from poslab.experiments.ranking import rank_agreement
 from poslab.tasks import reasoning as rs
 from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.text import CharText
@@ -110,20 +107,3 @@ def reasoning_windows(task: PasskeyText, name: str, L: int, depth: float, n: int
         tokens[i, L - len(ids):] = ids
         first[i] = L - len(ex.answer)
     return tokens, first
-
-
-def ranking_rows(rows: list[dict], L0: int) -> list[dict]:
-    """probe="ranking" per (seed, task, length > L0): Kendall's tau between the methods ordered by
-    mean exact match over depths (higher first) and by loss at that length (lower first)."""
-    loss = {(r["method"], r["seed"], r["length"]): r["loss"] for r in rows if r.get("probe") == "loss"}
-    cells: dict[tuple, dict[str, list[float]]] = {}
-    for r in rows:
-        if r.get("probe") == "reasoning" and r["length"] > L0 and r.get("exact") is not None:
-            cells.setdefault((r["seed"], r["task"], r["length"]), {}).setdefault(r["method"], []).append(r["exact"])
-    out = []
-    for (seed, task, L), exact in sorted(cells.items()):
-        got = rank_agreement({m: float(np.mean(v)) for m, v in exact.items()},
-                             {m: v for (m, s, length), v in loss.items() if s == seed and length == L})
-        if got is not None:
-            out.append(dict(probe="ranking", seed=seed, task=task, length=L, multiple=L / L0, **got))
-    return out

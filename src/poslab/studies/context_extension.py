@@ -19,10 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from poslab.errors import ConfigError
-from poslab.experiments.charlm import CPU_MODEL, RECIPES, recipe_train
+from poslab.experiments.charlm import CPU_MODEL, RECIPES, context_loss_rows, recipe_train
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.longrope_search import SearchConfig, SearchSpace, longrope, search, with_scaling
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, write_outputs
+from poslab.experiments.ranking import ranking_rows
 from poslab.experiments.rope_extension import (
     Built,
     Extensions,
@@ -37,8 +38,8 @@ from poslab.experiments.rope_extension import (
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe
 from poslab.positional.scaling_laws import base_for_length, critical_dimension, extrapolation_bound, pair_with_periods
-from poslab.probes.passkey_eval import passkey, ranking_rows, reasoning
-from poslab.probes.positionwise import bend_rows, loss_rows
+from poslab.probes.passkey_eval import passkey, reasoning
+from poslab.probes.positionwise import bend_rows
 from poslab.tasks import reasoning as rs
 from poslab.tasks.text import CharText
 from poslab.train import TrainConfig
@@ -374,8 +375,8 @@ def evaluate(ctx) -> list[dict]:
 def positionwise(ctx, model_at, lengths) -> list[dict]:
     """Loss per position bucket (width L0 / BUCKETS) and overall, on validation windows of each length."""
     L0, ev = ctx.study.train.max_length, ctx.study.eval
-    return loss_rows(model_at, CharText(corpus=ctx.task.corpus, split="val"), lengths, max(1, L0 // BUCKETS),
-                     n=ev.n_sequences, chunk=ev.chunk, device=ctx.device)
+    return context_loss_rows(model_at, CharText(corpus=ctx.task.corpus, split="val"), lengths, L0, n=ev.n_sequences,
+                             chunk=ev.chunk, device=ctx.device, buckets=BUCKETS)
 
 
 # ----------------------------------------------------------------------------- report

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -21,11 +22,11 @@ import torch
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments.charlm import RECIPES, context_loss_rows, lm_study, validation_loss
 from poslab.experiments.config import StudyConfig
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, group_stats, mean_std, select, write_outputs
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, group_stats, mean_std, save, select, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, maximum, mean, minimum, probe, share
 from poslab.models.transformer import gate_parameter_count
-from poslab.probes.mope import gate_rows, move_rows, pairs_figure, trajectory_rows
+from poslab.probes.mope import gate_rows, trajectory_rows
 from poslab.train import group_names
 
 name = "mope"
@@ -229,6 +230,53 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     return write_outputs(out, title=title, rows=shown, claims=judge_all(CLAIMS, rows + derived), intro=intro,
                          tables=TABLES, figures=FIGURES, csv_rows=rows + derived,
                          more_figures=partial(pairs_figure, near=NEAR))
+
+
+def move_rows(rows: list[dict], start: Callable[[dict], str]) -> list[dict]:
+    """One ``move`` row per model, head and pair of the ``pair`` rows: its gap at the first and last
+    recorded step, the log-changes of sigma and omega, and ``sigma_init`` = ``start(first row)``."""
+    pairs: dict[tuple, list[dict]] = {}
+    for p in select(rows, "pair"):
+        pairs.setdefault((p["energy_gate"], p["seed"], p["head"], p["pair"]), []).append(p)
+    out = []
+    for (gate, seed, head, pair), track in pairs.items():
+        track = sorted(track, key=lambda p: p["step"])
+        first, last = track[0], track[-1]
+        out.append(dict(probe="move", energy_gate=gate, seed=seed, head=head, pair=pair, sigma_init=start(first),
+                        initial_gap=first["gap"], final_gap=last["gap"],
+                        log_sigma_change=math.log(last["sigma"] / first["sigma"]),
+                        log_omega_change=math.log(last["omega"] / first["omega"])))
+    return out
+
+
+def pairs_figure(rows: list[dict], out: Path, near: float = 0.05) -> list[Path]:
+    """pairs.png: (omega, sigma) of every pair at initialization and after training, against
+    sigma = c / omega and (1 + ``near``) c / omega, a panel per energy-gate setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pairs = select(rows, "pair")
+    if not pairs:
+        return []
+    last = max(p["step"] for p in pairs)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4), squeeze=False, sharey=True)
+    for ax, gate in zip(axes[0], (False, True), strict=False):
+        mine = [p for p in pairs if bool(p["energy_gate"]) == gate]
+        for step, style in ((0, dict(mfc="none", color="grey", label="initial")),
+                            (last, dict(color="C3", label=f"after {last} steps"))):
+            sel = [p for p in mine if p["step"] == step]
+            ax.loglog([p["omega"] for p in sel], [p["sigma"] for p in sel], "o", ms=3, **style)
+        omega = np.array([p["omega"] for p in pairs])
+        grid = np.geomspace(omega.min() / 2, omega.max() * 2, 100)
+        c = pairs[0]["c"]
+        ax.loglog(grid, c / grid, "k--", lw=1, label=f"omega sigma = {c:g}")
+        ax.loglog(grid, (1 + near) * c / grid, "k:", lw=0.8, label=f"+{near:.0%}")
+        ax.set(xlabel="omega", title=f"MoPE, energy gate {'on' if gate else 'off'}")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("sigma")
+    return [save(fig, out / "pairs.png")]
 
 
 EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, presets=PRESETS,

@@ -69,8 +69,8 @@ from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, mean_std, write_outputs
 from poslab.experiments.runner import Experiment, no_member_rows
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, lower_bound, mean, minimum, probe
+from poslab.probes.leakage import PRESENT
 from poslab.store import config_hash
-from poslab.studies.leakage import PRESENT
 
 PRESETS = ("quick", "cpu")
 TINY = "tiny-llama"
