@@ -16,11 +16,11 @@ import numpy as np
 
 from poslab.errors import ConfigError
 from poslab.experiments.charlm import CPU_MODEL, recipe_train
+from poslab.experiments.checks import require_rotary
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, select, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, lower_bound, mean, minimum, probe, share
-from poslab.positional import ENCODINGS, rotary_encodings
 from poslab.probes import leakage as lk
 from poslab.probes.leakage import PRESENT
 from poslab.tasks import eval_batch
@@ -140,10 +140,7 @@ FIGURES = [Lines(f"fig_{y}_by_layer.png", x="layer", y=y, series=("model",), whe
 
 
 def check(study: StudyConfig) -> None:
-    rotary = rotary_encodings()
-    for enc in study.axis("encoding"):
-        if enc in ENCODINGS and enc not in rotary:
-            raise ConfigError("encoding", enc, f"rotary encodings: {', '.join(rotary)}")
+    require_rotary(study)
     if study.model.get("n_layers", 2) < 2:
         raise ConfigError("model.n_layers", study.model.get("n_layers"), "at least 2 (depth is a question here)")
 
