@@ -23,7 +23,6 @@ from poslab.experiments.outputs import (
     joined,
     mean_std_where,
     select,
-    write_csv,
     write_outputs,
 )
 from poslab.experiments.runner import Experiment
@@ -239,10 +238,10 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"{study.train.steps} steps of batch {study.train.batch_size}, lengths from {study.train.min_length} "
              f"to L_max (16 unless the setting says), drawn per {study.train.length_sampling}; "
              f"{study.eval.n_sequences} sequences per length; chance 1/m.")
-    files = write_outputs(out, title=EXPERIMENT.title, rows=every, claims=judge_all(CLAIMS, every), intro=intro,
-                          tables=TABLES, figures=FIGURES, csv_rows=select(every, "length"))
-    more = {"members.csv": "member", "snapshots.csv": "snapshot", "dilution.csv": "dilution", "kernel.csv": "kernel"}
-    return files + [write_csv(select(every, name), out / f) for f, name in more.items()]
+    return write_outputs(out, title=EXPERIMENT.title, rows=every, claims=judge_all(CLAIMS, every), intro=intro,
+                         tables=TABLES, figures=FIGURES, csv_rows=select(every, "length"),
+                         csvs={"members.csv": "member", "snapshots.csv": "snapshot", "dilution.csv": "dilution",
+                               "kernel.csv": "kernel"})
 
 
 EXPERIMENT = Experiment(name="controls", title="Fig. 4 and supplement: co-emergence, margin bound, carrier sweeps, APE "

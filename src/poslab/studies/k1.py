@@ -13,7 +13,7 @@ import numpy as np
 from poslab import probes
 from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.fixed_offset import length_rows
-from poslab.experiments.outputs import Column, Lines, Table, joined, select, write_csv, write_outputs
+from poslab.experiments.outputs import Column, Lines, Table, joined, select, write_outputs
 from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, Ref, at_least, is_, judge_all, mean, neg, probe, share
 from poslab.probes.weights import content_covariance
@@ -98,8 +98,8 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"[{study.train.min_length}, {study.train.max_length}] drawn per {study.train.length_sampling}. Probes "
              f"at L = {study.train.max_length}; accuracy at L = {longest}.")
     return write_outputs(out, title=EXPERIMENT.title, rows=members + plot, claims=judge_all(CLAIMS, members),
-                         intro=intro, tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length")) + \
-        [write_csv(members, out / "members.csv")]
+                         intro=intro, tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length"),
+                         csvs={"members.csv": "member"})
 
 
 EXPERIMENT = Experiment(name="k1", title="K = 1: near-parallel carriers and a suppressed self-logit, against K = 2 "
