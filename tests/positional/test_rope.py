@@ -196,3 +196,30 @@ def test_n_hat_through_a_model_and_the_consumers_that_refuse_it():
                                              encoding_options={"scaling": {**scaling, "n_hat": 4}}))
     with pytest.raises(ConfigError):
         stream_attend(head, TensorTokens(torch.randint(11, (2, 20))), 20)
+
+
+
+@pytest.mark.parametrize("options", [{}, {"layout": "half"}, {"rotary_fraction": 0.5}])
+@pytest.mark.parametrize("heads, d", [(1, 8), (4, 16), (2, 32), (1, 64)])
+@pytest.mark.parametrize("name", [n for n in ENCODINGS if build_encoding(n, **GEOM).broadcasts_positions])
+def test_broadcast_rotation_equals_the_rotation_of_the_copies(name, heads, d, options):
+    """An encoding that says ``broadcasts_positions`` rotates a [.., h, g, 1, d] vector against
+    positions [s] into the rotation of its s copies (the grid fast path relies on it): to float
+    rounding, forward and back, and bit for bit forward where at least 16 channels rotate (every
+    rotary study's head width, d_head >= 16), where both run the same vector kernel on this CPU."""
+    torch.manual_seed(4)
+    enc = build_encoding(name, d_model=heads * d, n_heads=heads, d_head=d, max_len=64, **options)
+    x = torch.randn(1, heads, 20, 1, d, requires_grad=True)  # 20 tokens, one vector each
+    pos = torch.tensor([0, 1, 2, 3, 7, 15, 30, 31])
+    copies = x.expand(-1, -1, -1, len(pos), -1).reshape(1, heads, -1, d)
+    expected, _ = enc.rotate_qk(copies, copies, pos.repeat(20), pos.repeat(20))
+    got, _ = enc.rotate_qk(x, x, pos, pos)
+    assert got.shape == (1, heads, 20, len(pos), d)
+    got = got.reshape(expected.shape)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+    if d * options.get("rotary_fraction", 1.0) >= 16:
+        assert torch.equal(got, expected)
+    w = torch.randn(expected.shape)
+    g_expected, = torch.autograd.grad((expected * w).sum(), x)
+    g_got, = torch.autograd.grad((got * w).sum(), x)
+    torch.testing.assert_close(g_got, g_expected, rtol=1e-5, atol=1e-5)

@@ -137,17 +137,24 @@ class RetrievalHead(nn.Module):
         t = torch.arange(T, device=dev)
         n = q_start + torch.arange(n_query, device=dev)  # [P] query positions
         x = self.W_E[None]  # [1, m, D]
-        k = self._heads(x, self.W_K)[..., None, :].expand(-1, -1, -1, T, -1)  # [1, h, m, T, d]
-        q = self._heads(x, self.W_Q)[..., None, :].expand(-1, -1, -1, n_query, -1)  # [1, h, m, P, d]
+        k = self._heads(x, self.W_K)[..., None, :]  # [1, h, m, 1, d]
+        q = self._heads(x, self.W_Q)[..., None, :]
+        k_pos, q_pos = t.repeat(m), n.repeat(m)  # [g], [gq]
         v_pos = None
         if self.encoding.uses("embed"):  # otherwise p_t = 0 and three projections drop out
             p_k = self.encoding.embed(torch.zeros(1, T, D, device=dev), t)  # [1, T, D]
             p_q = self.encoding.embed(torch.zeros(1, n_query, D, device=dev), n)  # [1, P, D]
-            k = k + self._heads(p_k, self.W_K)[:, :, None]
-            q = q + self._heads(p_q, self.W_Q)[:, :, None]
+            k = k + self._heads(p_k, self.W_K)[:, :, None]  # [1, h, m, T, d]
+            q = q + self._heads(p_q, self.W_Q)[:, :, None]  # [1, h, m, P, d]
             v_pos = self._heads(p_k, self.W_V)[0]
-        k_pos, q_pos = t.repeat(m), n.repeat(m)  # [g], [gq]
-        q, k = self.encoding.rotate_qk(q.reshape(1, h, -1, d), k.reshape(1, h, -1, d), q_pos, k_pos)  # [1, h, g., d]
+        if self.encoding.broadcasts_positions and not self.encoding.uses("embed"):
+            # each token's q and k meet the P | T rotors by broadcasting: no [m, T, d] copy first
+            q, k = self.encoding.rotate_qk(q, k, n, t)  # [1, h, m, P | T, d]
+            q, k = q.reshape(1, h, -1, d), k.reshape(1, h, -1, d)
+        else:
+            q, k = (q.expand(-1, -1, -1, n_query, -1).reshape(1, h, -1, d),
+                    k.expand(-1, -1, -1, T, -1).reshape(1, h, -1, d))
+            q, k = self.encoding.rotate_qk(q, k, q_pos, k_pos)  # [1, h, g., d]
         scores = (q / math.sqrt(self.d_head)) @ k.transpose(-1, -2)  # [1, h, gq, g]
         bias = self.encoding.score_bias(q, k, q_pos, k_pos)
         if bias is not None:

@@ -65,6 +65,10 @@ class PositionalEncoding(nn.Module):
     extra_parameters: ClassVar[str]  # extra learned parameters, as a formula in the config's names
     cost: ClassVar[str]  # extra cost class per attention layer
     reference: ClassVar[str]  # paper the formula comes from
+    # rotate_qk maps each position's vector by that position alone, so a [..., h, g, 1, d] input
+    # broadcasts against positions [s] to [..., h, g, s, d] (a fast path hands it one vector per
+    # token instead of a copy per position); False unless a class says so
+    broadcasts_positions: ClassVar[bool] = False
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int):
         super().__init__()

@@ -61,7 +61,7 @@ def rotate(x: Tensor, pos: Tensor, inv_freq: Tensor, layout: str, factor: Tensor
     else:
         z = torch.complex(x_rot[..., : r // 2], x_rot[..., r // 2 :]) * rotor
         out = torch.cat((z.real, z.imag), dim=-1)
-    return out if r == x.shape[-1] else torch.cat((out, x[..., r:]), dim=-1)
+    return out if r == x.shape[-1] else torch.cat((out, x[..., r:].expand(*out.shape[:-1], -1)), dim=-1)
 
 
 class RoPE(PositionalEncoding):
@@ -69,6 +69,7 @@ class RoPE(PositionalEncoding):
     extra_parameters = "none"
     cost = "O(s d) per layer (element-wise rotation of q and k)"
     reference = "Su et al. 2021, RoFormer"
+    broadcasts_positions = True  # one rotor per position, shared by heads and tokens
 
     inv_freq: Tensor  # buffers (declared so nn.Module.__getattr__ types them)
     inv_freq_by_length: Tensor  # registered only for a length-dependent schedule
