@@ -97,3 +97,34 @@ def test_a_timer_needs_the_inline_executor_and_its_spans_do_not_nest(tmp_path):
                   executor=ProcessPool(2), timer=timer)
     with pytest.raises(RuntimeError, match="nest"), timer("forward"), timer("backward"):
         pass
+
+
+class _Linear(torch.nn.Module):
+    def __init__(self, n_in: int, n_out: int):
+        super().__init__()
+        self.W = torch.nn.Parameter(torch.randn(n_out, n_in))
+
+    def loss(self, x):
+        return (x @ self.W.T).square().mean()
+
+
+def test_step_flops_counts_a_matmul_forward_and_its_two_backward_products():
+    """x [b, n] @ W^T [n, k]: 2 b n k forward, then 2 b n k for dW (x needs no gradient)."""
+    from poslab.bench import step_flops
+
+    flops = step_flops(_Linear(32, 16), [torch.randn(8, 32) for _ in range(3)])
+    assert flops == 2 * (2 * 8 * 32 * 16)
+
+
+def test_bench_floor_sums_groups_members_and_steps_and_divides_by_the_matmul_rate():
+    from poslab.bench import bench_floor
+    from poslab.errors import ConfigError
+
+    lines = []
+    out = bench_floor(("k1", "pretrained-extension"), preset="quick", batches=2, echo=lines.append)
+    (row,) = out["rows"]  # the pretrained study trains nothing
+    assert row["experiment"] == "k1" and row["members"] >= row["groups"] >= 1 and row["flops"] > 0
+    assert out["floor_s"] == pytest.approx(out["flops"] / (out["gflops"] * 1e9))
+    assert "skipped" in lines[1] and "at least" in lines[-1]
+    with pytest.raises(ConfigError):
+        bench_floor(("no-such-study",), preset="quick")

@@ -11,6 +11,7 @@
     poslab bench eval [--lengths 1000,...,1000000] [--figure PATH]   streamed evaluation to 10^6
     poslab bench eval --model lm [--lengths 1000,10000,30000] [--device cuda]   the LM's position-wise loss
     poslab bench profile [EXPERIMENT] [--preset P] [--set key=value]   where one study's wall time goes
+    poslab bench floor [EXPERIMENT ...] [--preset P]   the training's matmul FLOPs over this CPU's rate
 
 Bad input stops before any work with one line naming the field and the allowed values, exit 2.
 """
@@ -277,6 +278,17 @@ def bench_profile(experiment, preset, overrides, device):
     from poslab.bench import bench_profile as profile
 
     profile(experiment, preset=preset, overrides=overrides, device=device, echo=click.echo)
+
+
+@bench.command("floor")
+@click.argument("experiments", nargs=-1)
+@click.option("--preset", default="paper", show_default=True)
+def bench_floor(experiments, preset):
+    """The arithmetic floor of training EXPERIMENTS (default: all of the paper's) on this machine:
+    their matmul FLOPs over this CPU's (or GPU's) float32 matmul rate."""
+    from poslab.bench import bench_floor as floor
+
+    floor(tuple(experiments) or ("all",), preset=preset, echo=click.echo)
 
 
 @bench.command("eval")
