@@ -21,19 +21,21 @@ EXP = get_experiment("pretrained-extension")
 
 
 def small(study, **model):
+    model = {"capability": None, **model}  # the short-context control only where a test asks for it
     return dataclasses.replace(study, model={**study.model, "windows": 1, "depths": [0.5], "trials": 1, **model},
                                grid={"model.method": ("none", "yarn"), "model.scale": (1, 2)})
 
 
 def test_quick_runs_stores_and_resumes(tmp_path):
-    study = small(EXP.study("quick"))
+    study = small(EXP.study("quick"), capability=dict(length=64, trials=1))
     with Store(tmp_path / "s.sqlite") as store:
         first = run_study(EXP, study, store=store, out=tmp_path / "out", progress=False)
-        assert first["members"] == 4 and first["trained"] == 4
+        assert first["members"] == 5 and first["trained"] == 5  # 2 methods x 2 scales + the short-context control
         again = run_study(EXP, study, store=store, out=tmp_path / "out", progress=False)
-        assert again["trained"] == 0 and again["reused"] == 4
+        assert again["trained"] == 0 and again["reused"] == 5
     text = (tmp_path / "out" / "table.md").read_text()
     assert "Loss by position bucket" in text and "Passkey exact match" in text
+    assert "Short-context control" in text and "can rank" in text
     assert "Reasoning and code: exact match by task" in text and "Rankings" in text
     assert (tmp_path / "out" / "reasoning.png").is_file()
     assert "yarn: loss past L0 below no scaling's (x2)" in text
@@ -111,6 +113,15 @@ def test_refusals_before_any_work(tiny, tmp_path):
         validate(small(EXP.study("quick"), windows=0), "cpu", EXP)
     with pytest.raises(ConfigError, match="model.reasoning"):
         validate(small(EXP.study("quick"), reasoning=["sudoku"]), "cpu", EXP)
+    with pytest.raises(ConfigError, match="model.capability.length"):
+        validate(small(EXP.study("quick"), capability=dict(length=8, trials=1)), "cpu", EXP)
+    with pytest.raises(ConfigError, match="model.capability"):
+        validate(small(EXP.study("quick"), capability=dict(length=512)), "cpu", EXP)
+    with Store(tmp_path / "c.sqlite") as store, pytest.raises(ConfigError, match="at most the checkpoint's context"):
+        run_study(EXP, small(EXP.study("quick"), capability=dict(length=128, trials=1)), store=store,
+                  out=tmp_path / "out", progress=False)  # the tiny checkpoint's context is 64
+    with Store(tmp_path / "c.sqlite") as store:
+        assert store.runs() == []
     runner = CliRunner()
     out = runner.invoke(main, ["run", "phenomenon", "--preset", "quick", "--model", "smollm2-135m",
                                "--store", str(tmp_path / "s.sqlite")])
@@ -260,3 +271,24 @@ def test_pi_without_fine_tuning_is_shown_not_judged_and_the_training_free_method
                  "pi (no fine-tuning): short-context retention at L0"):
         assert claims[name].holds is None and claims[name].note.startswith("n.a.: PI is published")
     assert not any(n.startswith("pi: ") for n in claims)
+
+
+def test_a_task_the_checkpoint_never_solves_within_its_context_cannot_rank_the_methods():
+    from poslab.experiments.spec import judge_all
+    from poslab.studies.pretrained_extension import CLAIMS, ranking_rows
+
+    loss = (("none", 5.0), ("ntk", 3.3), ("yarn", 3.2))
+    rows = [dict(probe="summary", method=m, scale=2, loss_out=v) for m, v in loss]
+    rows += [dict(probe="reasoning", task=t, scale=2, method=m, exact=x)
+             for t, xs in (("multikey", (0.0, 1.0, 1.0)), ("code", (0.0, 0.0, 0.0)))
+             for m, x in zip(("none", "ntk", "yarn"), xs, strict=True)]
+    rows += [dict(probe="capability", task="multikey", exact=x) for x in (1.0, 0.0)]
+    rows += [dict(probe="capability", task="code", exact=0.0) for _ in range(2)]
+    ranking = {r["task"]: r for r in ranking_rows(rows)}
+    assert ranking["multikey"]["short_exact"] == 0.5 and ranking["multikey"]["informative"] is True
+    assert ranking["code"]["short_exact"] == 0.0 and ranking["code"]["informative"] is False
+    claims = {c.name: c for c in judge_all(CLAIMS, list(ranking.values())) if "ranking" in c.name}
+    code = claims["code: ranking of the methods by exact match agrees with the ranking by loss (x2)"]
+    assert code.holds is None and "never solves" in code.criterion + code.note
+    without = ranking_rows([r for r in rows if r["probe"] != "capability"])  # no control run: not marked
+    assert all(r["informative"] is None and r["short_exact"] is None for r in without)

@@ -29,7 +29,11 @@ TinyShakespeare's validation split (or ``--corpus``), without BOS:
   (task, depth, trial) filling the window (at most s L0 tokens with its answer), exact match of the
   greedy continuation. Per task and scale the methods are ranked by exact match and by loss past
   L0 (probe "ranking": Kendall's tau between the two rankings; the survey's point is that they
-  need not agree).
+  need not agree);
+- the short-context control (``model.capability``: length, trials): each reasoning task at a
+  length well within the context, the checkpoint untouched (probe "capability", one member of
+  its own). A task the checkpoint never solves there cannot rank the methods past L0 (all score
+  0): its ranking is marked "can rank: no" and judged n.a. for that reason.
 
 LongRoPE is searched on the checkpoint itself with the char-LM study's search code
 (:func:`poslab.experiments.longrope_search.search`, evolutionary, seeded with PI, NTK and YaRN's
@@ -118,8 +122,15 @@ CLAIMS = [
            probe("vs_none") & is_("scale", 1), "retention_cost"))],
     ClaimSpec(name="{task}: ranking of the methods by exact match agrees with the ranking by loss (x{scale})",
               paper="survey: perplexity alone does not judge extension (reasoning and code tasks must)",
-              where=probe("ranking"), per=("task", "scale"), measure=mean("tau", "Kendall's tau"),
+              where=probe("ranking") & is_("informative", True, None), per=("task", "scale"),
+              measure=mean("tau", "Kendall's tau"),
               na="the survey predicts disagreement but gives no number; tau is reported"),
+    ClaimSpec(name="{task}: ranking of the methods by exact match agrees with the ranking by loss (x{scale})",
+              paper="survey: perplexity alone does not judge extension (reasoning and code tasks must)",
+              where=probe("ranking") & is_("informative", False), per=("task", "scale"),
+              measure=mean("tau", "Kendall's tau"),
+              na="the checkpoint never solves this task even well within its context (short-context control), "
+                 "so every method scores 0 past L0 and the ranking cannot tell them apart"),
     ClaimSpec(name="{method}: passkey past L0 (x{scale})", paper="survey: retrieval is part of the evaluation "
               "(no number)", where=probe("passkey") & above("scale", 1), per=("method", "scale"),
               measure=mean("exact"), na="the survey gives no passkey number for a 135M model; reported in the table"),
@@ -143,10 +154,14 @@ TABLES = [
 TABLES += [
     Table("Reasoning and code: exact match by task", by=("method", "scale"), where=probe("reasoning"),
           pivot=Pivot("task", "exact", "{}")),
+    Table("Short-context control: exact match of the untouched checkpoint well within its context",
+          by=("length",), where=probe("capability"), pivot=Pivot("task", "exact", "{}")),
     Table("Rankings: methods by exact match against methods by loss past L0 (scale > 1)", by=("scale", "task"),
           where=probe("ranking"),
           columns=(Column("Kendall tau", "tau"), Column("best by task", lambda g: g[0]["best_task"]),
-                   Column("best by loss", lambda g: g[0]["best_loss"]))),
+                   Column("best by loss", lambda g: g[0]["best_loss"]),
+                   Column("short-context exact", "short_exact"),
+                   Column("can rank", lambda g: {True: "yes", False: "no", None: ""}[g[0].get("informative")]))),
 ]
 FIGURES = [Lines("reasoning.png", x="scale", y="exact", series=("method",), panel="task", where=probe("reasoning"),
                  xlabel="window / original context", ylabel="exact match"),
@@ -160,17 +175,18 @@ def study(preset: str) -> StudyConfig:
     common = dict(dtype="float32", digits=5)
     if preset == "quick":
         model = dict(common, checkpoint=TINY, factor=2.0, windows=2, depths=[0.1, 0.5, 0.9], trials=2,
-                     reasoning=list(REASONING),
+                     reasoning=list(REASONING), capability=dict(length=64, trials=2),
                      search=dict(population=6, generations=3, survivors=2, windows=2, seed=0))
         scales = (1, 2)
     elif preset == "cpu":
         model = dict(common, checkpoint="smollm2-135m", factor=2.0, windows=1, depths=[0.5], trials=1,
                      reasoning=[],  # five more forwards of 8k / 16k tokens per member: --set model.reasoning=[...]
+                     capability=dict(length=2048, trials=4),  # run with the reasoning tasks: 20 forwards of 2k
                      search=dict(population=4, generations=1, survivors=2, windows=1, seed=0))
         scales = (1, 2)
     else:
         model = dict(common, checkpoint="smollm2-135m", factor=4.0, windows=4, depths=[0.1, 0.5, 0.9], trials=3,
-                     reasoning=list(REASONING),
+                     reasoning=list(REASONING), capability=dict(length=4096, trials=8),
                      search=dict(population=16, generations=8, survivors=4, windows=2, seed=0))
         scales = (2, 4)
     return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
@@ -203,11 +219,13 @@ def settings(study: StudyConfig) -> dict:
             raise ConfigError(f"model.{key}", None, "set by the preset")
     m.setdefault("reasoning", [])
     m.setdefault("search", None)
+    m.setdefault("capability", None)
     for key in m:
         if key not in ("checkpoint", "factor", "windows", "depths", "trials", "digits", "dtype",
-                       "method", "scale", "reasoning", "search"):
+                       "method", "scale", "reasoning", "search", "capability"):
             raise ConfigError(f"model.{key}", key, "checkpoint, factor, windows, depths, trials, digits, dtype, "
-                                                   "method, scale, reasoning, search")
+                                                   "method, scale, reasoning, search, capability")
+    check_capability(m["capability"])
     if any(x in SEARCHED for x in study.axis("model.method")):
         check_search(m["search"])
     from poslab.tasks.reasoning import TASKS
@@ -231,6 +249,18 @@ def settings(study: StudyConfig) -> dict:
         if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0:
             raise ConfigError("model.scale", scale, "positive numbers (window length = scale x the context)")
     return m
+
+
+def check_capability(capability) -> None:
+    """The short-context control: None, or {"length": tokens >= 64, "trials": >= 1}."""
+    if capability is None:
+        return
+    if not isinstance(capability, dict) or set(capability) != {"length", "trials"}:
+        raise ConfigError("model.capability", capability, 'null or a dict with exactly the keys length, trials')
+    for key, least in (("length", 64), ("trials", 1)):
+        value = capability[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ConfigError(f"model.capability.{key}", value, f"an integer >= {least}")
 
 
 def check_search(search) -> None:
@@ -311,6 +341,14 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
                       **({"reasoning": list(m["reasoning"])} if m["reasoning"] else {}),
                       **({"search": dict(m["search"])} if searched else {}))
         members.append((config_hash(config), config))
+    if m["capability"] and m["capability"]["length"] > context:
+        raise ConfigError("model.capability.length", m["capability"]["length"],
+                          f"at most the checkpoint's context, {context} tokens (the control runs within it)")
+    if m["capability"] and m["reasoning"]:  # the checkpoint untouched, well within its context
+        config = dict(experiment=EXPERIMENT.name, checkpoint=weights, probe="capability", method="none",
+                      length=m["capability"]["length"], trials=m["capability"]["trials"],
+                      reasoning=list(m["reasoning"]), dtype=m["dtype"])
+        members.append((config_hash(config), config))
     done = {r["key"] for r in store.runs(experiment=EXPERIMENT.name)}
     searched_rows: list[dict] = []
     scaling = None
@@ -349,6 +387,8 @@ def member_job(config: dict, *, source: str, device: str, context: int, scaling:
     loaded once per process; a searched method reads through the driver's ``scaling`` and carries
     the search's rows (``extra``)."""
     model = loaded(source, config["dtype"], device)
+    if config.get("probe") == "capability":
+        return capability_rows(model, config)
     ids = _tokens(source, config["dtype"], device, json.dumps(config["text"], sort_keys=True))
     searched = config["method"] in SEARCHED
     rows = evaluate_member(model, ids, dict(config, scaling=scaling) if searched else config, context)
@@ -521,6 +561,17 @@ def reasoning(model, task: str, L: int, depth: float, trial: int) -> dict:
     return dict(exact=None, prompt_tokens=None, answer="", output="")
 
 
+def capability_rows(model, config: dict) -> list[dict]:
+    """The control that decides whether a task can rank the methods at all: each task at
+    ``length`` tokens (well within the checkpoint's context), its rotary untouched, depth 0.5,
+    ``trials`` examples. A task the checkpoint never solves there scores 0 past L0 whatever the
+    schedule, so its ranking says nothing about extension (probe "capability")."""
+    model.restore()
+    return [dict(probe="capability", method="none", length=config["length"], task=task, depth=0.5, trial=trial,
+                 **reasoning(model, task, config["length"], 0.5, trial))
+            for task in config["reasoning"] for trial in range(config["trials"])]
+
+
 def buckets(n: int) -> list[tuple[int, int]]:
     """Log-spaced position buckets covering 0 .. n - 1: [0, 16), [16, 32), [32, 64), ..."""
     edges = [0] + [2 ** k for k in range(int(math.log2(FIRST_BUCKET)), int(math.ceil(math.log2(max(n, 2)))) + 1)]
@@ -629,12 +680,18 @@ def ranking_rows(rows: list[dict]) -> list[dict]:
     for r in rows:
         if r.get("probe") == "reasoning" and r.get("exact") is not None and r["scale"] > 1:
             cells.setdefault((r["task"], r["scale"], r["method"]), []).append(r["exact"])
+    short: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("probe") == "capability" and r.get("exact") is not None:
+            short.setdefault(r["task"], []).append(r["exact"])
     out = []
     for task, scale in sorted({(t, s) for t, s, _ in cells}):
         exact = {m: sum(v) / len(v) for (t, s, m), v in cells.items() if (t, s) == (task, scale)}
         got = rank_agreement(exact, {m: v for (m, s), v in loss.items() if s == scale})
         if got is not None:
-            out.append(dict(probe="ranking", task=task, scale=scale, **got))
+            able = sum(short[task]) / len(short[task]) if task in short else None
+            out.append(dict(probe="ranking", task=task, scale=scale, short_exact=able,
+                            informative=None if able is None else able > 0, **got))
     return out
 
 
