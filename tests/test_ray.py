@@ -63,7 +63,7 @@ def test_ray_spreads_a_pretrained_studys_members(tmp_path):
     exp = get_experiment("pretrained-extension")
     quick = exp.study("quick")
     study = dataclasses.replace(quick, model={**quick.model, "windows": 1, "depths": [0.5], "trials": 1,
-                                              "reasoning": ["multikey"]},
+                                              "reasoning": ["multikey"], "capability": None},
                                 grid={"model.method": ("none", "pi"), "model.scale": (1, 2)})
     inline = _inline_rows(exp, study, tmp_path / "inline")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
