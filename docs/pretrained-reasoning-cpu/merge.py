@@ -1,52 +1,56 @@
-"""All eight methods' reasoning table and rankings: this run's store (none, pi, dynamic, ntk_by_parts,
-llama3, longrope + the short-context control) with ntk and yarn read from the 2026-12-02 run's
-table.md (docs/pretrained-reasoning-cpu), after checking that both runs' `none` rows agree."""
-import re, sys
-from poslab.store import Store
-from poslab.studies.pretrained_extension import ranking_rows, REASONING
+"""All eight methods' reasoning table and rankings, rendered by the study's own TABLES and
+``ranking_rows``: the 2026-12-03 run's store (none, pi, dynamic, ntk_by_parts, llama3, longrope and
+the short-context control) with ntk's and yarn's rows read back from the 2026-12-02 run's
+table-none-ntk-yarn.md, after checking that both runs' `none` rows agree at the printed digits.
 
-old = open("docs/pretrained-reasoning-cpu/table-none-ntk-yarn.md").read()
-def section(title):
-    part = old.split(f"## {title}")[1].split("\n## ")[0]
-    rows = [l for l in part.splitlines() if l.startswith("| ") and not l.startswith("| ---")]
-    head = [c.strip() for c in rows[0].strip("|").split("|")]
-    return [dict(zip(head, [c.strip() for c in r.strip("|").split("|")])) for r in rows[1:]]
-num = lambda s: float(s.split("±")[0]) if s else None
-old_rows = []
-for r in section("Loss below and past the original context L0"):
-    old_rows.append(dict(probe="summary", method=r["method"], scale=int(r["scale"]), loss_in=num(r["loss < L0"]),
-                         loss_out=num(r["loss >= L0"])))
-for r in section("Reasoning and code: exact match by task"):
-    for t in REASONING:
-        old_rows.append(dict(probe="reasoning", method=r["method"], scale=int(r["scale"]), task=t, exact=num(r[t])))
+    python docs/pretrained-reasoning-cpu/merge.py STORE > docs/pretrained-reasoning-cpu/eight-methods.md
+"""
+import sys
+
+from poslab.store import Store
+from poslab.studies.pretrained_extension import REASONING, TABLES, ranking_rows
+
+OLD = open("docs/pretrained-reasoning-cpu/table-none-ntk-yarn.md").read()
+SHOWN = ("Loss below and past the original context L0", "Reasoning and code: exact match by task",
+         "Short-context control: exact match of the untouched checkpoint well within its context",
+         "Rankings: methods by exact match against methods by loss past L0 (scale > 1)")
+
+
+def section(title: str) -> list[dict]:
+    """The rows of one markdown table of the old run's table.md, as dicts of its cells."""
+    part = OLD.split(f"## {title}")[1].split("\n## ")[0]
+    lines = [line for line in part.splitlines() if line.startswith("| ") and not line.startswith("| ---")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    return [dict(zip(cells[0], row, strict=True)) for row in cells[1:]]
+
+
+def number(cell: str) -> float | None:
+    return float(cell.split("±")[0]) if cell else None
+
+
+old = [dict(probe="summary", method=r["method"], scale=int(r["scale"]), loss_in=number(r["loss < L0"]),
+            loss_out=number(r["loss >= L0"]), loss_last_quarter=number(r["last quarter"]), seconds=number(r["seconds"]))
+       for r in section("Loss below and past the original context L0")]
+old += [dict(probe="reasoning", method=r["method"], scale=int(r["scale"]), task=t, exact=number(r[t]))
+        for r in section("Reasoning and code: exact match by task") for t in REASONING]
 with Store(sys.argv[1]) as store:
     new = store.rows(keys=[r["key"] for r in store.runs(experiment="pretrained-extension")])
-# the check: none's rows of both runs, at the printed digits
-ok = True
-for o in (r for r in old_rows if r["method"] == "none"):
-    n = [r for r in new if r.get("probe") == o["probe"] and r.get("method") == "none" and r.get("scale") == o["scale"]
-         and r.get("task") == o.get("task")]
-    if o["probe"] == "summary":
-        same = round(n[0]["loss_in"], 3) == o["loss_in"] and (o["loss_out"] is None or round(n[0]["loss_out"], 3) == o["loss_out"])
-    else:
-        same = n[0]["exact"] == o["exact"]
-    ok &= same
-    print("none", o["probe"], o["scale"], o.get("task", ""), "same" if same else f"DIFFERS {n[0]} vs {o}")
-print("none rows agree:", ok)
-rows = [r for r in new if r.get("method") not in ("ntk", "yarn")] + [r for r in old_rows if r["method"] in ("ntk", "yarn")]
-order = ["none", "pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3", "longrope"]
-print("\n## Exact match (one example per cell, depth 0.5) and loss past L0, eight methods\n")
-print("| method | scale | " + " | ".join(REASONING) + " | loss >= L0 |")
-print("| --- | --- |" + " --- |" * (len(REASONING) + 1))
-for m in order:
-    for s in (1, 2):
-        ex = {r["task"]: r["exact"] for r in rows if r.get("probe") == "reasoning" and r["method"] == m and r["scale"] == s}
-        lo = next((r["loss_out"] for r in rows if r.get("probe") == "summary" and r["method"] == m and r["scale"] == s), None)
-        print(f"| {m} | {s} | " + " | ".join("" if ex.get(t) is None else f"{ex[t]:.0f}" for t in REASONING)
-              + f" | {'' if lo is None else f'{lo:.3f}'} |")
-print("\n## Rankings at 2x (16,384 tokens): exact match against loss past L0\n")
-print("| task | Kendall tau (8 methods, x2) | best by task | best by loss | short-context exact | can rank |")
-print("| --- | --- | --- | --- | --- | --- |")
-for r in ranking_rows(rows):
-    print(f"| {r['task']} | {'' if r['tau'] is None else format(r['tau'], '.3f')} | {r['best_task'] or ''} | {r['best_loss']} | "
-          f"{r['short_exact']:.2f} | {'yes' if r['informative'] else 'no'} |")
+
+print("# SmolLM2-135M, eight extension methods, zero-shot reasoning (2026-12-03)\n")
+print("Made by `python docs/pretrained-reasoning-cpu/merge.py STORE` with the study's own tables: the 2026-12-03 "
+      "run (table.md) with NTK and YaRN from table-none-ntk-yarn.md. One example per cell (depth 0.5). "
+      "The check: both runs' `none` rows at the printed digits.\n")
+agree = True
+for o in (r for r in old if r["method"] == "none"):
+    n = next(r for r in new if r.get("probe") == o["probe"] and r.get("method") == "none"
+             and r.get("scale") == o["scale"] and r.get("task") == o.get("task"))
+    keys = ("loss_in", "loss_out") if o["probe"] == "summary" else ("exact",)
+    same = all((o[k] is None) == (n.get(k) is None) and (o[k] is None or round(n[k], 3) == o[k]) for k in keys)
+    agree &= same
+    print(f"- none {o['probe']} x{o['scale']} {o.get('task', '')}: {'same' if same else f'DIFFERS: {n} against {o}'}")
+print(f"- none rows agree: {agree}\n")
+rows = [r for r in new if r.get("method") not in ("ntk", "yarn")] + [r for r in old if r["method"] in ("ntk", "yarn")]
+rows += ranking_rows(rows)
+for table in TABLES:
+    if table.title in SHOWN:
+        print(table.markdown(rows) + "\n")
