@@ -128,3 +128,21 @@ def test_bench_floor_sums_groups_members_and_steps_and_divides_by_the_matmul_rat
     assert "skipped" in lines[1] and "at least" in lines[-1]
     with pytest.raises(ConfigError):
         bench_floor(("no-such-study",), preset="quick")
+
+
+def test_ensemble_scaling_fits_fixed_plus_marginal_cost_and_repeats_members_past_the_group():
+    """Two sizes: the line through both points; members past the group's own repeat it; one
+    thread while timing (as a worker trains), the caller's threads after."""
+    from poslab.bench import ensemble_scaling
+    from poslab.experiments.runner import members
+    from poslab.studies import k1
+
+    group = members("bench", k1.study("quick"))[:2]
+    threads = torch.get_num_threads()
+    fit = ensemble_scaling(group, sizes=(1, 3), steps=2)
+    assert torch.get_num_threads() == threads
+    assert list(fit["ms"]) == [1, 3] and all(ms > 0 for ms in fit["ms"].values())
+    for E, ms in fit["ms"].items():
+        assert fit["fixed_ms"] + fit["marginal_ms"] * E == pytest.approx(ms)
+    single = ensemble_scaling(group, sizes=(4,), steps=2)  # one size: all of it marginal
+    assert single["fixed_ms"] == 0.0 and single["marginal_ms"] == pytest.approx(single["ms"][4] / 4)

@@ -56,6 +56,9 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path):
                         (["run", "phenomenon", "--set", "task.K=2"], "grid axis"),
                         (["run", "phenomenon", "--executor", "slurm"], "executor"),
                         (["run", "phenomenon", "--out", str(tmp_path / "a-file.txt")], "--out"),
+                        (["bench", "train", "--scaling", "6,x"], "--scaling"),
+                        (["bench", "train", "--scaling", "0,6"], "--scaling"),
+                        (["bench", "train", "--scaling-steps", "0"], "--scaling-steps"),
                         (["run", "phenomenon", "--out", str(tmp_path / "a-file.txt" / "below")], "--out")]:
         result = CliRunner().invoke(main, [*args, "--store", str(store)] if args[1] == "phenomenon" else args)
         assert result.exit_code == 2, (args, result.output)
@@ -65,9 +68,10 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path):
 
 
 def test_bench_train_runs_and_reports_the_ratio():
-    result = CliRunner().invoke(main, ["bench", "train", "--steps", "2", "--plain-steps", "2"])
+    result = CliRunner().invoke(main, ["bench", "train", "--steps", "2", "--plain-steps", "2", "--scaling", "none"])
     assert result.exit_code == 0, result.output
     assert "ms of wall per member-step" in result.output and "speed-up" in result.output
+    assert "plain loop timed before: " in result.output and "ensemble step" not in result.output
     # all of Table 1 on both sides: three group keys (RoPE, and APE at two initialisations), 72 members,
     # each group's plain loop timed and counted (an earlier version timed two and projected 48)
     assert "3 groups, 72 members" in result.output and "(72 members x 4000 steps)" in result.output

@@ -7,7 +7,7 @@
     poslab report [--store PATH] [--results DIR] [--out FILE.html]
                                                   what the store holds; one HTML + markdown page
     poslab encodings [--store PATH] [--cost-lengths 64,256,1024]   the survey table: cost and extrapolation measured
-    poslab bench train [--steps N] [--plain-steps N]
+    poslab bench train [--steps N] [--plain-steps N] [--scaling 6,12,24,48|none]
     poslab bench eval [--lengths 1000,...,1000000] [--figure PATH]   streamed evaluation to 10^6
     poslab bench eval --model lm [--lengths 1000,10000,30000] [--device cuda]   the LM's position-wise loss
     poslab bench profile [EXPERIMENT] [--preset P] [--set key=value]   where one study's wall time goes
@@ -258,12 +258,31 @@ def bench():
 @click.option("--steps", type=int, default=4000, show_default=True, help="ensemble steps (4000 = Table 1)")
 @click.option("--plain-steps", type=int, default=200, show_default=True, help="steps of the plain loop to time")
 @click.option("--workers", type=int, default=None, help="worker processes (default: one per core, one per group)")
-def bench_train(steps, plain_steps, workers):
+@click.option("--scaling", default="6,12,24,48", show_default=True,
+              help="ensemble sizes to time for the fixed + marginal fit (comma-separated; 'none' skips it)")
+@click.option("--scaling-steps", type=int, default=100, show_default=True, help="steps timed per size")
+def bench_train(steps, plain_steps, workers, scaling, scaling_steps):
     """Table 1 training as its ensembles (shared out among workers as `poslab run` does) vs a plain
-    one-model-at-a-time loop, wall time against wall time."""
+    one-model-at-a-time loop, wall time against wall time; then each ensemble's step as fixed +
+    marginal cost per member, and the most this engine can reach from that."""
     from poslab.bench import bench_train as run_bench
 
-    run_bench(steps=steps, plain_steps=plain_steps, workers=workers, echo=click.echo)
+    sizes = () if scaling.strip().lower() == "none" else _positive_ints("--scaling", scaling)
+    if scaling_steps < 1:
+        raise ConfigError("--scaling-steps", scaling_steps, "a positive integer")
+    run_bench(steps=steps, plain_steps=plain_steps, workers=workers, scaling=sizes, scaling_steps=scaling_steps,
+              echo=click.echo)
+
+
+def _positive_ints(field: str, text: str) -> tuple[int, ...]:
+    """``"6,12,24"`` -> (6, 12, 24); anything else is one ConfigError naming ``field``."""
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise ConfigError(field, text, "comma-separated positive integers, or none")
+    return values
 
 
 @bench.command("profile")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -476,7 +477,7 @@ def share_out(groups: list[list[Member]], slots: int) -> list[list[Member]]:
     return split_groups(groups, slots, step_costs(groups) if slots > 1 and len(groups) > 1 else None)
 
 
-CALIBRATION_STEPS = 3  # timed steps per group in step_costs (after one untimed step)
+CALIBRATION_STEPS = 8  # timed steps per group in step_costs (after one untimed step); their median counts
 
 
 def step_costs(groups: list[list[Member]]) -> list[float]:
@@ -484,8 +485,10 @@ def step_costs(groups: list[list[Member]]) -> list[float]:
     an ensemble of (at most) two of its members on one thread, as a worker trains, scaled to the
     group's steps; per member, SPLIT_OVERHEAD of them being the ensemble's fixed cost. Groups differ
     several-fold (a d_model of 256 against 64, Shaw's direct forward against the grid fast path),
-    which counting members cannot see. Only the schedule reads it: what each member computes does
-    not depend on its part."""
+    which counting members cannot see. A step counts at the median of the timed ones: the mean of
+    three, on a busy machine, once shared Table 1's three groups (equal in cost) out as 24/24/24, one
+    worker training two of them (134 s wall against 96-106 s as 24/24/12/12). Only the schedule
+    reads it: what each member computes does not depend on its part."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     costs = []
@@ -497,7 +500,7 @@ def step_costs(groups: list[list[Member]]) -> list[float]:
             result = train_ensemble(group[0].make_model(), [m.task for m in part], [m.seed for m in part], short,
                                     progress=False)
             assert result.step_ends is not None
-            per_step = (result.step_ends[-1] - result.step_ends[0]) / CALIBRATION_STEPS
+            per_step = np.median(np.diff(result.step_ends))  # the first step (its draw, warm-up) left out
             costs.append(float(per_step) / (len(part) + SPLIT_OVERHEAD) * cfg.steps)
     finally:
         torch.set_num_threads(threads)
