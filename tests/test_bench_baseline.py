@@ -146,3 +146,26 @@ def test_ensemble_scaling_fits_fixed_plus_marginal_cost_and_repeats_members_past
         assert fit["fixed_ms"] + fit["marginal_ms"] * E == pytest.approx(ms)
     single = ensemble_scaling(group, sizes=(4,), steps=2)  # one size: all of it marginal
     assert single["fixed_ms"] == 0.0 and single["marginal_ms"] == pytest.approx(single["ms"][4] / 4)
+
+
+def test_scaling_report_predicts_the_shares_and_caps_the_engine_at_its_marginal_cost(monkeypatch):
+    """Parts go costliest first to the least loaded worker (fixed + marginal x members each); the
+    cap is every member at its marginal cost, shared by the workers, with no fixed cost."""
+    from poslab import bench
+
+    class Member:
+        def __init__(self, key: str):
+            self.key = key
+
+        def group_key(self) -> str:
+            return self.key
+
+    groups = {"a": [Member("a")] * 3, "b": [Member("b")] * 2}
+    fits = {"a": dict(ms={}, fixed_ms=1.0, marginal_ms=0.5), "b": dict(ms={}, fixed_ms=2.0, marginal_ms=1.0)}
+    monkeypatch.setattr(bench, "ensemble_scaling", lambda group, sizes, steps: fits[group[0].key])
+    lines = []
+    parts = [groups["a"][:2], groups["a"][2:], groups["b"]]  # 2.0, 1.5 and 4.0 ms a step
+    out = bench._scaling_report(groups, parts, 2, (1, 2), 5, 1000, 70.0, 3.0, lines.append)
+    assert out["scaling_predicted"] == pytest.approx(4.0)  # b alone on one worker; a's parts, 3.5 ms, on the other
+    assert out["cap_seconds"] == pytest.approx((0.5 * 3 + 1.0 * 2) * 1000 / 1e3 / 2)
+    assert out["cap_speedup"] == pytest.approx(70.0 / 1.75) and "at most 40.0x" in lines[-1]
