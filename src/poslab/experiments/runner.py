@@ -486,9 +486,9 @@ def step_costs(groups: list[list[Member]]) -> list[float]:
     group's steps; per member, SPLIT_OVERHEAD of them being the ensemble's fixed cost. Groups differ
     several-fold (a d_model of 256 against 64, Shaw's direct forward against the grid fast path),
     which counting members cannot see. A step counts at the median of the timed ones: the mean of
-    three, on a busy machine, once shared Table 1's three groups (equal in cost) out as 24/24/24, one
-    worker training two of them (134 s wall against 96-106 s as 24/24/12/12). Only the schedule
-    reads it: what each member computes does not depend on its part."""
+    three once shared Table 1's three groups (equal in cost) out as 24/24/24, one worker training
+    two of them (134 s against 96-119 s as 24/24/12/12, docs/speed.md). Only the schedule reads it:
+    what each member computes does not depend on its part."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     costs = []
