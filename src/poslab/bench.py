@@ -23,9 +23,9 @@ import torch
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import worker_pool
 from poslab.experiments.runner import members as study_members
-from poslab.experiments.runner import share_out, train_members
+from poslab.experiments.runner import one_thread, share_out, step_seconds, train_members, wall_estimate
 from poslab.studies import phenomenon
-from poslab.train import train_ensemble, train_plain
+from poslab.train import train_plain
 
 SCALING_SIZES = (6, 12, 24, 48)  # ensemble sizes bench train times for its fixed + marginal fit
 
@@ -102,11 +102,8 @@ def _scaling_report(by_label: dict, parts: list, workers: int, sizes, steps: int
         echo(f"ensemble step, {label}, one thread: {fit['fixed_ms']:.2f} ms + {fit['marginal_ms']:.3f} ms "
              f"x members (fit to {', '.join(f'{e}: {ms:.2f}' for e, ms in fit['ms'].items())} ms a step)")
     label_of = {group[0].group_key(): label for label, group in by_label.items()}
-    costs = sorted((_cost(fits[label_of[part[0].group_key()]], len(part)) for part in parts), reverse=True)
-    loads = [0.0] * workers
-    for cost in costs:
-        loads[loads.index(min(loads))] += cost
-    predicted = max(loads) * full / 1e3
+    predicted = wall_estimate(parts, workers, lambda part: _cost(fits[label_of[part[0].group_key()]], len(part))) \
+        * full / 1e3
     cap = sum(fits[label]["marginal_ms"] * len(group) for label, group in by_label.items()) * full / 1e3 / workers
     echo(f"the fit predicts {predicted:.0f} s of training for these {len(parts)} ensembles on {workers} worker(s) "
          f"(measured above: {ens_total:.0f} s wall with start-up and calibration); with no fixed cost at all, "
@@ -133,19 +130,8 @@ def ensemble_scaling(group: list, sizes=SCALING_SIZES, steps: int = 100) -> dict
     fitted by least squares as ``fixed_ms + marginal_ms x members``. Members past the group's own
     repeat it (a member's cost does not depend on its seed). Each size trains ``steps`` steps after
     one untimed step, the data drawn as in training (``train.chunk`` steps a draw)."""
-    cfg = replace(group[0].study.train, steps=steps + 1, warmup_steps=0, snapshot_steps=(), compile=False)
-    make = group[0].make_model()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    ms = {}
-    try:
-        for E in sizes:
-            part = [group[i % len(group)] for i in range(E)]
-            result = train_ensemble(make, [m.task for m in part], [m.seed for m in part], cfg, progress=False)
-            assert result.step_ends is not None
-            ms[E] = float(result.step_ends[-1] - result.step_ends[0]) / steps * 1e3
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread():
+        ms = {E: float(step_seconds([group[i % len(group)] for i in range(E)], steps).mean()) * 1e3 for E in sizes}
     if len(ms) > 1:
         marginal, fixed = np.polyfit(list(ms), list(ms.values()), 1)
     else:  # one size: no fixed cost can be told apart

@@ -21,6 +21,7 @@ The runner adds each member's axis values and seed to every row it returns.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -489,22 +490,38 @@ def step_costs(groups: list[list[Member]]) -> list[float]:
     three once shared Table 1's three groups (equal in cost) out as 24/24/24, one worker training
     two of them (134 s against 96-119 s as 24/24/12/12, docs/speed.md). Only the schedule reads it:
     what each member computes does not depend on its part."""
+    costs = []
+    with one_thread():
+        for group in groups:
+            part = group[:2]
+            seconds = step_seconds(part, CALIBRATION_STEPS, chunk=CALIBRATION_STEPS + 1)
+            costs.append(float(np.median(seconds)) / (len(part) + SPLIT_OVERHEAD) * group[0].study.train.steps)
+    return costs
+
+
+@contextlib.contextmanager
+def one_thread() -> typing.Iterator[None]:
+    """torch on one thread, as a worker trains, inside; the caller's threads after."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    costs = []
     try:
-        for group in groups:
-            part, cfg = group[:2], group[0].study.train
-            short = dataclasses.replace(cfg, steps=CALIBRATION_STEPS + 1, warmup_steps=0, snapshot_steps=(),
-                                        chunk=CALIBRATION_STEPS + 1, compile=False)
-            result = train_ensemble(group[0].make_model(), [m.task for m in part], [m.seed for m in part], short,
-                                    progress=False)
-            assert result.step_ends is not None
-            per_step = np.median(np.diff(result.step_ends))  # the first step (its draw, warm-up) left out
-            costs.append(float(per_step) / (len(part) + SPLIT_OVERHEAD) * cfg.steps)
+        yield
     finally:
         torch.set_num_threads(threads)
-    return costs
+
+
+def step_seconds(part: list[Member], steps: int, chunk: int | None = None) -> np.ndarray:
+    """Seconds of each of ``steps`` training steps of ``part`` (members of one group; repeats allowed)
+    as one ensemble, after one untimed step (its first draw and warm-up); callers time on
+    :func:`one_thread`. ``chunk``: steps of data per draw (None: the study's own, so draws fall
+    where training has them). Timing only: nothing is kept."""
+    cfg = part[0].study.train
+    short = dataclasses.replace(cfg, steps=steps + 1, warmup_steps=0, snapshot_steps=(), compile=False,
+                                chunk=cfg.chunk if chunk is None else chunk)
+    result = train_ensemble(part[0].make_model(), [m.task for m in part], [m.seed for m in part], short,
+                            progress=False)
+    assert result.step_ends is not None
+    return np.diff(result.step_ends)
 
 
 def evaluate_members(experiment: str, members: list[tuple[str, dict]], job: Callable[[dict], list[dict]], *,
