@@ -190,15 +190,7 @@ def encodings(store, cost_lengths):
     from the store."""
     from poslab.survey import HEADER, comparison_rows
 
-    if cost_lengths.strip().lower() == "none":
-        lengths = ()
-    else:
-        try:
-            lengths = tuple(int(v) for v in cost_lengths.split(","))
-        except ValueError:
-            lengths = (0,)
-        if not lengths or min(lengths) < 2 or max(lengths) > 65536:
-            raise ConfigError("--cost-lengths", cost_lengths, "comma-separated integers in [2, 65536], or 'none'")
+    lengths = _int_list("--cost-lengths", cost_lengths, 2, 65536, none=True)
     rows = comparison_rows(store, lengths)
     click.echo(_table(tuple(HEADER.values()), [tuple(r[k] for k in HEADER) for r in rows]))
 
@@ -267,21 +259,25 @@ def bench_train(steps, plain_steps, workers, scaling, scaling_steps):
     marginal cost per member, and the most this engine can reach from that."""
     from poslab.bench import bench_train as run_bench
 
-    sizes = () if scaling.strip().lower() == "none" else _positive_ints("--scaling", scaling)
+    sizes = _int_list("--scaling", scaling, 1, none=True)
     if scaling_steps < 1:
         raise ConfigError("--scaling-steps", scaling_steps, "a positive integer")
     run_bench(steps=steps, plain_steps=plain_steps, workers=workers, scaling=sizes, scaling_steps=scaling_steps,
               echo=click.echo)
 
 
-def _positive_ints(field: str, text: str) -> tuple[int, ...]:
-    """``"6,12,24"`` -> (6, 12, 24); anything else is one ConfigError naming ``field``."""
+def _int_list(field: str, text: str, low: int, high: int | None = None, *, none: bool = False) -> tuple[int, ...]:
+    """``"6,12,24"`` -> (6, 12, 24), each in [low, high]; ``none``: "none" gives (). Anything else is
+    one ConfigError naming ``field`` and what it takes."""
+    if none and text.strip().lower() == "none":
+        return ()
     try:
         values = tuple(int(x) for x in text.split(","))
     except ValueError:
         values = ()
-    if not values or min(values) < 1:
-        raise ConfigError(field, text, "comma-separated positive integers, or none")
+    if not values or min(values) < low or (high is not None and max(values) > high):
+        allowed = f"comma-separated integers {f'in [{low}, {high}]' if high is not None else f'>= {low}'}"
+        raise ConfigError(field, text, allowed + (", or 'none'" if none else ""))
     return values
 
 
@@ -333,12 +329,7 @@ def bench_eval(model_type, lengths, sequences, key_chunk, steps, device, figure)
     lm = model_type == "lm"
     lengths = lengths or ("1000,10000,30000" if lm else "1000,10000,100000,1000000")
     low = 2 if lm else 48
-    try:
-        parsed = tuple(int(x) for x in lengths.split(","))
-    except ValueError:
-        raise ConfigError("--lengths", lengths, f"comma-separated integers >= {low}") from None
-    if min(parsed) < low:
-        raise ConfigError("--lengths", lengths, f"comma-separated integers >= {low}")
+    parsed = _int_list("--lengths", lengths, low)
     key_chunk = key_chunk if key_chunk is not None else (4096 if not lm or device != "cpu" else 512)
     steps = steps if steps is not None else (200 if lm else 1000)
     for name, value, least in (("--sequences", sequences, 1), ("--key-chunk", key_chunk, 1),
@@ -385,12 +376,9 @@ def bench_pretrained(model, lengths, threads):
     """A pretrained checkpoint's position-wise loss (chunked readout) beside its own forward."""
     from poslab.bench import bench_pretrained as run_bench
 
-    try:
-        parsed = tuple(int(x) for x in lengths.split(","))
-    except ValueError:
-        raise ConfigError("--lengths", lengths, "comma-separated integers >= 2") from None
-    if min(parsed) < 2 or threads < 1:
-        raise ConfigError("--lengths/--threads", (lengths, threads), "lengths >= 2 and threads >= 1")
+    parsed = _int_list("--lengths", lengths, 2)
+    if threads < 1:
+        raise ConfigError("--threads", threads, "an integer >= 1")
     run_bench(model=model, lengths=parsed, threads=threads, echo=click.echo)
 
 
