@@ -23,6 +23,10 @@ def test_run_quick_then_report(tmp_path):
     assert "trained 6" in result.output and (tmp_path / "out" / "fig1_accuracy.png").exists()
     again = CliRunner().invoke(main, args)
     assert "trained 0, reused 6" in again.output
+    probed = CliRunner().invoke(main, [*args, "--reevaluate"])
+    assert probed.exit_code == 0 and "re-evaluated 6" in probed.output, probed.output
+    both = CliRunner().invoke(main, [*args, "--reevaluate", "--force"])
+    assert both.exit_code == 2 and "--reevaluate" in both.output and "--force" in both.output
     page = tmp_path / "page.html"
     report = CliRunner().invoke(main, ["report", "--store", str(tmp_path / "s.sqlite"), "--out", str(page)])
     assert "phenomenon" in report.output and "finished" in report.output
@@ -55,6 +59,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path):
                         (["run", "phenomenon", "--set", "model.encoding=no-such-encoding"], "model.encoding"),
                         (["run", "phenomenon", "--set", "task.K=2"], "grid axis"),
                         (["run", "phenomenon", "--executor", "slurm"], "executor"),
+                        (["run", "phenomenon", "--reevaluate"], "--store"),
                         (["run", "phenomenon", "--out", str(tmp_path / "a-file.txt")], "--out"),
                         (["bench", "train", "--scaling", "6,x"], "--scaling"),
                         (["bench", "train", "--scaling", "0,6"], "--scaling"),

@@ -2,7 +2,7 @@
 
     poslab list                                   encodings (with metadata), tasks, experiments
     poslab run EXPERIMENT|all [--preset paper|quick] [--seeds N] [--set key=value ...]
-                          [--device cpu|cuda] [--out DIR] [--store PATH] [--force]
+                          [--device cpu|cuda] [--out DIR] [--store PATH] [--force | --reevaluate]
                           [--executor local|inline|ray [--address ADDR] [--task-cpus N]]
     poslab report [--store PATH] [--results DIR] [--out FILE.html]
                                                   what the store holds; one HTML + markdown page
@@ -101,17 +101,20 @@ def _table(header, rows) -> str:
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="default: results/<experiment>/")
 @click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
 @click.option("--force", is_flag=True, help="retrain members the store already holds")
+@click.option("--reevaluate", is_flag=True,
+              help="train nothing: probe the stored weights again and rewrite the rows, tables and claims "
+                   "(after a probe or criterion changed)")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--corpus", type=click.Path(path_type=Path), default=None,
               help="a UTF-8 text file for a text task (default: the packaged TinyShakespeare)")
 @click.option("--model", "checkpoint", default=None,
               help="a pretrained study's checkpoint: smollm2-135m, a Hugging Face directory, a .gguf file or a hub id")
 def run(experiment, preset, seeds, overrides, device, executor, address, task_cpus, workers, out, store, force,
-        progress, corpus, checkpoint):
+        reevaluate, progress, corpus, checkpoint):
     """Reproduce one published experiment: train, probe, and write its table and figures."""
     from poslab.errors import check_choice
     from poslab.experiments.config import apply_overrides
-    from poslab.experiments.runner import check_output_folder, run_study, validate
+    from poslab.experiments.runner import check_output_folder, check_reevaluate, run_study, validate
     from poslab.studies import PAPER_STUDIES, get_experiment
 
     names = list(PAPER_STUDIES) if experiment == "all" else [experiment]  # all: the seed paper, in order
@@ -141,19 +144,27 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
         raise ConfigError("--workers", workers, "a positive integer")
     if task_cpus < 1:
         raise ConfigError("--task-cpus", task_cpus, "a positive integer")
+    from poslab.store import Store
+
+    if reevaluate:  # every study's members stored with weights, before any is re-evaluated
+        if not Path(store).exists():
+            raise ConfigError("--store", str(store),
+                              "an existing store holding the study (--reevaluate trains nothing)")
+        with Store(store) as db:
+            for _, exp, study, members in plan:
+                check_reevaluate(exp, study, members, db)
     pool = make_executor(executor, workers=workers or os.cpu_count() or 1, device=device,
                          **(dict(address=address, cpus=task_cpus) if executor == "ray" else {}))
-
-    from poslab.store import Store
 
     root = out
     for experiment, exp, study, members in plan:  # finished members are reused from the store, not retrained
         out = _out_folder(root, experiment, len(plan))
         with Store(store) as db:
             summary = run_study(exp, study, store=db, out=out, device=device, force=force, progress=progress,
-                                executor=pool, validated=members)
-        click.echo(f"{experiment}: {summary['members']} members, trained {summary['trained']}, "
-                   f"reused {summary['reused']} from {store} ({summary['seconds']:.1f} s)"
+                                executor=pool, validated=members, reevaluate=reevaluate)
+        done = (f"re-evaluated {summary['reevaluated']} from {store}" if reevaluate else
+                f"trained {summary['trained']}, reused {summary['reused']} from {store}")
+        click.echo(f"{experiment}: {summary['members']} members, {done} ({summary['seconds']:.1f} s)"
                    + (f"; {summary['variants']} evaluate-only variants, evaluated {summary['evaluated']}"
                       if summary["variants"] else ""))
         for f in summary["files"]:

@@ -227,6 +227,22 @@ class Store:
             for key, exp, config, status, timings, revision, weights, created_at in cur
         ]
 
+    def replace_rows(self, key: str, rows: list[dict], *, revision: str | None = None) -> None:
+        """Replace run ``key``'s metric rows (``poslab run --reevaluate``: the same weights probed again),
+        keeping its config, status and weights; its timings record the revision that re-evaluated it."""
+        with self._transaction():
+            found = self._conn.execute("SELECT timings_json FROM runs WHERE key = ?", (key,)).fetchone()
+            if found is None:
+                raise KeyError(f"no run {key!r} to re-evaluate")
+            timings = {**json.loads(found[0] or "{}"), "reevaluated_revision": revision,
+                       "reevaluated_at": datetime.now(UTC).isoformat(timespec="seconds")}
+            self._conn.execute("UPDATE runs SET timings_json = ? WHERE key = ?", (json.dumps(timings), key))
+            self._conn.execute("DELETE FROM metrics WHERE run_key = ?", (key,))
+            self._conn.executemany(
+                "INSERT INTO metrics VALUES (?, ?, ?, ?)",
+                ((key, idx, *_encode_row(row)) for idx, row in enumerate(rows)),
+            )
+
     def load_weights(self, key: str) -> dict[str, torch.Tensor]:
         """The weights recorded with run ``key`` (on CPU); KeyError if there are none."""
         found = self._conn.execute("SELECT weights FROM runs WHERE key = ?", (key,)).fetchone()

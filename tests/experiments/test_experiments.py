@@ -333,3 +333,53 @@ def test_heatmap_declaration_draws_the_mean_over_seeds_on_its_grid(tmp_path, mon
     assert len(drawn) == 2 and np.allclose(drawn[0], 0.4)  # mean of 0.2 and 0.6 in every cell of panel a
     assert np.isnan(drawn[1][1, 1]) and np.allclose(drawn[1][0], 0.4)  # panel b: its missing cell is blank
     assert fig.draw([], tmp_path) is None
+
+
+def test_reevaluate_probes_the_stored_weights_again_and_trains_nothing(tmp_path):
+    import dataclasses
+
+    exp = get_experiment("phenomenon")
+    study = apply_overrides(table1_grid(), ["seeds=1", "grid.task.K=[2]",
+                                            'variants={"pi": {"where": {"encoding": "rope"}, "encoding": "rope_pi"}}'])
+    with Store(tmp_path / "s.sqlite") as store:
+        run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
+        runs = {r["key"]: r for r in store.runs(experiment="phenomenon")}
+        before = store.rows(experiment="phenomenon")
+        weights = {k: store.load_weights(k) for k, r in runs.items() if r["weights"]}
+        same = run_study(exp, study, store=store, out=tmp_path / "again", progress=False, reevaluate=True)
+        assert same["trained"] == 0 and same["reevaluated"] == 2 and same["evaluated"] == 1
+        assert store.rows(experiment="phenomenon") == before  # the same weights, the same probes: the same rows
+        assert (tmp_path / "again" / "claims.json").read_bytes() == (tmp_path / "out" / "claims.json").read_bytes()
+
+        def probed_again(ctx):  # a probe that changed after training
+            return [{**row, "new_probe": ctx.member.seed + 1} for row in exp.evaluate(ctx)]
+
+        changed = dataclasses.replace(exp, evaluate=probed_again)
+        run_study(changed, study, store=store, out=tmp_path / "changed", progress=False, reevaluate=True)
+        rows = store.rows(experiment="phenomenon")
+        assert len(rows) == len(before) and all(r["new_probe"] == 1 for r in rows)
+        after = {r["key"]: r for r in store.runs(experiment="phenomenon")}
+        assert set(after) == set(runs)  # no run added or lost
+        for key, r in after.items():
+            assert r["config"] == runs[key]["config"] and r["status"] == runs[key]["status"]
+            if key in weights:  # trained members keep their weights and their training timings
+                assert all(store.load_weights(key)[n].equal(w) for n, w in weights[key].items())
+                assert r["timings"]["group_train_seconds"] == runs[key]["timings"]["group_train_seconds"]
+                assert r["timings"]["reevaluated_at"]
+
+
+@pytest.mark.parametrize("name, overrides, named", [
+    ("phenomenon", [], "not in the store"),  # nothing trained yet
+    ("lm", [], "loss curve"),
+    ("controls", [], "snapshot_steps"),
+])
+def test_reevaluate_refuses_what_it_cannot_recompute_before_any_work(name, overrides, named, tmp_path):
+    exp = get_experiment(name)
+    study = apply_overrides(exp.study("quick"), overrides)
+    with Store(tmp_path / "s.sqlite") as store:
+        with pytest.raises(ConfigError, match=named) as err:
+            run_study(exp, study, store=store, out=tmp_path / "out", progress=False, reevaluate=True)
+        assert err.value.field == "--reevaluate"
+        assert store.runs() == [] and not (tmp_path / "out").exists()
+        with pytest.raises(ConfigError, match="without --force"):
+            run_study(exp, study, store=store, out=tmp_path / "out", progress=False, reevaluate=True, force=True)

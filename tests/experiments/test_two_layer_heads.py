@@ -94,3 +94,18 @@ def test_two_layer_grid_makes_per_head_width_an_axis_with_the_paper_width_first(
     study = two_layer.study("paper")
     assert study.grid["setting"][0] == "d_head=64" and study.model["n_heads"] == 4
     assert {name: b["model.d_model"] // 4 for name, b in study.settings.items()} == {"d_head=64": 64, "d_head=16": 16}
+
+
+def test_absolute_peak_tells_a_pinned_head_from_a_relative_one_and_allows_a_small_drift():
+    from poslab.probes.layer_heads import absolute_peak
+
+    unseen = [20, 24, 32, 40, 48]
+    fixed = absolute_peak(unseen, [9] * 5, 16)
+    assert fixed["slope"] == pytest.approx(0.0, abs=1e-12) and fixed["absolute_peak"] == 1
+    drift = absolute_peak(unseen, [10, 9, 9, 8, 8], 16)  # one position at a time, as two APE seeds did
+    assert -0.1 < drift["slope"] < -0.05 and drift["absolute_peak"] == 1
+    relative = absolute_peak(unseen, [L - 3 for L in unseen], 16)  # an offset-equivariant head
+    assert relative["slope"] == pytest.approx(1.0) and relative["absolute_peak"] == 0
+    assert absolute_peak(unseen, [17] * 5, 16)["absolute_peak"] == 0  # fixed, but outside the training range
+    lone = absolute_peak([20], [9], 16)
+    assert np.isnan(lone["slope"]) and lone["absolute_peak"] == 0

@@ -168,6 +168,9 @@ class Experiment:
     # resumes its own members; (study, store=, out=, device=, force=, progress=) -> run_study's summary.
     # validate() then runs only its check(study); run_study() hands the whole run to it.
     run: Callable[..., dict] | None = None
+    # evaluate reads how training went beyond the stored timings (the loss curve): its rows cannot be
+    # recomputed from stored weights, so ``--reevaluate`` refuses the study
+    training_rows: bool = False
 
 
 def no_member_rows(ctx: MemberContext) -> list[dict]:
@@ -382,17 +385,68 @@ def evaluate_member(experiment: Experiment, ctx: MemberContext) -> list[dict]:
 
 
 def evaluate_variant(experiment: Experiment, variant: Member, weights: dict[str, torch.Tensor],
-                     device: str = "cpu", stages: Stages | None = None) -> MemberResult:
-    """Evaluate trained weights under a variant's config (no training)."""
+                     device: str = "cpu", stages: Stages | None = None, timings: dict | None = None) -> MemberResult:
+    """Evaluate trained weights under a variant's config (no training); ``timings``: the stored run's,
+    when a trained member is re-evaluated (``--reevaluate``)."""
     make = variant.make_model()
     model = build_member(make, variant.seed)
     model.load_state_dict(weights)
     model = model.to(device).eval()
     untrained = build_member(make, variant.seed).to(device).eval()
     start = time.perf_counter()
-    rows = evaluate_member(experiment, MemberContext(model, untrained, variant, device, stages=stages))
+    rows = evaluate_member(experiment, MemberContext(model, untrained, variant, device, stages=stages,
+                                                     timings=dict(timings or {})))
     return MemberResult(member=variant, rows=rows, weights=None, diverged_at=None,
                         timings=dict(eval_seconds=time.perf_counter() - start))
+
+
+def check_reevaluate(experiment: Experiment, study: StudyConfig, trained: list[Member], store: Store) -> dict:
+    """``--reevaluate``'s preconditions, checked before any work: a study whose rows follow from its
+    weights, every trained member stored with them. Returns the stored runs by key."""
+    use_force = "use --force to train it again"
+    if experiment.run is not None:
+        raise ConfigError("--reevaluate", experiment.name, "a study that trains its members (this one evaluates "
+                                                           "a pretrained checkpoint on every run: use --force)")
+    if experiment.training_rows:
+        raise ConfigError("--reevaluate", experiment.name, "a study whose rows follow from its weights (this one's "
+                                                           f"rows hold the training loss curve, not stored: "
+                                                           f"{use_force})")
+    if study.train.snapshot_steps:
+        raise ConfigError("--reevaluate", experiment.name, "a study without train.snapshot_steps (weights during "
+                                                           f"training are not stored: {use_force})")
+    stored = {r["key"]: r for r in store.runs(experiment=experiment.name)}
+    missing = [m for m in trained if m.key not in stored or stored[m.key]["weights"] is None]
+    if missing:
+        raise ConfigError("--reevaluate", f"{experiment.name}: {len(missing)} of {len(trained)} members not in the "
+                                          f"store with weights", "a study already trained into this store (run it "
+                                                                 "without --reevaluate first)")
+    return stored
+
+
+def _reevaluate(experiment: Experiment, study: StudyConfig, trained: list[Member],
+                variants: list[tuple[Member, Member]], stored: dict, *, store: Store, out: Path, device: str,
+                progress: bool) -> dict:
+    """``run_study(..., reevaluate=True)``: every trained member's stored weights probed again (the
+    runner's evaluation, with the stored timings), its rows replaced; the variants evaluated again."""
+    from tqdm import tqdm
+
+    revision = git_revision(Path(__file__).parent)
+    start = time.perf_counter()
+    stages = Stages(store, experiment.name, revision, force=False)
+    for member in tqdm(trained, desc=f"{experiment.name} re-evaluate", disable=not progress, leave=False):
+        result = evaluate_variant(experiment, member, store.load_weights(member.key), device,
+                                  timings=stored[member.key]["timings"])
+        store.replace_rows(member.key, result.rows, revision=revision)
+    for variant, base in tqdm(variants, desc=f"{experiment.name} variants", disable=not progress, leave=False):
+        result = evaluate_variant(experiment, variant, store.load_weights(base.key), device, stages)
+        store.record(variant.key, experiment=experiment.name, config=variant.config(), rows=result.rows,
+                     timings=result.timings, revision=revision)
+    rows = store.rows(keys=[m.key for m in trained + [v for v, _ in variants]])
+    out.mkdir(parents=True, exist_ok=True)
+    files = experiment.report(rows, study, out)
+    store.record_outputs(experiment.name, out)
+    return dict(members=len(trained), trained=0, reused=len(trained), reevaluated=len(trained),
+                variants=len(variants), evaluated=len(variants), seconds=time.perf_counter() - start, files=files)
 
 
 # ----------------------------------------------------------------------------- the study
@@ -570,7 +624,7 @@ def _timed(job: Callable[[dict], list[dict]], key: str, config: dict) -> tuple[s
 def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: Path,
               device: str = "cpu", force: bool = False, progress: bool = True, workers: int = 1,
               executor: Executor | str | None = None, timer: PhaseTimer | None = None,
-              validated: list[Member] | None = None) -> dict:
+              validated: list[Member] | None = None, reevaluate: bool = False) -> dict:
     """Run (or resume) a study and write its report; returns a summary of what was done.
 
     ``workers`` > 1 trains that many groups at once in worker processes (each a share of the
@@ -580,7 +634,9 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     run's phases: setup, the training phases of :func:`~poslab.train.train_ensemble`,
     evaluation, variants, store, and "tables and figures". ``validated``: the members
     :func:`validate` already returned for this study and device (the command line validates every
-    study before it opens the store), so it is not validated twice.
+    study before it opens the store), so it is not validated twice. ``reevaluate``: train nothing; probe
+    every stored member's weights again and replace its rows (after a probe or criterion changed;
+    :func:`check_reevaluate` says which studies allow it), variants too.
     """
     span = spans(timer)
     with span("setup"):
@@ -588,12 +644,18 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
         trained = validated if validated is not None else validate(study, device, experiment)
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError("workers", workers, "a positive integer")
+    if reevaluate and force:
+        raise ConfigError("--reevaluate", True, "without --force (--force trains again; --reevaluate never trains)")
+    stored = check_reevaluate(experiment, study, trained, store) if reevaluate else {}
     if experiment.run is not None:
         return experiment.run(study, store=store, out=out, device=device, force=force, progress=progress,
                               workers=workers, executor=executor)
     with span("setup"):
         variants = variant_members(experiment.name, study, trained)
         everyone = trained + [v for v, _ in variants]
+    if reevaluate:
+        return _reevaluate(experiment, study, trained, variants, stored, store=store, out=out, device=device,
+                           progress=progress)
     with span("store"):
         if force:
             for m in everyone:

@@ -60,6 +60,18 @@ def head_rows(pattern: np.ndarray, K: int, Lmax: int, width: int, **extra) -> li
     return rows
 
 
+SLOPE_MAX = 0.1  # |slope| of peak position against L below this: the peak does not move with L (as Table 1 judges)
+
+
+def absolute_peak(lengths: list[int], positions: list[int], Lmax: int) -> dict:
+    """Is the last query's peak absolute past the training range? ``slope``: least-squares slope of
+    its position against L over the unseen ``lengths`` (0 absolute, 1 relative; NaN below two
+    lengths); ``absolute_peak``: every peak below ``Lmax`` and |slope| < SLOPE_MAX."""
+    slope = float(np.polyfit(lengths, positions, 1)[0]) if len(lengths) >= 2 else float("nan")
+    inside = bool(positions) and max(positions) < Lmax
+    return dict(slope=slope, absolute_peak=int(inside and abs(slope) < SLOPE_MAX))
+
+
 def retrieving_head(model, untrained, batch, heads: list[dict], last: dict[int, np.ndarray], K: int, Lmax: int,
                     width: int, chunk: int) -> tuple[dict, list[dict]]:
     """The retrieving head's ``probe="member"`` row and its normalized carrier kernel rows.
@@ -67,7 +79,8 @@ def retrieving_head(model, untrained, batch, heads: list[dict], last: dict[int, 
     Sets each head row's ``window_tv`` (total variation of its window profile from the reference
     length, the longest trained one) on the way. ``batch`` is at that reference length; the
     member row holds the window peaks and their largest TV, the last query's peak offsets and
-    positions past Lmax (``at_minus_K``, ``pinned``: one position < Lmax), carrier energies of
+    positions past Lmax (``at_minus_K``, ``pinned``: one position < Lmax; ``slope`` and
+    ``absolute_peak``: :func:`absolute_peak`), carrier energies of
     the head's queries and keys (trained and ``untrained``) and, for a rotary model, its carrier
     kernel phi_c over [-(L_longest - 1), 0] (argmax, single peak at -K, secondary peak) and the
     pure kernel g(s)'s highest ratio over s in [4, L_longest)."""
@@ -90,7 +103,8 @@ def retrieving_head(model, untrained, batch, heads: list[dict], last: dict[int, 
                positions=" ".join(str(r["peak_position"]) for r in unseen),
                at_minus_K=int(bool(unseen) and all(r["peak_offset"] == -K for r in unseen)),
                pinned=int(bool(unseen) and len({r["peak_position"] for r in unseen}) == 1
-                          and unseen[0]["peak_position"] < Lmax))
+                          and unseen[0]["peak_position"] < Lmax),
+               **absolute_peak([r["length"] for r in unseen], [r["peak_position"] for r in unseen], Lmax))
     moments = {}
     for which, m in (("", model), ("_untrained", untrained)):
         moments[which] = collect_moments(m, batch, layer=layer, chunk=chunk)
@@ -113,4 +127,4 @@ def retrieving_head(model, untrained, batch, heads: list[dict], last: dict[int, 
                  for d, v in zip(deltas, phi, strict=True)]
 
 
-__all__ = ["accuracy_split", "head_rows", "retrieving_head"]
+__all__ = ["absolute_peak", "accuracy_split", "head_rows", "retrieving_head"]

@@ -145,4 +145,5 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, presets=PRESETS,
                         check=check, table_length=table_length,
-                        checks_eval_lengths=True)  # check() validates eval.lengths: past the split, the whole corpus
+                        checks_eval_lengths=True,  # check() validates eval.lengths: past the split, the whole corpus
+                        training_rows=True)  # its curve rows are the training loss curve
