@@ -1,8 +1,11 @@
 """Every experiment end to end in its quick preset; resume; overrides; bad input."""
 
 import csv
+import dataclasses
+import json
 
 import pytest
+import torch
 
 from poslab.errors import ConfigError
 from poslab.experiments.config import StudyConfig, apply_overrides, grid_points, quick
@@ -336,8 +339,6 @@ def test_heatmap_declaration_draws_the_mean_over_seeds_on_its_grid(tmp_path, mon
 
 
 def test_reevaluate_probes_the_stored_weights_again_and_trains_nothing(tmp_path):
-    import dataclasses
-
     exp = get_experiment("phenomenon")
     study = apply_overrides(table1_grid(), ["seeds=1", "grid.task.K=[2]",
                                             'variants={"pi": {"where": {"encoding": "rope"}, "encoding": "rope_pi"}}'])
@@ -351,13 +352,23 @@ def test_reevaluate_probes_the_stored_weights_again_and_trains_nothing(tmp_path)
         assert store.rows(experiment="phenomenon") == before  # the same weights, the same probes: the same rows
         assert (tmp_path / "again" / "claims.json").read_bytes() == (tmp_path / "out" / "claims.json").read_bytes()
 
+        threads = []
+
         def probed_again(ctx):  # a probe that changed after training
+            threads.append((ctx.member.variant, torch.get_num_threads()))
             return [{**row, "new_probe": ctx.member.seed + 1} for row in exp.evaluate(ctx)]
 
+        assert all(r["timings"]["eval_threads"] >= 1 for k, r in runs.items() if k in weights)
+        with store._transaction():  # as if each member had been evaluated on 3 threads
+            for key in weights:
+                store._conn.execute("UPDATE runs SET timings_json = ? WHERE key = ?",
+                                    (json.dumps({**runs[key]["timings"], "eval_threads": 3}), key))
         changed = dataclasses.replace(exp, evaluate=probed_again)
         run_study(changed, study, store=store, out=tmp_path / "changed", progress=False, reevaluate=True)
         rows = store.rows(experiment="phenomenon")
         assert len(rows) == len(before) and all(r["new_probe"] == 1 for r in rows)
+        # trained members on the threads their evaluation had, so reductions add up in the same order
+        assert [n for v, n in threads if v is None] == [3, 3]
         after = {r["key"]: r for r in store.runs(experiment="phenomenon")}
         assert set(after) == set(runs)  # no run added or lost
         for key, r in after.items():

@@ -373,6 +373,7 @@ def train_group(experiment: Experiment, group: list[Member], device: str = "cpu"
                                     timings=dict(train_seconds=result.seconds / len(group), group_size=len(group),
                                                  group_train_seconds=result.seconds,
                                                  eval_seconds=time.perf_counter() - start,
+                                                 eval_threads=torch.get_num_threads(),
                                                  diverged_at=result.diverged_at[i],
                                                  final_loss=[float(x) for x in result.loss_curve[-1:, i]])))
     return out
@@ -434,8 +435,12 @@ def _reevaluate(experiment: Experiment, study: StudyConfig, trained: list[Member
     start = time.perf_counter()
     stages = Stages(store, experiment.name, revision, force=False)
     for member in tqdm(trained, desc=f"{experiment.name} re-evaluate", disable=not progress, leave=False):
-        result = evaluate_variant(experiment, member, store.load_weights(member.key), device,
-                                  timings=stored[member.key]["timings"])
+        timings = stored[member.key]["timings"] or {}
+        # the threads its evaluation ran on, so reductions add up in the same order (runs stored before
+        # eval_threads was: one, as a CPU worker of `run` evaluates)
+        threads = timings.get("eval_threads") or (1 if device == "cpu" else torch.get_num_threads())
+        with torch_threads(threads):
+            result = evaluate_variant(experiment, member, store.load_weights(member.key), device, timings=timings)
         store.replace_rows(member.key, result.rows, revision=revision)
     for variant, base in tqdm(variants, desc=f"{experiment.name} variants", disable=not progress, leave=False):
         result = evaluate_variant(experiment, variant, store.load_weights(base.key), device, stages)
@@ -554,14 +559,19 @@ def step_costs(groups: list[list[Member]]) -> list[float]:
 
 
 @contextlib.contextmanager
-def one_thread() -> typing.Iterator[None]:
-    """torch on one thread, as a worker trains, inside; the caller's threads after."""
+def torch_threads(n: int) -> typing.Iterator[None]:
+    """torch on ``n`` threads inside; the caller's threads after."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(n)
     try:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def one_thread() -> contextlib.AbstractContextManager[None]:
+    """torch on one thread, as a worker trains, inside; the caller's threads after."""
+    return torch_threads(1)
 
 
 def step_seconds(part: list[Member], steps: int, chunk: int | None = None) -> np.ndarray:
