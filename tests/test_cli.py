@@ -27,6 +27,11 @@ def test_run_quick_then_report(tmp_path):
     assert probed.exit_code == 0 and "re-evaluated 6" in probed.output, probed.output
     both = CliRunner().invoke(main, [*args, "--reevaluate", "--force"])
     assert both.exit_code == 2 and "--reevaluate" in both.output and "--force" in both.output
+    every = CliRunner().invoke(main, ["run", "all", "--preset", "quick", "--reevaluate", "--no-progress",
+                                      "--store", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "all")])
+    assert every.exit_code == 2 and len(every.output.strip().splitlines()) == 1, every.output
+    assert "controls" in every.output and "named one at a time" in every.output  # every refusal in one line
+    assert not (tmp_path / "all").exists()
     page = tmp_path / "page.html"
     report = CliRunner().invoke(main, ["report", "--store", str(tmp_path / "s.sqlite"), "--out", str(page)])
     assert "phenomenon" in report.output and "finished" in report.output

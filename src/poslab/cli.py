@@ -151,8 +151,18 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
             raise ConfigError("--store", str(store),
                               "an existing store holding the study (--reevaluate trains nothing)")
         with Store(store) as db:
-            for _, exp, study, members in plan:
-                check_reevaluate(exp, study, members, db)
+            refused = {}
+            for name, exp, study, members in plan:
+                try:
+                    check_reevaluate(exp, study, members, db)
+                except ConfigError as e:
+                    refused[name] = e
+            if len(plan) == 1 and refused:
+                raise next(iter(refused.values()))
+            if refused:  # run all: say every study it cannot take, and which it can
+                raise ConfigError("--reevaluate", f"all ({', '.join(refused)} cannot be re-evaluated here)",
+                                  "the studies named one at a time: "
+                                  + (", ".join(n for n, *_ in plan if n not in refused) or "none"))
     pool = make_executor(executor, workers=workers or os.cpu_count() or 1, device=device,
                          **(dict(address=address, cpus=task_cpus) if executor == "ray" else {}))
 
