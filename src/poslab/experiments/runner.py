@@ -419,8 +419,9 @@ def check_reevaluate(experiment: Experiment, study: StudyConfig, trained: list[M
     missing = [m for m in trained if m.key not in stored or stored[m.key]["weights"] is None]
     if missing:
         raise ConfigError("--reevaluate", f"{experiment.name}: {len(missing)} of {len(trained)} members not in the "
-                                          f"store with weights", "a study already trained into this store (run it "
-                                                                 "without --reevaluate first)")
+                                          f"store with weights", "a study already trained into this store with the "
+                                                                 "same preset, --seeds and --set, eval settings "
+                                                                 "included (or run it without --reevaluate first)")
     return stored
 
 
