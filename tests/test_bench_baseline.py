@@ -169,3 +169,14 @@ def test_scaling_report_predicts_the_shares_and_caps_the_engine_at_its_marginal_
     assert out["scaling_predicted"] == pytest.approx(4.0)  # b alone on one worker; a's parts, 3.5 ms, on the other
     assert out["cap_seconds"] == pytest.approx((0.5 * 3 + 1.0 * 2) * 1000 / 1e3 / 2)
     assert out["cap_speedup"] == pytest.approx(70.0 / 1.75) and "at most 40.0x" in lines[-1]
+
+
+def test_bench_parity_trains_each_group_as_an_ensemble_and_alone_and_finds_the_weights_bit_for_bit():
+    from poslab.bench import bench_parity
+
+    lines = []
+    rows = bench_parity(members=2, steps=5, echo=lines.append)
+    assert [r["group"].split(",")[0] for r in rows] == ["encoding=rope", "encoding=learned"]
+    assert all(r["members"] == 2 and r["steps"] == 5 and r["device"] == "cpu" for r in rows)
+    assert all(r["max_weight_diff"] == 0 and r["weights_bit_for_bit"] for r in rows)  # ensemble = solo on CPU
+    assert all(0 <= r["max_loss_diff"] < 1e-5 for r in rows) and len(lines) == 2 and "bit for bit" in lines[0]

@@ -69,6 +69,8 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path):
                         (["bench", "train", "--scaling", "6,x"], "--scaling"),
                         (["bench", "train", "--scaling", "0,6"], "--scaling"),
                         (["bench", "train", "--scaling-steps", "0"], "--scaling-steps"),
+                        (["bench", "parity", "--device", "tpu"], "--device"),
+                        (["bench", "parity", "--members", "0"], "--members"),
                         (["run", "phenomenon", "--out", str(tmp_path / "a-file.txt" / "below")], "--out")]:
         result = CliRunner().invoke(main, [*args, "--store", str(store)] if args[1] == "phenomenon" else args)
         assert result.exit_code == 2, (args, result.output)

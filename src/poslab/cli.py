@@ -12,6 +12,7 @@
     poslab bench eval --model lm [--lengths 1000,10000,30000] [--device cuda]   the LM's position-wise loss
     poslab bench profile [EXPERIMENT] [--preset P] [--set key=value]   where one study's wall time goes
     poslab bench floor [EXPERIMENT ...] [--preset P]   the training's matmul FLOPs over this CPU's rate
+    poslab bench parity [--device cpu|cuda]   ensemble = solo: Table 1's groups as ensembles and each seed alone
 
 Bad input stops before any work with one line naming the field and the allowed values, exit 2.
 """
@@ -370,6 +371,25 @@ def torch_cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+@bench.command("parity")
+@click.option("--device", default="cpu", show_default=True, help="cpu | cuda")
+@click.option("--members", type=int, default=3, show_default=True, help="seeds per ensemble")
+@click.option("--steps", type=int, default=50, show_default=True, help="training steps")
+def bench_parity(device, members, steps):
+    """Ensemble = solo on a device: Table 1's RoPE and APE groups trained as ensembles and each seed
+    alone; the largest weight and loss differences (0 on CPU)."""
+    from poslab.bench import bench_parity as run_bench
+    from poslab.errors import check_choice
+
+    check_choice("--device", device, ("cpu", "cuda"))
+    if device == "cuda" and not torch_cuda_available():
+        raise ConfigError("--device", device, "cpu (no CUDA device is available here)")
+    for name, value in (("--members", members), ("--steps", steps)):
+        if value < 1:
+            raise ConfigError(name, value, "a positive integer")
+    run_bench(device=device, members=members, steps=steps, echo=click.echo)
 
 
 @bench.command("lm")
