@@ -47,16 +47,12 @@ def bench_train(*, steps: int = 4000, plain_steps: int = 200, workers: int | Non
     engine can reach on this machine."""
     paper = phenomenon.study("paper")
     study = apply_overrides(paper, [f"train.steps={steps}"])
-    everyone = study_members("bench", study)
-    groups: dict[str, list] = {}
-    for m in everyone:
-        groups.setdefault(m.group_key(), []).append(m)
-    labels = [",".join(f"{k}={v}" for k, v in g[0].ids.items() if k not in ("seed", "K")) for g in groups.values()]
-    by_label = dict(zip(labels, groups.values(), strict=True))
+    by_label = table1_groups(study)
+    everyone = [m for group in by_label.values() for m in group]
     workers = min(workers or os.cpu_count() or 1, len(everyone))
     before = {label: _plain_step_ms(group, study, plain_steps) for label, group in by_label.items()}
     start = time.perf_counter()  # the groups' calibration (step_costs) is part of the wall time
-    parts = share_out(list(groups.values()), workers)  # as `poslab run` shares them out
+    parts = share_out(list(by_label.values()), workers)  # as `poslab run` shares them out
     pool, threads = worker_pool(workers)
     with pool:
         futures = [pool.submit(train_members, part, desc=f"ensemble x{len(part)}", position=i)
@@ -66,12 +62,12 @@ def bench_train(*, steps: int = 4000, plain_steps: int = 200, workers: int | Non
     full = paper.train.steps  # the Table 1 protocol, whatever --steps timed
     ens_total = wall * full / steps
     member_steps = len(everyone) * steps
-    echo(f"ensembles: {len(groups)} groups, {len(everyone)} members x {steps} steps as {len(parts)} ensembles of "
+    echo(f"ensembles: {len(by_label)} groups, {len(everyone)} members x {steps} steps as {len(parts)} ensembles of "
          f"{'/'.join(str(len(p)) for p in parts)} in {workers} worker(s) x {threads} thread(s): training "
          f"{', '.join(f'{s:.1f} s' for s in seconds)}; {wall:.1f} s wall with worker start-up = "
          f"{wall / member_steps * 1e3:.3f} ms of wall per member-step")
     after = {label: _plain_step_ms(group, study, plain_steps) for label, group in by_label.items()}
-    plain = {label: (before[label] + after[label]) / 2 for label in labels}
+    plain = {label: (before[label] + after[label]) / 2 for label in by_label}
 
     def projected(ms: dict) -> float:  # seconds for every member of every group at the preset's steps
         return sum(ms[label] * full * len(group) / 1e3 for label, group in by_label.items())
@@ -91,6 +87,15 @@ def bench_train(*, steps: int = 4000, plain_steps: int = 200, workers: int | Non
     if scaling:
         out |= _scaling_report(by_label, parts, workers, scaling, scaling_steps, full, plain_total, ens_total, echo)
     return out
+
+
+def table1_groups(study) -> dict[str, list]:
+    """The study's members by group, each group under its label (one ensemble each, as `poslab run`
+    trains them)."""
+    groups: dict[str, list] = {}
+    for m in study_members("bench", study):
+        groups.setdefault(m.group_key(), []).append(m)
+    return {group[0].group_label: group for group in groups.values()}
 
 
 def _scaling_report(by_label: dict, parts: list, workers: int, sizes, steps: int, full: int, plain_total: float,
@@ -150,12 +155,8 @@ def bench_parity(*, device: str = "cpu", members: int = 3, steps: int = 50, echo
     up in another order even where the weights are bit for bit)."""
     study = apply_overrides(phenomenon.study("paper"), [f"train.steps={steps}", f"seeds={members}", "grid.task.K=[2]",
                                                        "grid.encoding_options.learned.init_std=[0.02]"])
-    groups: dict[str, list] = {}
-    for m in study_members("bench", study):
-        groups.setdefault(m.group_key(), []).append(m)
     out = []
-    for group in groups.values():
-        label = ",".join(f"{k}={v}" for k, v in group[0].ids.items() if k not in ("seed", "K"))
+    for label, group in table1_groups(study).items():
         ensemble = train_members(group, device=device, progress=False)
         weights = losses = 0.0
         for i, member in enumerate(group):

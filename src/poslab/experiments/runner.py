@@ -104,6 +104,11 @@ class Member:
         one run, trained once."""
         return config_hash({k: v for k, v in self.config().items() if k != "point"})
 
+    @property
+    def group_label(self) -> str:
+        """A group's name in progress bars and benchmarks: its ids but the seed and K."""
+        return ",".join(f"{k}={v}" for k, v in self.ids.items() if k not in ("seed", "K"))
+
     def group_key(self) -> str:
         """Members with one group key share one model forward and one training config: they
         train as one ensemble."""
@@ -352,9 +357,8 @@ def train_group(experiment: Experiment, group: list[Member], device: str = "cpu"
     process, in a worker process, or on a Ray worker. It never touches the store. ``timer``
     (inline only: a worker's copy never comes back) also gets each member's ``evaluation``.
     """
-    label = ",".join(f"{k}={v}" for k, v in group[0].ids.items() if k not in ("seed", "K"))
     result = train_members(group, device=device, progress=progress, position=position,
-                           desc=f"{experiment.name} {label} x{len(group)}", timer=timer)
+                           desc=f"{experiment.name} {group[0].group_label} x{len(group)}", timer=timer)
     span = spans(timer)
     out = []
     for i, member in enumerate(group):
@@ -425,16 +429,12 @@ def check_reevaluate(experiment: Experiment, study: StudyConfig, trained: list[M
     return stored
 
 
-def _reevaluate(experiment: Experiment, study: StudyConfig, trained: list[Member],
-                variants: list[tuple[Member, Member]], stored: dict, *, store: Store, out: Path, device: str,
-                progress: bool) -> dict:
-    """``run_study(..., reevaluate=True)``: every trained member's stored weights probed again (the
-    runner's evaluation, with the stored timings), its rows replaced; the variants evaluated again."""
+def reevaluate_members(experiment: Experiment, trained: list[Member], stored: dict, store: Store, *, device: str,
+                       progress: bool, revision: str | None) -> None:
+    """``--reevaluate``: every trained member's stored weights probed again (the runner's evaluation,
+    with the stored timings, on the threads its first evaluation had), its rows replaced."""
     from tqdm import tqdm
 
-    revision = git_revision(Path(__file__).parent)
-    start = time.perf_counter()
-    stages = Stages(store, experiment.name, revision, force=False)
     for member in tqdm(trained, desc=f"{experiment.name} re-evaluate", disable=not progress, leave=False):
         timings = stored[member.key]["timings"] or {}
         # the threads its evaluation ran on, so reductions add up in the same order (runs stored before
@@ -443,16 +443,6 @@ def _reevaluate(experiment: Experiment, study: StudyConfig, trained: list[Member
         with torch_threads(threads):
             result = evaluate_variant(experiment, member, store.load_weights(member.key), device, timings=timings)
         store.replace_rows(member.key, result.rows, revision=revision)
-    for variant, base in tqdm(variants, desc=f"{experiment.name} variants", disable=not progress, leave=False):
-        result = evaluate_variant(experiment, variant, store.load_weights(base.key), device, stages)
-        store.record(variant.key, experiment=experiment.name, config=variant.config(), rows=result.rows,
-                     timings=result.timings, revision=revision)
-    rows = store.rows(keys=[m.key for m in trained + [v for v, _ in variants]])
-    out.mkdir(parents=True, exist_ok=True)
-    files = experiment.report(rows, study, out)
-    store.record_outputs(experiment.name, out)
-    return dict(members=len(trained), trained=0, reused=len(trained), reevaluated=len(trained),
-                variants=len(variants), evaluated=len(variants), seconds=time.perf_counter() - start, files=files)
 
 
 # ----------------------------------------------------------------------------- the study
@@ -664,14 +654,13 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     with span("setup"):
         variants = variant_members(experiment.name, study, trained)
         everyone = trained + [v for v, _ in variants]
-    if reevaluate:
-        return _reevaluate(experiment, study, trained, variants, stored, store=store, out=out, device=device,
-                           progress=progress)
     with span("store"):
         if force:
             for m in everyone:
                 store.delete(m.key)
         done = {r["key"] for r in store.runs(experiment=experiment.name)} & {m.key for m in everyone}  # diverged too
+    if reevaluate:  # nothing trains; the trained members and every variant are evaluated again below
+        done = {m.key for m in trained}
     todo = [m for m in trained if m.key not in done]
     groups: dict[str, list[Member]] = {}
     for m in todo:
@@ -699,6 +688,10 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     for results in executor.map_unordered(train_group, jobs):
         record(results)
 
+    if reevaluate:
+        with span("evaluation"):
+            reevaluate_members(experiment, trained, stored, store, device=device, progress=progress,
+                               revision=revision)
     evaluated = 0
     stages = Stages(store, experiment.name, revision, force)
     for variant, base in variants:
@@ -718,4 +711,5 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     with span("store"):
         store.record_outputs(experiment.name, out)
     return dict(members=len(trained), trained=len(todo), reused=len(trained) - len(todo),
-                variants=len(variants), evaluated=evaluated, seconds=time.perf_counter() - start, files=files)
+                reevaluated=len(trained) if reevaluate else 0, variants=len(variants), evaluated=evaluated,
+                seconds=time.perf_counter() - start, files=files)
