@@ -86,7 +86,7 @@ def head_pinning(cells: list[dict], Lmax: int) -> list[dict]:
         rs = sorted(rs, key=lambda r: r["length"])
         L = np.array([r["length"] for r in rs], dtype=float)
         pos = np.array([r["peak_position"] for r in rs], dtype=float)
-        slope = float(np.polyfit(L, pos, 1)[0]) if len(L) >= 2 else float("nan")
+        slope = probes.peak_slope(L, pos)
         one = len(set(pos)) == 1
         mass, uniform = float(np.mean([r["in_range_mass"] for r in rs])), float(np.mean(Lmax / L))
         out.append(dict(probe="head", condition=cond, kind=rs[0].get("kind"), role=rs[0].get("role"), K=K, seed=seed,

@@ -39,6 +39,7 @@ from poslab.probes.attention import (
     mean_pattern,
     pattern_sum,
     peak,
+    peak_slope,
     pinned_position,
 )
 from poslab.probes.carriers import (
@@ -81,7 +82,7 @@ __all__ = [
     # the original model-level API
     "accuracy", "accuracy_and_attention", "attention_at_offset", "carrier", "carrier_energy", "carrier_profile",
     "dilution_fit", "kernel_ratio", "margin", "margin_bound", "mean_attention", "mean_logit_profile", "peak",
-    "pinned_position", "profile_margin", "rank_concentration", "rotary_kernel", "rotary_theta",
+    "peak_slope", "pinned_position", "profile_margin", "rank_concentration", "rotary_kernel", "rotary_theta",
     # drivers over every layer
     "mean_attention_by_layer", "mean_pattern", "collect_moments",
     # chunking and indexing

@@ -131,6 +131,16 @@ def peak(mean_attn_row: np.ndarray, L: int) -> dict:
     return dict(peak_offset=t - (L - 1), peak_position=t, peak_height=float(row[t]))
 
 
+SLOPE_MAX = 0.1  # |peak_slope| below this: the peak does not move with L (Proposition 2's pinning, Table 1)
+
+
+def peak_slope(lengths, positions) -> float:
+    """Least-squares slope of a head's peak position against L (0: absolute, pinned; 1: relative,
+    it moves with the query); NaN below two lengths."""
+    L = np.asarray(lengths, dtype=float)
+    return float(np.polyfit(L, np.asarray(positions, dtype=float), 1)[0]) if len(L) >= 2 else float("nan")
+
+
 def attention_at_offset(mean_attn_row: np.ndarray, L: int, offset: int) -> float:
     """Mean attention at key position ``L - 1 + offset``; with ``offset = -K`` this is a*."""
     row = as_row(mean_attn_row, L)
@@ -173,4 +183,4 @@ def _mode(values) -> int:
 
 
 __all__ = ["as_row", "attention_at_offset", "attention_sum", "last_query_attention", "mean_attention",
-           "mean_attention_by_layer", "mean_pattern", "pattern_sum", "peak", "pinned_position"]
+           "mean_attention_by_layer", "mean_pattern", "pattern_sum", "peak", "peak_slope", "pinned_position"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from poslab.probes.attention import peak
+from poslab.probes.attention import SLOPE_MAX, peak, peak_slope
 from poslab.probes.carriers import carrier_profile_of, collect_moments, rotary_kernel, rotary_theta
 from poslab.probes.common import model_device, split_batch
 from poslab.probes.equivariance import secondary_peak, total_variation, window_profile
@@ -60,14 +60,10 @@ def head_rows(pattern: np.ndarray, K: int, Lmax: int, width: int, **extra) -> li
     return rows
 
 
-SLOPE_MAX = 0.1  # |slope| of peak position against L below this: the peak does not move with L (as Table 1 judges)
-
-
 def absolute_peak(lengths: list[int], positions: list[int], Lmax: int) -> dict:
-    """Is the last query's peak absolute past the training range? ``slope``: least-squares slope of
-    its position against L over the unseen ``lengths`` (0 absolute, 1 relative; NaN below two
-    lengths); ``absolute_peak``: every peak below ``Lmax`` and |slope| < SLOPE_MAX."""
-    slope = float(np.polyfit(lengths, positions, 1)[0]) if len(lengths) >= 2 else float("nan")
+    """Is the last query's peak absolute past the training range? ``slope``: :func:`peak_slope` over
+    the unseen ``lengths``; ``absolute_peak``: every peak below ``Lmax`` and |slope| < SLOPE_MAX."""
+    slope = peak_slope(lengths, positions)
     inside = bool(positions) and max(positions) < Lmax
     return dict(slope=slope, absolute_peak=int(inside and abs(slope) < SLOPE_MAX))
 
