@@ -192,11 +192,7 @@ class Store:
                 (key, experiment, _dump_config(config), status, timings_json, revision,
                  weights_name, created_at),
             )
-            # Rows are encoded lazily, inside the transaction: a bad row rolls back the whole run.
-            self._conn.executemany(
-                "INSERT INTO metrics VALUES (?, ?, ?, ?)",
-                ((key, idx, *_encode_row(row)) for idx, row in enumerate(rows)),
-            )
+            self._insert_rows(key, rows)
 
     def rows(
         self, *, experiment: str | None = None, keys: Iterable[str] | None = None
@@ -238,10 +234,7 @@ class Store:
                        "reevaluated_at": datetime.now(UTC).isoformat(timespec="seconds")}
             self._conn.execute("UPDATE runs SET timings_json = ? WHERE key = ?", (json.dumps(timings), key))
             self._conn.execute("DELETE FROM metrics WHERE run_key = ?", (key,))
-            self._conn.executemany(
-                "INSERT INTO metrics VALUES (?, ?, ?, ?)",
-                ((key, idx, *_encode_row(row)) for idx, row in enumerate(rows)),
-            )
+            self._insert_rows(key, rows)
 
     def load_weights(self, key: str) -> dict[str, torch.Tensor]:
         """The weights recorded with run ``key`` (on CPU); KeyError if there are none."""
@@ -292,6 +285,13 @@ class Store:
             self._conn.execute("ROLLBACK")
             raise
         self._conn.execute("COMMIT")
+
+    def _insert_rows(self, key: str, rows: list[dict]) -> None:
+        # Rows are encoded lazily, inside the caller's transaction: a bad row rolls back the whole run.
+        self._conn.executemany(
+            "INSERT INTO metrics VALUES (?, ?, ?, ?)",
+            ((key, idx, *_encode_row(row)) for idx, row in enumerate(rows)),
+        )
 
     def _delete_rows(self, key: str) -> None:
         self._conn.execute("DELETE FROM metrics WHERE run_key = ?", (key,))
