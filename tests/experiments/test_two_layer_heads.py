@@ -107,5 +107,7 @@ def test_absolute_peak_tells_a_pinned_head_from_a_relative_one_and_allows_a_smal
     relative = absolute_peak(unseen, [L - 3 for L in unseen], 16)  # an offset-equivariant head
     assert relative["slope"] == pytest.approx(1.0) and relative["absolute_peak"] == 0
     assert absolute_peak(unseen, [17] * 5, 16)["absolute_peak"] == 0  # fixed, but outside the training range
+    creeping = absolute_peak(unseen, [3, 4, 5, 6, 7], 16)  # inside the range, but just past the slope line
+    assert 0.1 < creeping["slope"] < 0.2 and creeping["absolute_peak"] == 0
     lone = absolute_peak([20], [9], 16)
     assert np.isnan(lone["slope"]) and lone["absolute_peak"] == 0
