@@ -19,6 +19,7 @@ from poslab.experiments.spec import (
     neg,
     share,
     synthetic_rows,
+    undecidable,
 )
 
 STUDY_MODULES = [m.name for m in pkgutil.iter_modules(poslab.studies.__path__)]
@@ -73,9 +74,10 @@ def test_share_against_another_column_of_the_row():
 
 def test_na_claims_carry_their_reason_and_never_a_verdict():
     spec = ClaimSpec(name="alibi K={K}", paper="not RoPE-specific", where=is_("encoding", "alibi"), per=("K",),
-                     measure=minimum("accuracy"), na="a monotone bias cannot prefer -2 over -1")
+                     measure=minimum("accuracy"), na=undecidable("a monotone bias cannot prefer -2 over -1"))
     (claim,) = judge_all([spec], synthetic_rows(spec, 1.0))
-    assert claim.holds is None and claim.note.startswith("n.a.: a monotone bias")
+    assert claim.holds is None and claim.na_kind == "undecidable"
+    assert claim.note.startswith("n.a. (the task cannot decide it: a monotone bias")
 
 
 def test_an_inverted_threshold_is_caught():
@@ -84,7 +86,7 @@ def test_an_inverted_threshold_is_caught():
     with pytest.raises(ValueError, match="op"):
         ClaimSpec(name="x", paper="p", measure=mean("accuracy"), op="=>", threshold=0.9)
     with pytest.raises(ValueError, match="not both"):
-        ClaimSpec(name="x", paper="p", measure=mean("accuracy"), op=">=", threshold=0.9, na="why")
+        ClaimSpec(name="x", paper="p", measure=mean("accuracy"), op=">=", threshold=0.9, na=undecidable("why it cannot decide"))
 
 
 def test_lower_bound_is_the_seed_mean_less_two_standard_errors_of_the_seed_means():
@@ -98,3 +100,68 @@ def test_lower_bound_is_the_seed_mean_less_two_standard_errors_of_the_seed_means
     spec = ClaimSpec(name="x present", paper="present", measure=lower_bound("x"), op=">", threshold=0.0)
     assert [c.holds for c in spec.evaluate([dict(seed=0, x=0.01), dict(seed=1, x=-0.01)])] == [False]
     assert [c.holds for c in spec.evaluate([dict(seed=0, x=0.01), dict(seed=1, x=0.012)])] == [True]
+
+
+# ----------------------------------------------------------------------------- roles and n.a. reasons
+
+
+def _all_specs():
+    for name in STUDY_MODULES:
+        for spec in _specs(importlib.import_module(f"poslab.studies.{name}")):
+            yield name, spec
+
+
+def test_every_declared_claim_has_a_role_and_every_na_a_declared_reason_kind():
+    from poslab.experiments.claims import NA_KINDS, ROLES
+    from poslab.experiments.spec import NA
+    seen = set()
+    for name, spec in _all_specs():
+        assert spec.role in ROLES, (name, spec.name)
+        seen.add(spec.role)
+        if spec.op is None:  # n.a. by declaration: one of the declared kinds, with its why in words
+            assert isinstance(spec.na, NA) and spec.na.kind in NA_KINDS, (name, spec.name)
+            assert len(spec.na.why.split()) >= 4, (name, spec.name, spec.na.why)
+    assert {"paper", "control", "check"} <= seen
+
+
+def test_no_paper_claim_is_na_where_its_operator_would_decide_it():
+    """A paper claim left n.a. must say why no operator on its rows could decide it (undecidable),
+    that the seed gives the number for comparison only, or what setting it needs (not run); and a
+    judged claim evaluated on rows that exist always gets a verdict."""
+    for name, spec in _all_specs():
+        if spec.op is not None:
+            (claim,) = spec.evaluate(synthetic_rows(spec, spec.threshold))
+            assert claim.holds is not None and claim.na_kind is None, (name, spec.name)
+        else:
+            (claim,) = spec.evaluate(synthetic_rows(spec, 0.5)) if spec.measure is not None else (None,)
+            if claim is not None:
+                assert claim.holds is None and claim.na_kind == spec.na.kind, (name, spec.name)
+
+
+def test_a_spec_without_operator_or_reason_and_a_bare_string_reason_are_refused():
+    with pytest.raises(ValueError, match="op .* or an na"):
+        ClaimSpec(name="x", paper="p", measure=mean("a"))
+    with pytest.raises(ValueError, match="undecidable"):
+        ClaimSpec(name="x", paper="p", measure=mean("a"), na="because")
+    with pytest.raises(ValueError, match="role"):
+        ClaimSpec(name="x", paper="p", measure=mean("a"), op=">", threshold=0, role="headline")
+    with pytest.raises(ValueError, match="say why"):
+        undecidable("no")
+
+
+def test_checks_are_shown_but_never_counted_as_verdicts():
+    from poslab.experiments.claims import Claim, counts_text, summary
+    claims = [Claim(name="a", paper="p", measured=1.0, holds=True, role="paper"),
+              Claim(name="b", paper="p", measured=1.0, holds=False, role="control"),
+              Claim(name="c", paper="p", measured=1.0, holds=True, role="check"),
+              Claim(name="d", paper="p", measured=None, holds=None, role="external", na_kind="not-run")]
+    assert summary(claims) == dict(held=1, failed=1, not_judged=1)
+    assert counts_text(claims) == "paper 1 / 0 / 0; control 0 / 1 / 0; external 0 / 0 / 1; check 1 / 0 / 0"
+    with pytest.raises(ValueError, match="na_kind"):
+        Claim(name="e", paper="p", measured=None, holds=None)
+
+
+def test_nothing_measured_is_na_not_run():
+    spec = ClaimSpec(name="x", paper="p", where=is_("length", 99), measure=mean("a"), op=">", threshold=0)
+    (claim,) = spec.evaluate([dict(length=99, a=None, seed=0)])
+    assert claim.holds is None and claim.na_kind == "not-run" and claim.note.startswith("n.a. (not run")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from poslab.experiments.claims import Claim
+from poslab.experiments.claims import NA_KINDS, ROLES, Claim
 
 Row = dict
 
@@ -245,7 +245,46 @@ def share(column: str, op: str, value, text: str = "") -> Measure:
     return Measure(column, "share", (op, value), text=text)
 
 
+# ----------------------------------------------------------------------------- n.a. reasons
+
+
+@dataclass(frozen=True)
+class NA:
+    """Why a claim carries no verdict: one of :data:`NA_KINDS` and the reason in words."""
+
+    kind: str
+    why: str
+
+    def __post_init__(self):
+        if self.kind not in NA_KINDS:
+            raise ValueError(f"NA: kind must be one of {NA_KINDS}, got {self.kind!r}")
+        if len(self.why.split()) < 4:
+            raise ValueError(f"NA({self.kind!r}): say why in words, got {self.why!r}")
+
+    @property
+    def text(self) -> str:
+        lead = {"undecidable": "the task cannot decide it", "comparison": "a number for comparison only",
+                "not-run": "not run"}[self.kind]
+        return f"{lead}: {self.why}"
+
+
+def undecidable(why: str) -> NA:
+    """The task cannot decide the claim; ``why`` says why its operator would not decide it."""
+    return NA("undecidable", why)
+
+
+def comparison_only(why: str) -> NA:
+    """The seed gives the number for comparison only (it states no criterion)."""
+    return NA("comparison", why)
+
+
+def not_run(why: str) -> NA:
+    """The setting the claim needs was not run; ``why`` says what it needs."""
+    return NA("not-run", why)
+
+
 # ----------------------------------------------------------------------------- claim specs
+
 
 OPS = (">=", "<=", ">", "<", "==", "~")  # "~": |measured - threshold| <= tol
 
@@ -263,7 +302,8 @@ class ClaimSpec:
     op: str | None = None
     threshold: float | None = None
     tol: float | None = None
-    na: str | None = None  # the reason the paper's own task cannot decide it: verdict n.a.
+    na: NA | None = None  # why the claim carries no verdict (undecidable / comparison_only / not_run)
+    role: str = "paper"  # paper | control | external | check (experiments/claims.py)
     note: str = ""
     percent: bool = False  # show the measured value and threshold as percentages
     scale_by: str | None = None  # the threshold is multiplied by this column of the group (e.g. chance)
@@ -277,6 +317,13 @@ class ClaimSpec:
             raise ValueError(f"ClaimSpec {self.name!r}: op '~' needs a tol")
         if self.op is not None and self.na is not None:
             raise ValueError(f"ClaimSpec {self.name!r}: a claim is judged (op) or n.a. (na), not both")
+        if self.na is not None and not isinstance(self.na, NA):
+            raise ValueError(f"ClaimSpec {self.name!r}: na must be undecidable(...), comparison_only(...) or "
+                             f"not_run(...), got {self.na!r}")
+        if self.op is None and self.na is None:
+            raise ValueError(f"ClaimSpec {self.name!r}: a claim needs an op (judged) or an na (with its reason)")
+        if self.role not in ROLES:
+            raise ValueError(f"ClaimSpec {self.name!r}: role must be one of {ROLES}, got {self.role!r}")
 
     def limit(self, group: list[Row]) -> float | None:
         if self.threshold is None:
@@ -316,13 +363,16 @@ class ClaimSpec:
             value = self.measure(group) if self.measure is not None else None
             holds = None if self.na else self.judge(value, group)
             note = self.note.format(**fields) if self.note else f"{fields['seeds']} seeds, {len(group)} rows"
+            na_kind = None
             if self.na:
-                note = f"n.a.: {self.na}" + (f"; {note}" if note else "")
-            elif holds is None and self.op is not None:
-                note = "n.a.: nothing measured" + (f"; {note}" if note else "")
+                na_kind = self.na.kind
+                note = f"n.a. ({self.na.text})" + (f"; {note}" if note else "")
+            elif holds is None:
+                na_kind = "not-run"
+                note = "n.a. (not run: nothing measured)" + (f"; {note}" if note else "")
             measured = value if not (self.percent and value is not None) else f"{100 * value:.1f}%"
             out.append(Claim(name=self.name.format(**fields), paper=self.paper, measured=measured, holds=holds,
-                             criterion=self.criterion(group), note=note))
+                             criterion=self.criterion(group), note=note, role=self.role, na_kind=na_kind))
         return out
 
 

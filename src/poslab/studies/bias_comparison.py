@@ -13,7 +13,19 @@ from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.fixed_offset import bucket_coverage_at, length_rows
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, at_largest, most_common, write_outputs
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, at_least, below, is_, judge_all, kind, mean, neg, probe, share
+from poslab.experiments.spec import (
+    ClaimSpec,
+    at_least,
+    below,
+    is_,
+    judge_all,
+    kind,
+    mean,
+    neg,
+    probe,
+    share,
+    undecidable,
+)
 from poslab.positional import encoding_class
 
 name = "bias-comparison"
@@ -71,7 +83,7 @@ CLAIMS = [
               & at_least("coverage", 1.0), per=("setup", "K"), measure=AT_K, op=">=", threshold=1.0, percent=True),
     ClaimSpec(name="{setup}, K={K}: cells selecting -K, lengths with untrained buckets", paper="not predicted",
               where=CELLS & is_("encoding", "t5") & below("coverage", 1.0), per=("setup", "K"), measure=AT_K,
-              na=UNTRAINED_WHY, percent=True),
+              na=undecidable(UNTRAINED_WHY), percent=True),
     ClaimSpec(name="{setup}, K={K}: cells selecting -1 (usable slope)",
               paper="K = 1: a kernel peaked at 0 and a suppressed self-logit suffice",
               where=CELLS & is_("encoding", "alibi") & is_("K", 1) & at_least("slope", USABLE_SLOPE),
@@ -84,13 +96,13 @@ CLAIMS = [
               note="{seeds} seeds, {n} cells; " + MONOTONE_WHY),
     ClaimSpec(name="{setup}, K={K}: cells selecting -K, slope too flat to order the offsets", paper="not predicted",
               where=CELLS & is_("encoding", "alibi") & below("slope", USABLE_SLOPE), per=("setup", "K"),
-              measure=AT_K, percent=True, na=FLAT_WHY),
+              measure=AT_K, percent=True, na=undecidable(FLAT_WHY)),
     ClaimSpec(name="{setup}, K={K}: cells selecting -K", paper="not predicted (no relative offset in the logit)",
               where=CELLS & kind("absolute", "none"), per=("setup", "K"), measure=AT_K,
-              na="the account predicts nothing for an absolute or position-free logit", percent=True),
+              na=undecidable("the account predicts nothing for an absolute or position-free logit"), percent=True),
     ClaimSpec(name="{setup}, K={K}: mean accuracy at unseen lengths", paper="no number given",
               where=CELLS & is_("in_range", False), per=("setup", "K"), measure=mean("accuracy"),
-              na="the paper gives no number"),
+              na=undecidable("the paper gives no number")),
 ]
 TABLES = [
     Table("Accuracy by evaluation length", by=("setup", "K"), where=CELLS,

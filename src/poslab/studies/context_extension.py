@@ -36,7 +36,7 @@ from poslab.experiments.rope_extension import (
     scaling_law_row,
 )
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe
+from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe, undecidable
 from poslab.positional.scaling_laws import base_for_length, critical_dimension, extrapolation_bound, pair_with_periods
 from poslab.probes.passkey_eval import passkey, reasoning
 from poslab.probes.positionwise import bend_rows
@@ -105,22 +105,22 @@ CLAIMS = [
               paper="extrapolation fails without extension (survey)"),
     ClaimSpec(name="passkey retrieval within the training length (the ceiling)", measure=mean("accuracy"),
               where=probe("passkey") & is_("method", "rope") & is_("multiple", 1.0),
-              paper="the ceiling extensions are measured against", na=CEILING_NA),
+              paper="the ceiling extensions are measured against", na=undecidable(CEILING_NA)),
     ClaimSpec(name="{task}: exact match within the training length (the ceiling)", measure=mean("exact"),
               where=probe("reasoning") & is_("method", "rope") & is_("multiple", 1.0), per=("task",),
-              paper="the ceiling extensions are measured against", na=CEILING_NA),
+              paper="the ceiling extensions are measured against", na=undecidable(CEILING_NA)),
     ClaimSpec(name="{task}: ranking of the methods by exact match agrees with the ranking by loss (x{multiple})",
               paper="survey: perplexity alone does not judge extension (reasoning and code tasks must)",
               where=probe("ranking"), per=("task", "multiple"), measure=mean("tau", "Kendall's tau"),
-              na="the survey predicts disagreement but gives no number; tau is reported"),
+              na=undecidable("the survey predicts disagreement but gives no number; tau is reported")),
     ClaimSpec(name="{method}: loss at L_t minus plain RoPE's", where=_at(FACTOR) & is_("extension", True)
               & is_("fine_tuning_method", False), per=("method",), measure=mean("delta_rope"), op="<", threshold=0.0,
               paper="extension helps (survey)"),
     ClaimSpec(name="{method} (no fine-tuning): loss at L_t minus plain RoPE's", where=_at(FACTOR)
               & is_("fine_tuning_method", True), per=("method",), measure=mean("delta_rope"),
-              paper="extension helps (survey)", na="PI is published as a fine-tuning method (Chen et al. 2023 "
+              paper="extension helps (survey)", na=undecidable("PI is published as a fine-tuning method (Chen et al. 2023 "
               "fine-tune after interpolating; NTK-aware scaling was proposed because interpolation alone hurts): "
-              "judged as pi+ft, shown here"),
+              "judged as pi+ft, shown here")),
     ClaimSpec(name="longrope-progressive: loss at 8 L0 minus longrope+ft's", measure=mean("diff"),
               where=probe("vs") & is_("pair", "longrope-progressive - longrope+ft"), op="<", threshold=0.0,
               paper="a second search on the fine-tuned model extends further without fine-tuning "

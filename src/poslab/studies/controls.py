@@ -26,7 +26,7 @@ from poslab.experiments.outputs import (
     write_outputs,
 )
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, is_, judge_all, maximum, mean, minimum, neg, probe, share
+from poslab.experiments.spec import ClaimSpec, is_, judge_all, maximum, mean, minimum, neg, probe, share, undecidable
 from poslab.probes.weights import rotary_kernel_rows
 from poslab.train import TrainConfig
 
@@ -80,7 +80,7 @@ CLAIMS = [
               note="{n} cells"),
     ClaimSpec(name="base: mean a* - bound (lengths x seeds)", paper="loose", where=probe("length") &
               is_("setting", "base"), per=("setting",), measure=mean("bound_gap"),
-              na="the paper gives no size for 'loose'"),
+              na=undecidable("the paper gives no size for 'loose'")),
     ClaimSpec(name="{setting}: relative range of the kernel's margin over the evaluation lengths (mean logits, "
                    "then the max over competing offsets)",
               paper="length-invariant mu (Corollary 2)", where=probe("margin_range") & is_("setting", "base"),
@@ -91,9 +91,9 @@ CLAIMS = [
               paper="length-invariant mu (Corollary 2)", where=probe("margin_range") & is_("setting", "base"),
               per=("setting",), measure=maximum("mu_range"),
               note="(max - min) / mean over lengths of the mean over seeds",
-              na="on i.i.d. tokens each competitor's logit carries content noise, and the max of L - 1 of them grows "
+              na=undecidable("on i.i.d. tokens each competitor's logit carries content noise, and the max of L - 1 of them grows "
                  "with L at any fixed kernel, so a per-sequence max margin cannot be length-invariant on this task; "
-                 "shown (it is the margin the bound uses, judged above), the kernel's margin is judged"),
+                 "shown (it is the margin the bound uses, judged above), the kernel's margin is judged")),
     ClaimSpec(name="{setting}: control: the same for the margin over the competitors' mean (not their max)",
               paper="length-invariant mu (Corollary 2)", where=probe("margin_range") & is_("setting", "base"),
               per=("setting",), measure=maximum("mu_mean_range"), op="<=", threshold=0.1,
@@ -115,12 +115,12 @@ CLAIMS = [
     ClaimSpec(name="{setting}: APE accuracy at the longest length", paper="the failure survives weight decay",
               where=LONGEST & is_("setting", *DECAY_SETTINGS) &
               is_("learned_in_range", False), per=("setting",), measure=mean("accuracy"),
-              na="the head did not learn the task at trained lengths (mean accuracy there < 0.95): a failure "
-                 "past them says nothing about decay"),
+              na=undecidable("the head did not learn the task at trained lengths (mean accuracy there < 0.95): a failure "
+                 "past them says nothing about decay")),
     ClaimSpec(name="{setting}: APE rows >= L_max, norm at end / at init", paper="no number",
               where=probe("member") & is_("setting", *DECAY_SETTINGS), per=("setting",),
               measure=mean("unseen_row_norm_ratio"),
-              na="shows whether decay reached the rows no training sequence uses (1 = untouched)"),
+              na=undecidable("shows whether decay reached the rows no training sequence uses (1 = untouched)")),
     ClaimSpec(name="APE 16-row table, {policy}: accuracy at the longest length", paper="at chance",
               where=LONGEST & is_("setting", "ape 16 rows"), per=("policy",),
               measure=mean("accuracy"), **FAILS, note="{seeds} seeds"),
@@ -136,7 +136,7 @@ CLAIMS = [
               where=probe("kernel"), measure=share("unique_max_at_0", "==", True), op=">=", threshold=1.0,
               percent=True, note="{n} (base, width) pairs"),
     *[ClaimSpec(name=f"{what} max_(4<=s<=47) g(s)/g(0) over bases {list(BASES)}, d={{d}}", paper="~0.67-0.79",
-                where=probe("kernel"), per=("d",), measure=m("ratio"), na="a range the paper reports, not a test")
+                where=probe("kernel"), per=("d",), measure=m("ratio"), na=undecidable("a range the paper reports, not a test"))
       for what, m in (("lowest", minimum), ("highest", maximum))],
 ]
 

@@ -15,7 +15,7 @@ from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.fixed_offset import length_rows
 from poslab.experiments.outputs import Column, Lines, Table, joined, select, write_outputs
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, Ref, at_least, is_, judge_all, mean, neg, probe, share
+from poslab.experiments.spec import ClaimSpec, Ref, at_least, is_, judge_all, mean, neg, probe, share, undecidable
 from poslab.probes.weights import content_covariance
 from poslab.tasks import eval_batch
 
@@ -34,10 +34,10 @@ CLAIMS = [
               paper="suppresses the self-logit (Remark 1)", where=K1, per=("K",), measure=mean("content_covariance"),
               op="<", threshold=0.0, note="mean over {seeds} seeds"),
     ClaimSpec(name="K=1: cos(m_Q, R_0 m_K)", paper="near-parallel", where=K1, per=("K",), measure=mean("cos_0"),
-              na="the paper gives no number; near-parallel is judged by the profile argmax at 0"),
+              na=undecidable("the paper gives no number; near-parallel is judged by the profile argmax at 0")),
     ClaimSpec(name="K=1: attention at delta = 0 minus a uniform head's 1/L (L = L_max)", paper="suppressed",
               where=K1, per=("K",), measure=mean("self_minus_uniform"),
-              na="the paper sets no threshold against 1/L; suppression is judged against the target's attention"),
+              na=undecidable("the paper sets no threshold against 1/L; suppression is judged against the target's attention")),
     ClaimSpec(name="K={K}: carrier pre-rotated to the target: profile argmax over delta <= 0 is -K",
               paper="yes (K >= 2)", where=PRE, per=("K",), measure=share("profile_peak", "==", neg("K")), op=">=",
               threshold=1.0, percent=True, note="share of {seeds} seeds"),

@@ -20,7 +20,18 @@ from poslab.experiments.checks import require_rotary
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, select, write_outputs
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, lower_bound, mean, minimum, probe, share
+from poslab.experiments.spec import (
+    ClaimSpec,
+    above,
+    is_,
+    judge_all,
+    lower_bound,
+    mean,
+    minimum,
+    probe,
+    share,
+    undecidable,
+)
 from poslab.probes import leakage as lk
 from poslab.probes.leakage import PRESENT
 from poslab.tasks import eval_batch
@@ -58,14 +69,14 @@ CLAIMS = [
     ClaimSpec(name="{model}: component (a) present", paper="present in all three (by construction: the causal "
               "mask's per-query denominator)", where=MODEL, per=("model",),
               measure=lower_bound("component_a", "seed mean of (a) - 2 standard errors"),
-              na="true by construction under a causal mask: query i sees i + 1 keys, so the relative fit's "
+              na=undecidable("true by construction under a causal mask: query i sees i + 1 keys, so the relative fit's "
                  "log-normaliser moves with i and (a) > 0 for any finite profile (tests/probes: pure relative logits "
-                 "give (a) > 0); its size is what this task measures, shown here and in the next rows"),
+                 "give (a) > 0); its size is what this task measures, shown here and in the next rows")),
     *[ClaimSpec(name=f"{{model}}: component ({c}) at least {PRESENT:g} of its variance (earlier line)",
                 paper="present in all three (no size given)", where=MODEL, per=("model",),
                 measure=mean(f"component_{c}", f"mean ({c}) over layers, heads and seeds"),
-                na=f"the abstract gives no size; {PRESENT:g} was poslab's own line, shown beside the presence rows "
-                   "above") for c in "ab"],
+                na=undecidable(f"the abstract gives no size; {PRESENT:g} was poslab's own line, shown beside the presence rows "
+                   "above")) for c in "ab"],
     ClaimSpec(name="NTK scaling suppresses (b)", paper="(b) smaller under NTK than standard RoPE",
               where=probe("gap") & is_("contrast", "standard - NTK"),
               measure=mean("gap", "mean (b) RoPE - NTK RoPE"), op=">", threshold=0.0),
@@ -83,7 +94,7 @@ CLAIMS = [
     ClaimSpec(name="standard RoPE: {intervention} changes early (b)", paper="-40% (BOS swap)",
               where=probe("swap") & STANDARD & is_("intervention", "bos_random", "bos_mean"),
               per=("intervention",), measure=mean("change"), percent=True,
-              na="the abstract names no replacement; the most frequent token's embedding is judged, these are shown"),
+              na=undecidable("the abstract names no replacement; the most frequent token's embedding is judged, these are shown")),
     ClaimSpec(name="fixed BOS: position-0 residual identical across inputs", paper="constant fingerprint with BOS",
               where=probe("closed"), measure=minimum("fixed_bos", "min cosine over layers and models"),
               op=">", threshold=0.9999),

@@ -15,7 +15,7 @@ from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.fixed_offset import interpolant_figure, length_rows, score_profile_fits
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, means, select, write_outputs
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, above, at_most, below, is_, judge_all, mean, probe
+from poslab.experiments.spec import ClaimSpec, above, at_most, below, is_, judge_all, mean, probe, undecidable
 from poslab.tasks import eval_batch
 
 PAPER = dict(linear_in=0.96, linear_48=0.07, softmax_acc=1.00, cos_linear=0.1, cos_softmax=0.83, carrier_linear=0.07,
@@ -71,9 +71,9 @@ CLAIMS = [
               paper="implied contrast of 'once the frequencies outnumber the training offsets'",
               where=LONGEST & LINEAR & at_most("excess_frequencies", 0) & above("excess_coefficients", 0),
               per=("d", "frequencies", "train_offsets", "length"), measure=mean("accuracy"),
-              na="the paper's two statements part at this width: its sentence counts frequencies (not more than "
+              na=undecidable("the paper's two statements part at this width: its sentence counts frequencies (not more than "
                  "the offsets), its derivation counts the d coefficients of f(delta) = sum_j A_j cos(delta theta_j "
-                 "+ psi_j) (more than the offsets: underdetermined); the derivation is judged in the row above"),
+                 "+ psi_j) (more than the offsets: underdetermined); the derivation is judged in the row above")),
     ClaimSpec(name="linear, d={d}: off-support f vs the min-norm interpolant of the on-support f: correlation",
               paper="fits the task by min-norm interpolation across rotary frequencies",
               where=MEMBER & LINEAR & above("excess_frequencies", 0), per=("d",), measure=mean("off_support_corr"),
@@ -81,11 +81,11 @@ CLAIMS = [
     ClaimSpec(name="linear, d={d}: mean abs(f) off support / f(-K)",
               paper="the min-norm interpolant is Theta(1) off support",
               where=MEMBER & LINEAR, per=("d",), measure=mean("off_support_scale"),
-              na="Theta(1) is an asymptotic statement with no finite threshold; the number is shown"),
+              na=undecidable("Theta(1) is an asymptotic statement with no finite threshold; the number is shown")),
     ClaimSpec(name="softmax, d={d}: accuracy at L={length} (capacity control for the sweep)",
               paper="softmax extrapolates", where=LONGEST & SOFTMAX & below("d", 64), per=("d", "length"),
-              measure=mean("accuracy"), na="the paper runs softmax at d = 64 only; shown to separate width from "
-                                          "normalization"),
+              measure=mean("accuracy"), na=undecidable("the paper runs softmax at d = 64 only; shown to separate width from "
+                                          "normalization")),
 ]
 TABLES = [
     Table("Accuracy by length", by=("setting", "attention", "d", "frequencies", "train_offsets"),

@@ -20,7 +20,7 @@ from poslab.experiments.charlm import NANOGPT, PRESETS, lm_study, table_length, 
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, write_outputs
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe
+from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe, undecidable
 
 name = "lm"
 title = "Character-level LM on TinyShakespeare (nanoGPT shakespeare_char recipe)"
@@ -66,7 +66,7 @@ CLAIMS = [
     ClaimSpec(name="learned APE: validation loss, whole split (this run's recipe)",
               paper=f"nanoGPT {NANOGPT['paper']['val_loss']} (20-batch estimate)",
               where=probe("lm") & is_("encoding", "learned") & is_("paper_preset", False), measure=mean("val_loss"),
-              na=OTHER_RECIPE),
+              na=undecidable(OTHER_RECIPE)),
     ClaimSpec(name="RoPE: validation loss below learned APE at the same budget", paper="lower",
               where=probe("pair"), measure=mean("rope_minus_learned", "mean RoPE - mean learned APE"), op="<",
               threshold=0.0, note="means over {seeds} seeds"),
@@ -77,7 +77,7 @@ CLAIMS = [
                    "{seeds} seeds; noisy on a shared machine"),
     ClaimSpec(name="{encoding}: training wall time per member (this run's recipe)",
               paper=f"nanoGPT {NANOGPT['paper']['seconds']} s", where=probe("lm") & is_("paper_preset", False),
-              per=("encoding",), measure=mean("machine_seconds_per_member"), na=OTHER_RECIPE),
+              per=("encoding",), measure=mean("machine_seconds_per_member"), na=undecidable(OTHER_RECIPE)),
 ]
 
 

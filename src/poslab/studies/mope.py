@@ -24,7 +24,7 @@ from poslab.experiments.charlm import RECIPES, context_loss_rows, lm_study, vali
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, group_stats, mean_std, save, select, write_outputs
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, maximum, mean, minimum, probe, share
+from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, maximum, mean, minimum, probe, share, undecidable
 from poslab.models.transformer import gate_parameter_count
 from poslab.probes.mope import gate_rows, trajectory_rows
 from poslab.train import group_names
@@ -99,7 +99,7 @@ CLAIMS = [
     ClaimSpec(name="MoPE pairs within 5% of omega sigma = c after training ({sigma_init} start)",
               paper="128 / 128 (100%)", where=probe("move") & is_("sigma_init", "boundary"), per=("sigma_init",),
               measure=share("final_gap", "<=", NEAR), percent=True,
-              na="every pair starts on the boundary (sigma0 = 0.01): staying there is not converging to it"),
+              na=undecidable("every pair starts on the boundary (sigma0 = 0.01): staying there is not converging to it")),
     ClaimSpec(name="learned tau (mean over layers, heads, models)", paper="~0.35", where=probe("gate"),
               measure=mean("tau"), op="~", threshold=0.35, tol=0.1),
     ClaimSpec(name="tokens above average energy (E > 1)", paper="~36%", where=probe("gate"),

@@ -30,6 +30,7 @@ from poslab.experiments.spec import (
     neg,
     probe,
     share,
+    undecidable,
 )
 from poslab.probes.attention import SLOPE_MAX
 
@@ -47,7 +48,7 @@ CLAIMS = [
     ClaimSpec(name="{condition}, K={K}: lowest mean accuracy over evaluation lengths",
               paper="claim stated for K >= 2", where=probe("length") & kind(*RELATIVE) & is_("K", 1),
               per=("condition", "K"), measure=minimum("accuracy", by=("length",)),
-              na="the paper states its claim for K >= 2 and treats K = 1 apart (study k1); shown: K = 1's decay"),
+              na=undecidable("the paper states its claim for K >= 2 and treats K = 1 apart (study k1); shown: K = 1's decay")),
     ClaimSpec(name="{condition}, K={K}: seed x length cells selecting offset -K", paper="100%",
               where=probe("length") & kind(*RELATIVE), per=("condition", "K"),
               measure=share("peak_offset", "==", neg("K")), op=">=", threshold=1.0, percent=True,
@@ -60,7 +61,7 @@ CLAIMS = [
               measure=mean("accuracy"), op="<=", threshold=2, scale_by="chance", note="{seeds} seeds"),
     *[ClaimSpec(name=f"{{condition}} ({role}): {what}", paper=paper, where=probe("head") & is_("role", role),
                 per=("condition",), measure=measure, note="{n} (seed, K) heads",
-                **(dict(op=op, threshold=t, percent=pct) if role == "headline" else dict(na=CONTROL_NA)))
+                **(dict(op=op, threshold=t, percent=pct) if role == "headline" else dict(na=undecidable(CONTROL_NA))))
       for role in ("headline", "control")
       for what, paper, measure, op, t, pct in (
           ("(seed, K) heads whose peak is one position < L_max at every unseen length", "pinned (Proposition 2)",

@@ -81,7 +81,7 @@ from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.ranking import rank_agreement
 from poslab.experiments.runner import Experiment, no_member_rows
-from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, mean, probe
+from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, mean, probe, undecidable
 from poslab.experiments.stages import Stages
 from poslab.store import config_hash, git_revision
 from poslab.studies.context_extension import FINE_TUNING_METHODS
@@ -114,7 +114,7 @@ CLAIMS = [
               & TRAINING_FREE, per=("method",), measure=mean("retention_cost"), op="<=", threshold=0.1,
               note="loss with the schedule minus without, windows of L0"),
     *[ClaimSpec(name=f"{{method}} (no fine-tuning): {what}", paper=paper, where=where & is_("fine_tuning_method", True),
-                per=("method", "scale"), measure=mean(column), na=FINE_TUNING_NA)
+                per=("method", "scale"), measure=mean(column), na=undecidable(FINE_TUNING_NA))
       for what, paper, where, column in (
           ("loss past L0 below no scaling's (x{scale})", "survey: PI, NTK, YaRN, ... extend the usable context",
            probe("vs_none") & above("scale", 1), "gain"),
@@ -124,16 +124,16 @@ CLAIMS = [
               paper="survey: perplexity alone does not judge extension (reasoning and code tasks must)",
               where=probe("ranking") & is_("informative", True, None), per=("task", "scale"),
               measure=mean("tau", "Kendall's tau"),
-              na="the survey predicts disagreement but gives no number; tau is reported"),
+              na=undecidable("the survey predicts disagreement but gives no number; tau is reported")),
     ClaimSpec(name="{task}: ranking of the methods by exact match agrees with the ranking by loss (x{scale})",
               paper="survey: perplexity alone does not judge extension (reasoning and code tasks must)",
               where=probe("ranking") & is_("informative", False), per=("task", "scale"),
               measure=mean("tau", "Kendall's tau"),
-              na="the checkpoint never solves this task even well within its context (short-context control), "
-                 "so every method scores 0 past L0 and the ranking cannot tell them apart"),
+              na=undecidable("the checkpoint never solves this task even well within its context (short-context control), "
+                 "so every method scores 0 past L0 and the ranking cannot tell them apart")),
     ClaimSpec(name="{method}: passkey past L0 (x{scale})", paper="survey: retrieval is part of the evaluation "
               "(no number)", where=probe("passkey") & above("scale", 1), per=("method", "scale"),
-              measure=mean("exact"), na="the survey gives no passkey number for a 135M model; reported in the table"),
+              measure=mean("exact"), na=undecidable("the survey gives no passkey number for a 135M model; reported in the table")),
 ]
 TABLES = [
     Table("Loss by position bucket (upper edge of the bucket)", by=("method", "scale"),
@@ -699,8 +699,8 @@ def claims_for(study: StudyConfig) -> list[ClaimSpec]:
     """CLAIMS; on the quick preset's random checkpoint every claim is n.a. (random weights decide nothing)."""
     if study.model.get("checkpoint") != TINY:
         return CLAIMS
-    return [dataclasses.replace(c, op=None, threshold=None, tol=None, na=c.na or "a random tiny checkpoint "
-                                "(quick preset: the code path, not the claim) cannot decide it") for c in CLAIMS]
+    return [dataclasses.replace(c, op=None, threshold=None, tol=None, na=c.na or undecidable(
+                                "a random tiny checkpoint (quick preset: the code path, not the claim) cannot decide it")) for c in CLAIMS]
 
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:

@@ -68,7 +68,7 @@ from poslab.errors import ConfigError, check_choice
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, mean_std, write_outputs
 from poslab.experiments.runner import Experiment, no_member_rows
-from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, lower_bound, mean, minimum, probe
+from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, lower_bound, mean, minimum, probe, undecidable
 from poslab.probes.leakage import PRESENT
 from poslab.store import config_hash
 
@@ -89,14 +89,14 @@ CLAIMS = [
     ClaimSpec(name="{bos}: component (a) present", paper="present in all three architectures (by construction: the "
               "causal mask's per-query denominator)", where=MODEL, per=("bos",),
               measure=lower_bound("component_a", "group mean of (a) - 2 standard errors"),
-              na="true by construction under a causal mask (the leakage study's note): its size is shown"),
+              na=undecidable("true by construction under a causal mask (the leakage study's note): its size is shown")),
     ClaimSpec(name="{bos}: component (b) present", paper="present in all three architectures", where=MODEL,
               per=("bos",), measure=lower_bound("component_b", "group mean of (b) - 2 standard errors"), op=">",
               threshold=0.0, note=GROUPS),
     *[ClaimSpec(name=f"{{bos}}: component ({c}) at least {PRESENT:g} of its variance (earlier line)",
                 paper="present in all three (no size given)", where=MODEL, per=("bos",),
                 measure=mean(f"component_{c}", f"mean ({c}) over layers, heads and groups"),
-                na=f"the abstract gives no size; {PRESENT:g} was poslab's own line, shown beside the presence rows")
+                na=undecidable(f"the abstract gives no size; {PRESENT:g} was poslab's own line, shown beside the presence rows"))
       for c in "ab"],
     ClaimSpec(name="NTK scaling suppresses (b)", paper="(b) smaller under NTK than standard RoPE",
               where=probe("contrast"), measure=lower_bound("standard_minus_ntk", "group mean of (b) standard - NTK "
@@ -113,7 +113,7 @@ CLAIMS = [
     ClaimSpec(name="{intervention} changes early (b)", paper="-40% (BOS swap)",
               where=probe("swap") & is_("intervention", "bos_random", "bos_mean"), per=("intervention",),
               measure=mean("change"), percent=True,
-              na="the abstract names no replacement; the most frequent token's embedding is judged, these are shown"),
+              na=undecidable("the abstract names no replacement; the most frequent token's embedding is judged, these are shown")),
     ClaimSpec(name="BOS at 0: position-0 residual identical across inputs", paper="constant fingerprint with BOS",
               where=probe("closed"), measure=minimum("bos_at_0", "min cosine over layers"), op=">",
               threshold=0.9999),
@@ -428,8 +428,8 @@ def claims_for(study: StudyConfig) -> list[ClaimSpec]:
     """CLAIMS; on the quick preset's random checkpoint the sink and (b) claims are n.a."""
     if study.model.get("checkpoint") != TINY:
         return CLAIMS
-    return [dataclasses.replace(c, op=None, threshold=None, tol=None, na="a random tiny checkpoint (quick preset: "
-                                "the code path) has no trained sinks") if any(t in c.name for t in TRAINED_ONLY)
+    return [dataclasses.replace(c, op=None, threshold=None, tol=None, na=undecidable("a random tiny checkpoint (quick preset: "
+                                "the code path) has no trained sinks")) if any(t in c.name for t in TRAINED_ONLY)
             else c for c in CLAIMS]
 
 

@@ -17,7 +17,7 @@ from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.fixed_offset import carrier_vs_untrained, dilution_fit_rows, length_rows, tag
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, means, select, write_outputs
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, Ref, is_, judge_all, mean, neg, probe, share
+from poslab.experiments.spec import ClaimSpec, Ref, is_, judge_all, mean, neg, probe, share, undecidable
 from poslab.probes.random_direction import N_DIRECTIONS, random_directions
 from poslab.tasks import eval_batch
 
@@ -49,14 +49,14 @@ CLAIMS = [
               measure=mean("r2"), op=">=", threshold=R2_LINEAR),
     ClaimSpec(name=LABEL + ": dilution slope c over {span} lengths {lengths}", paper="no value of c given",
               where=FIT, per=(*BY, "span", "lengths"), measure=mean("slope"),
-              na="the paper gives no value of c to compare with"),
+              na=undecidable("the paper gives no value of c to compare with")),
     ClaimSpec(name=LABEL + ": peak attention at L={length}", paper=f"{PAPER['peak_at_48']} (L=48, H=1)",
               where=probe("length") & is_("longest", True), per=(*BY, "length"), measure=mean("peak_height"),
-              na="a number the paper gives for comparison, with no tolerance"),
+              na=undecidable("a number the paper gives for comparison, with no tolerance")),
     ClaimSpec(name="degradation by dilution at scale (large rotary models)",
               paper="the account predicts degradation by dilution, not outright success, at scale",
-              where=MEMBER, na="one-layer heads at d = 64 and L <= 48 say nothing about large models beyond "
-                               "their training window; the LM and context-extension studies are the place"),
+              where=MEMBER, na=undecidable("one-layer heads at d = 64 and L <= 48 say nothing about large models beyond "
+                               "their training window; the LM and context-extension studies are the place")),
 ]
 TABLES = [
     Table("Carrier, selection and Proposition 1", by=BY, where=MEMBER, columns=(
