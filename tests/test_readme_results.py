@@ -1,5 +1,6 @@
 """The README's results table is read from the stored paper-preset claims, not typed beside them:
-each study row's yes / no / n.a. counts equal those of docs/paper-preset/<study>/claims.json."""
+each study row's counts per role (yes / no / n.a.) equal those of docs/paper-preset/<study>/claims.json,
+and every stored claim carries its role (and an n.a. its reason kind)."""
 
 import json
 import re
@@ -7,31 +8,46 @@ from pathlib import Path
 
 import pytest
 
+from poslab.experiments.claims import NA_KINDS, ROLES, Claim, counts_text
+
 ROOT = Path(__file__).resolve().parents[1]
-ROW = re.compile(r"^\| `(?P<study>[a-z0-9-]+)` \|.*\| (?P<yes>\d+) / (?P<no>\d+) / (?P<na>\d+) \|[^|]*\|\s*$")
+ROW = re.compile(r"^\| `(?P<study>[a-z0-9-]+)` \|.*\| (?P<counts>(?:[a-z]+ \d+ / \d+ / \d+(?:; )?)+) \|[^|]*\|\s*$")
 
 
-def readme_counts() -> dict[str, tuple[int, int, int]]:
+def readme_counts() -> dict[str, str]:
     out = {}
     for line in (ROOT / "README.md").read_text().splitlines():
         m = ROW.match(line)
         if m:
-            out[m["study"]] = (int(m["yes"]), int(m["no"]), int(m["na"]))
+            out[m["study"]] = m["counts"].strip()
     return out
 
 
-def stored_counts(study: str) -> tuple[int, int, int]:
+def stored(study: str) -> list[dict]:
     claims = json.loads((ROOT / "docs" / "paper-preset" / study / "claims.json").read_text())
-    claims = claims["claims"] if isinstance(claims, dict) else claims
-    holds = [c["holds"] for c in claims]
-    return holds.count(True), holds.count(False), holds.count(None)
+    return claims["claims"] if isinstance(claims, dict) else claims
+
+
+STUDIES = sorted(p.name for p in (ROOT / "docs" / "paper-preset").iterdir() if (p / "claims.json").exists())
 
 
 def test_the_readme_has_a_counted_row_for_every_stored_paper_preset_run():
-    stored = {p.name for p in (ROOT / "docs" / "paper-preset").iterdir() if (p / "claims.json").exists()}
-    assert stored and stored <= set(readme_counts()), sorted(stored - set(readme_counts()))
+    assert STUDIES and set(STUDIES) <= set(readme_counts()), sorted(set(STUDIES) - set(readme_counts()))
 
 
-@pytest.mark.parametrize("study", sorted(readme_counts()))
-def test_readme_counts_are_the_stored_claims(study):
-    assert readme_counts()[study] == stored_counts(study)
+@pytest.mark.parametrize("study", STUDIES)
+def test_every_stored_claim_has_a_role_and_every_na_its_reason_kind(study):
+    for c in stored(study):
+        assert c.get("role") in ROLES, (study, c["name"])
+        if c["holds"] is None:
+            assert c.get("na_kind") in NA_KINDS, (study, c["name"])
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_readme_counts_per_role_are_the_stored_claims(study):
+    assert readme_counts()[study] == counts_text([Claim(**c) for c in stored(study)])
+
+
+def test_the_count_cell_reads_roles_in_order():
+    line = "| `x` | a | b | c | paper 1 / 0 / 2; check 3 / 0 / 0 | ran |"
+    assert ROW.match(line)["counts"] == "paper 1 / 0 / 2; check 3 / 0 / 0"

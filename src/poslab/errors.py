@@ -19,6 +19,11 @@ class ConfigError(ValueError):
         self.field, self.value, self.allowed = field, value, allowed
         super().__init__(f"{field}: got {value!r}; allowed: {allowed}")
 
+    def __reduce__(self):
+        """Rebuilt from its three fields, so the error survives the trip back from a worker process
+        (the default pickling would call ``__init__`` with the message alone)."""
+        return (type(self), (self.field, self.value, self.allowed))
+
 
 def check_choice(field: str, value: object, allowed: Iterable[object]) -> None:
     """Raise ConfigError unless ``value`` is one of ``allowed``."""

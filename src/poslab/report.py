@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from poslab.experiments.claims import Claim, claims_markdown, markdown_table, read_claims, summary
+from poslab.experiments.claims import Claim, by_role, claims_markdown, counts_text, markdown_table, read_claims, summary
 from poslab.experiments.stages import is_stage
 from poslab.store import Store
 
@@ -101,16 +101,16 @@ def _totals(secs: list[Section]) -> list[list]:
     rows, total = [], Counter()
     for s in secs:
         if s.claims is None:
-            rows.append([s.name, s.title, "-", "-", "-", "no claims.json (run the experiment to write it)"])
+            rows.append([s.name, s.title, "-", "-", "-", "-", "no claims.json (run the experiment to write it)"])
             continue
         c = summary(s.claims)
         total.update(c)
-        rows.append([s.name, s.title, c["held"], c["failed"], c["not_judged"], ""])
-    rows.append(["all", "", total["held"], total["failed"], total["not_judged"], ""])
+        rows.append([s.name, s.title, c["held"], c["failed"], c["not_judged"], counts_text(s.claims), ""])
+    rows.append(["all", "", total["held"], total["failed"], total["not_judged"], "", ""])
     return rows
 
 
-SUMMARY_HEADER = ["experiment", "reproduces", "claims met", "not met", "not judged", "note"]
+SUMMARY_HEADER = ["experiment", "reproduces", "verdicts met", "not met", "n.a.", "by role: yes / no / n.a.", "note"]
 
 
 def render_markdown(secs: list[Section], store: Path, out: Path) -> str:
@@ -168,10 +168,10 @@ def render_html(secs: list[Section], store: Path) -> str:
         headline = _headline(s.name, figures)
         claims_html = "<p>No claims.json yet: run the study to write it.</p>"
         if s.claims is not None:
-            body = [[c.name, c.paper, c.measured_text(), c.criterion,
-                     {True: "yes", False: "no", None: "n.a."}[c.holds], c.note] for c in s.claims]
+            body = [[c.role, c.name, c.paper, c.measured_text(), c.criterion,
+                     {True: "yes", False: "no", None: "n.a."}[c.holds], c.note] for c in by_role(s.claims)]
             claims_html = "<h3>The paper beside this run</h3>" + _html_table(
-                ["claim", "paper", "measured", "criterion", "met", "note"], body, verdict_col=4)
+                ["role", "claim", "paper", "measured", "criterion", "met", "note"], body, verdict_col=5)
         parts.append(f'<div class="study"><div>{claims_html}</div>'
                      + (_figure(headline) if headline is not None else "") + "</div>")
         parts += [_figure(f) for f in figures if f != headline]

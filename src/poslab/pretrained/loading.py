@@ -31,8 +31,8 @@ FIELD = "--model"
 
 @dataclass(frozen=True)
 class Source:
-    kind: str  # "dir" | "gguf" | "hub"
-    path: str  # the directory, the .gguf file, or the hub id
+    kind: str  # "dir" | "gguf" | "hub" | "config" (a JSON config under any name: inspect only, no weights)
+    path: str  # the directory, the .gguf file, the JSON file, or the hub id
     name: str  # what the user asked for
 
 
@@ -66,8 +66,10 @@ def resolve(spec: str | os.PathLike, field: str = FIELD) -> Source:
             return Source("gguf", str(path), spec)
         if path.name == "config.json":
             return Source("dir", str(path.parent), spec)
-        raise ConfigError(field, spec, "a GGUF file, a directory with config.json, a config.json, "
-                                       f"or one of {', '.join(BUILTIN)} (this file is neither)")
+        if _is_model_config(path):  # a config kept under another name: inspectable, holds no weights
+            return Source("config", str(path), spec)
+        raise ConfigError(field, spec, "a GGUF file, a directory with config.json, a JSON file holding a model "
+                                       f"config, or one of {', '.join(BUILTIN)} (this file is neither)")
     parts = spec.split("/")
     if len(parts) == 2 and all(parts) and not spec.startswith((".", "~")):
         return Source("hub", spec, spec)  # a hub id: needs a network (untested here)
@@ -75,11 +77,44 @@ def resolve(spec: str | os.PathLike, field: str = FIELD) -> Source:
                                    f"{', '.join(BUILTIN)}")
 
 
+def _is_model_config(path: Path) -> bool:
+    """A JSON object with a ``model_type`` or ``architectures`` field, whatever the file is called."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1)
+        if head not in (b"{", b" ", b"\n", b"\t", b"\r"):
+            return False
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and ("model_type" in data or "architectures" in data)
+
+
+ENCODER_TYPES = ("bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "xlm-roberta",
+                 "mpnet", "camembert", "modernbert", "t5", "mt5", "bart", "mbart", "marian", "pegasus")
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def require_causal(config: dict, name: str) -> None:
+    """ConfigError for an encoder-only or encoder-decoder checkpoint: poslab's pretrained studies read
+    a causal language model's next-token loss and attention (a BERT loaded as a causal LM would get a
+    new random head and report a loss near ln(vocabulary))."""
+    model_type = str(config.get("model_type", ""))
+    archs = [str(a) for a in config.get("architectures") or []]
+    if model_type in ENCODER_TYPES and not config.get("is_decoder"):
+        raise ConfigError(FIELD, name, f"a causal (decoder-only) language model; this is a {model_type} "
+                                       f"{'/'.join(archs) or 'model'}, not causal")
+    if archs and not any(a.endswith(CAUSAL_SUFFIXES) for a in archs):
+        raise ConfigError(FIELD, name, f"a causal language model (architectures ending in "
+                                       f"{' / '.join(CAUSAL_SUFFIXES)}); this one declares {', '.join(archs)}")
+
+
 def read_config(source: Source) -> dict:
     """The checkpoint's Hugging Face config as a plain dict (no weights are read)."""
-    if source.kind == "dir":
+    if source.kind in ("dir", "config"):
+        path = Path(source.path) / "config.json" if source.kind == "dir" else Path(source.path)
         try:
-            return json.loads((Path(source.path) / "config.json").read_text())
+            return json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise ConfigError(FIELD, source.name, f"a readable JSON config.json ({e})") from None
     if source.kind == "gguf":
@@ -92,6 +127,17 @@ def read_config(source: Source) -> dict:
     except (OSError, ValueError) as e:
         raise ConfigError(FIELD, source.name, f"a hub id this machine can download, or a local path "
                                               f"({str(e).splitlines()[0][:120]})") from None
+
+
+def read_causal_config(source: Source) -> dict:
+    """:func:`read_config` for a study that will load the checkpoint: a config without weights and an
+    encoder or other non-causal model are refused here, before any work."""
+    if source.kind == "config":
+        raise ConfigError(FIELD, source.name, "a checkpoint with weights (a directory with config.json and "
+                                              "weights, or a GGUF file); a config alone can only be inspected")
+    config = read_config(source)
+    require_causal(config, source.name)
+    return config
 
 
 def gguf_metadata(path: str) -> dict:

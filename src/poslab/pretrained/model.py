@@ -56,7 +56,7 @@ from poslab.experiments.executors import MEMORY_FRACTION, memory_bytes
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.loss import masked_cross_entropy
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies, unscaled_positions
-from poslab.pretrained.loading import Source, content_hash, read_config, require_transformers, resolve
+from poslab.pretrained.loading import Source, content_hash, read_config, require_causal, require_transformers, resolve
 from poslab.tasks.base import Batch
 
 DTYPES = ("float32", "bfloat16")
@@ -496,10 +496,14 @@ def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | No
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", device, "cpu (no CUDA device is available here)")
     source = resolve(spec)
+    if source.kind == "config":
+        raise ConfigError("--model", source.name, "a checkpoint with weights (a directory with config.json and "
+                                                  "weights, or a GGUF file); a config alone can only be inspected")
     require_transformers()
     config = read_config(source)  # a GGUF of an unsupported architecture stops here
     if "rope_parameters" not in config and "rope_scaling" not in config and config.get("model_type") is None:
         raise ConfigError("--model", source.name, "a causal language model config")
+    require_causal(config, source.name)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = getattr(torch, dtype)
@@ -520,7 +524,19 @@ def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | No
                                                            if "gguf_file" in kwargs else {}))
     except (ValueError, OSError, KeyError, TypeError):
         tokenizer = None  # a model without a tokenizer reads bytes (see encode_text)
+    if tokenizer is not None and is_empty_tokenizer(tokenizer):
+        tokenizer = None  # transformers builds an empty one from a folder with no tokenizer files
     return PretrainedLM(hf.to(device), source=source, tokenizer=tokenizer, key=content_hash(source))
+
+
+def is_empty_tokenizer(tokenizer) -> bool:
+    """A tokenizer with no real vocabulary: no more entries than its special tokens (and at most 8).
+    transformers 5 builds one (1-5 entries) for a folder without tokenizer files."""
+    try:
+        size = len(tokenizer)
+    except TypeError:
+        return False
+    return size <= max(8, len(getattr(tokenizer, "all_special_tokens", ()) or ()))
 
 
 def encode_text(model: PretrainedLM, text: str) -> Tensor:

@@ -294,14 +294,14 @@ def checkpoint_source(name: str):
 
 def check(study: StudyConfig) -> None:
     """Every refusal before any weights are read: settings, the checkpoint, the schedule, memory."""
-    from poslab.pretrained.loading import read_config, require_transformers
+    from poslab.pretrained.loading import read_causal_config, require_transformers
     from poslab.pretrained.model import require_attention_fits
     from poslab.pretrained.table import entry_from_config
 
     m = settings(study)
     require_transformers()
     check_choice("model.dtype", m["dtype"], ("float32", "bfloat16"))
-    cfg = read_config(checkpoint_source(m["checkpoint"]))
+    cfg = read_causal_config(checkpoint_source(m["checkpoint"]))
     entry = entry_from_config(cfg)
     methods = [x for x in study.axis("model.method") if x != "none"]
     if methods and entry["encoding"] != "rope":

@@ -195,13 +195,13 @@ def settings(study: StudyConfig) -> dict:
 
 def check(study: StudyConfig) -> None:
     from poslab.experiments.executors import MEMORY_FRACTION, memory_bytes
-    from poslab.pretrained.loading import read_config, require_transformers
+    from poslab.pretrained.loading import read_causal_config, require_transformers
     from poslab.pretrained.model import require_attention_fits
     from poslab.studies.pretrained_extension import checkpoint_source
 
     m = settings(study)
     require_transformers()
-    cfg = read_config(checkpoint_source(m["checkpoint"]))
+    cfg = read_causal_config(checkpoint_source(m["checkpoint"]))
     heads = cfg.get("num_attention_heads") or cfg.get("n_head")
     layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
     require_attention_fits("model.length", m["length"], m["length"], heads, layers, batch=2,
