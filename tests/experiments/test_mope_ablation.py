@@ -21,16 +21,16 @@ def test_quick_preset_end_to_end(tmp_path):
     study = exp.study("quick")
     assert get_experiment("mope") is exp.EXPERIMENT
     groups = {m.group_key() for m in members("mope", study)}
-    assert len(groups) == 4  # one ensemble per cell: its seeds train together
+    assert len(groups) == 6  # one ensemble per cell: its seeds train together
     with Store(tmp_path / "s.sqlite") as store:
         summary = run_study(exp.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
-    assert summary["trained"] == 4 * study.seeds
+    assert summary["trained"] == 6 * study.seeds
     assert {p.name for p in summary["files"]} == {"rows.csv", "table.md", "claims.json", "pairs.png",
                                                   "positionwise.png", "pair_trajectory.png"}
     rows = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
     member = [r for r in rows if r["probe"] == "member"]
-    assert {(r["encoding"], r["energy_gate"]) for r in member} == {("rope", "False"), ("rope", "True"),
-                                                                   ("mope", "False"), ("mope", "True")}
+    assert {(r["encoding"], r["energy_gate"]) for r in member} == {(e, g) for e in ("rope", "mope", "sinusoidal")
+                                                                   for g in ("False", "True")}
     assert all(math.isfinite(float(r["val_loss"])) for r in member)
     gated = {r["energy_gate"]: int(r["gate_parameters"]) for r in member}
     D, H, L = study.model["d_model"], study.model["n_heads"], study.model["n_layers"]
@@ -48,13 +48,17 @@ def test_quick_preset_end_to_end(tmp_path):
     assert any(abs(end[(r["energy_gate"], r["seed"], r["head"], r["pair"])] / float(r["sigma"]) - 1) > 1e-3
                for r in start)  # sigma moved: its own lr, no weight decay
     gates = [r for r in rows if r["probe"] == "gate"]
-    assert {r["energy_gate"] for r in gates} == {"True"} and len(gates) == 2 * study.seeds * L * H
+    assert {r["energy_gate"] for r in gates} == {"True"} and len(gates) == 3 * study.seeds * L * H
     positions = [r for r in rows if r["probe"] == "positionwise"]
     assert {int(r["length"]) for r in positions} == set(study.eval.lengths)
     moves = [r for r in rows if r["probe"] == "move"]
     assert len(moves) == 2 * study.seeds * H * (D // H // 2) and {r["sigma_init"] for r in moves} == {"context"}
-    claims = json.loads((tmp_path / "out" / "claims.json").read_text())
-    assert [c["paper"] for c in claims[:3]] == ["+0.119", "+0.092", "-0.032"]
+    claims = {c["name"]: c for c in json.loads((tmp_path / "out" / "claims.json").read_text())}
+    seed = {b: claims[f"MoPE + EGA: improvement over standard attention ({b} baseline, nats)"] for b in exp.BASELINES}
+    assert [(c["paper"], c["role"]) for c in seed.values()] == [("+0.119", "paper"), ("+0.119", "control")]
+    assert {c["role"] for c in claims.values() if c["paper"] in ("+0.092", "-0.032", "~0.35")} == {"external"}
+    assert {n.split(":")[0] for n in claims if n.startswith("MoPE + EGA beats")} == {"MoPE + EGA beats EGA alone",
+                                                                                     "MoPE + EGA beats MoPE alone"}
     table = (tmp_path / "out" / "table.md").read_text()
     assert "paper (nats, assumed)" in table and "+0.119" in table and "2 seeds (0, 1)" in table
 
@@ -79,7 +83,7 @@ def test_gpu_preset_is_near_the_published_scale():
     from poslab.models.transformer import Transformer
 
     study = exp.study("gpu")
-    point = members("mope", study)[-1].study  # MoPE + EGA
+    point = next(m.study for m in members("mope", study) if m.study.encoding == "mope" and m.study.model["energy_gate"])
     model = Transformer(resolve_model_config(point, resolve_task(point)))
     n = sum(p.numel() for p in model.parameters())
     assert 4e6 < n < 6e6 and study.train.max_length == 256
@@ -90,23 +94,34 @@ def test_gpu_preset_is_near_the_published_scale():
 def test_improvements_are_paired_by_seed():
     rows = []
     for (enc, gate), losses in {("rope", False): [2.0, 3.0], ("rope", True): [1.9, 2.7],
-                                ("mope", False): [2.1, 3.0], ("mope", True): [1.85, 2.8]}.items():
+                                ("mope", False): [2.1, 3.0], ("mope", True): [1.85, 2.8],
+                                ("sinusoidal", False): [1.8, 2.9], ("sinusoidal", True): [1.9, 2.9]}.items():
         rows += [dict(probe="member", encoding=enc, energy_gate=gate, seed=s, val_loss=v, parameters=100,
                       gate_parameters=2 if gate else 0) for s, v in enumerate(losses)]
     derived = exp.derived_rows(rows)
     gains = {}
     for g in derived:
         if g["probe"] == "gain":
-            gains.setdefault((g["encoding"], g["energy_gate"]), []).append(g["gain"])
-    assert gains[("rope", True)] == pytest.approx([0.1, 0.3])
-    assert gains[("mope", False)] == pytest.approx([-0.1, 0.0])
-    assert gains[("mope", True)] == pytest.approx([0.15, 0.2])
-    (order,) = [g for g in derived if g["probe"] == "ordering"]
-    assert order["margin"] == pytest.approx(0.175 - 0.2)  # MoPE+EGA (0.175) below EGA alone (0.2)
+            gains.setdefault((g["encoding"], g["energy_gate"], g["baseline"]), []).append(g["gain"])
+    assert gains[("rope", True, "rope")] == pytest.approx([0.1, 0.3])
+    assert gains[("mope", False, "rope")] == pytest.approx([-0.1, 0.0])
+    assert gains[("mope", True, "rope")] == pytest.approx([0.15, 0.2])
+    assert gains[("mope", True, "sinusoidal")] == pytest.approx([-0.05, 0.1])  # the other reading of "standard"
+    assert ("sinusoidal", False, "sinusoidal") not in gains and ("rope", False, "rope") not in gains
+    beats = {(g["component"], g["seed"]): g["diff"] for g in derived if g["probe"] == "beats"}
+    assert beats == pytest.approx({("EGA alone", 0): 0.05, ("EGA alone", 1): -0.1,
+                                   ("MoPE alone", 0): 0.25, ("MoPE alone", 1): 0.2})
     claims = {c.name: c for c in exp.judge_all(exp.CLAIMS, rows + derived)}
-    assert claims["MoPE + EGA: improvement over standard attention (nats)"].holds is True
-    assert claims["MoPE alone: improvement over standard attention (nats)"].holds is False  # seed 1 ties
-    assert claims["ordering MoPE+EGA > EGA alone > MoPE alone"].holds is False
+    rope = claims["MoPE + EGA: improvement over standard attention (rope baseline, nats)"]
+    sinusoidal = claims["MoPE + EGA: improvement over standard attention (sinusoidal baseline, nats)"]
+    assert (rope.holds, rope.role) == (True, "paper") and (sinusoidal.holds, sinusoidal.role) == (False, "control")
+    alone = claims["MoPE alone: improvement over standard attention (rope baseline, nats)"]
+    assert alone.holds is False and alone.role == "external"  # seed 1 ties
+    # pair minus component, per seed: the mean less 2 standard errors of (0.05, -0.1) is below 0, of (0.25, 0.2) above
+    ega = claims["MoPE + EGA beats EGA alone: loss(EGA alone) - loss(MoPE + EGA), paired by seed"]
+    mope = claims["MoPE + EGA beats MoPE alone: loss(MoPE alone) - loss(MoPE + EGA), paired by seed"]
+    assert ega.holds is False and ega.measured == pytest.approx(-0.025 - 2 * 0.075)
+    assert mope.holds is True and mope.measured == pytest.approx(0.225 - 2 * 0.025)
     assert {g["share"] for g in derived if g["probe"] == "gate_share"} == {0.02}
 
 
@@ -124,12 +139,14 @@ def test_boundary_claims_read_initial_and_final_pairs():
     assert {m["sigma_init"] for m in moves} == {"context"}
     claims = {c.name: c for c in exp.judge_all(exp.CLAIMS, rows + exp.derived_rows(rows))}
     final = claims["MoPE pairs within 5% of omega sigma = c after training (context start)"]
-    reach = claims["MoPE pairs off the boundary at initialization that reach it"]
-    assert final.holds is False and final.measured == "66.7%"
-    assert reach.holds is False and reach.measured == "50.0%"
+    reach = claims["MoPE pairs off omega sigma = c at initialization that reach it"]
+    assert final.holds is False and final.measured == "66.7%" and final.role == "control"
+    assert reach.holds is False and reach.measured == "50.0%" and reach.role == "control"
+    common = claims["MoPE pairs within 5% of their model's common omega sigma = c' after training (context start)"]
+    assert common.role == "paper" and common.holds is False and common.measured == "66.7%"  # 1.3 is 27% off 1.02
     boundary = _pairs(0, [1.001, 1.002], init_sigma=0.01) + _pairs(100, [1.0, 1.0], init_sigma=0.01)
     (na,) = [c for c in exp.judge_all(exp.CLAIMS, exp.derived_rows(boundary)) if "boundary start" in c.name]
-    assert na.holds is None and na.note.startswith("n.a.: every pair starts on the boundary")
+    assert na.holds is None and na.na_kind == "undecidable" and "every pair starts on the boundary" in na.note
 
 
 def test_pair_rows_read_a_snapshot_not_the_live_weights():
@@ -148,3 +165,22 @@ def test_pair_rows_read_a_snapshot_not_the_live_weights():
     torch.testing.assert_close(sigma, (5 / theta + 2 * 16.0).expand_as(sigma))  # c / omega + 2 sigma0
     assert all(r["step"] == 7 for r in rows)
     assert model.encoding.log_sigma_scale.abs().max() == 0  # the live weights are untouched
+
+
+def test_a_common_boundary_is_found_without_assuming_c():
+    """Pairs that all end at omega sigma = 7.5 (1.5 c) share one boundary c' and none is within 5% of c;
+    one pair 6% off the others' product breaks it."""
+    rows = _pairs(0, [3.0, 1.1, 2.0]) + _pairs(100, [1.5, 1.5, 1.52])
+    moves = [r for r in exp.derived_rows(rows) if r["probe"] == "move"]
+    assert [m["final_spread_gap"] for m in moves] == pytest.approx([0.0, 0.0, 0.02 / 1.5])
+    assert [m["initial_spread_gap"] for m in moves] == pytest.approx([0.5, 0.45, 0.0])
+    name = "MoPE pairs within 5% of their model's common omega sigma = c' after training (context start)"
+    claims = {c.name: c for c in exp.judge_all(exp.CLAIMS, exp.derived_rows(rows))}
+    assert claims[name].holds is True
+    assert claims["MoPE pairs within 5% of omega sigma = c after training (context start)"].holds is False
+    off = _pairs(0, [3.0, 1.1, 2.0]) + _pairs(100, [1.5, 1.5, 1.59])  # 6% above the median 1.5
+    claims = {c.name: c for c in exp.judge_all(exp.CLAIMS, exp.derived_rows(off))}
+    assert claims[name].holds is False and claims[name].measured == "66.7%"
+    assert exp._common_share(_pairs(100, [1.5, 1.5, 1.52])) == 1.0
+    assert exp._common_share(_pairs(100, [1.5, 1.5, 1.59])) == pytest.approx(2 / 3)
+    assert exp._log_spread(_pairs(100, [2.0, 2.0])) == pytest.approx(0.0)
