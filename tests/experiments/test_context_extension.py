@@ -62,6 +62,7 @@ def test_quick_end_to_end_every_method_is_a_stored_run(tmp_path, monkeypatch):
         assert all(f"| {m} |" in table for m in ce.METHODS) and "Methods without rows" not in table
         assert "Reasoning and code: exact match" in table and "| base2x+ft | code |" in table
         assert "Rankings: methods by exact match" in table and "ranking of the methods by exact match" in table
+        assert "Computing positions past L0 is not using them" in table
         stored = store.rows(keys=[r["key"] for r in runs])
         results = [r for r in stored if r.get("probe") == "search_result"]
         assert {(r["method"], r["set"]) for r in results} == {
@@ -199,6 +200,33 @@ def test_bend_rows_flat_then_rising_and_the_shift():
 def test_claims_flip():
     report = check_flips(ce.CLAIMS)
     assert not report.failures and len(report.judged) == len([c for c in ce.CLAIMS if c.op is not None])
+
+
+def _unused_inputs(ntk_loss: float, ntk_keys_Lt: float, ntk_keys_L0: float = 0.8) -> list[dict]:
+    """Plain RoPE and NTK, one seed, L0 = 32 (L_t = 128): losses at L_t and passkey exact match by depth."""
+    rows = [dict(probe="loss", method="rope", seed=0, length=128, loss=2.3),
+            dict(probe="loss", method="ntk", seed=0, length=128, loss=ntk_loss)]
+    for method, at_L0, at_Lt in (("rope", 1.0, 0.0), ("ntk", ntk_keys_L0, ntk_keys_Lt)):
+        rows += [dict(probe="passkey", method=method, seed=0, length=L, depth=d, accuracy=a)
+                 for L, a in ((32, at_L0), (128, at_Lt)) for d in (0.0, 1.0)]
+    return rows
+
+
+@pytest.mark.parametrize("ntk_loss, keys_Lt, keys_L0, unused", [
+    (2.05, 0.0, 0.8, 1.0),  # lower loss at L_t, the passkey lost there: computes positions without using them
+    (2.35, 0.0, 0.8, 0.0),  # no loss gain over plain RoPE
+    (2.05, 0.39, 0.8, 1.0),  # just below half its own share at L0
+    (2.05, 0.4, 0.8, 0.0),  # half of it kept: not lost
+    (2.05, 0.0, 0.4, 0.0),  # never kept the passkey within L0: its loss past L0 says nothing about using positions
+])
+def test_unused_rows_need_a_loss_gain_and_a_passkey_lost_past_L0(ntk_loss, keys_Lt, keys_L0, unused):
+    rows = ce.unused_rows(_unused_inputs(ntk_loss, keys_Lt, keys_L0), 32)
+    got = {r["method"]: r for r in rows}
+    assert got["rope"]["unused"] == 0.0 and got["rope"]["gain"] == 0.0  # plain RoPE gains nothing over itself
+    assert got["ntk"]["gain"] == pytest.approx(2.3 - ntk_loss) and got["ntk"]["passkey_Lt"] == keys_Lt
+    assert got["ntk"]["unused"] == unused
+    (claim,) = ce.judge_all(ce.CLAIMS[:1], rows)
+    assert claim.holds is (unused == 1.0) and claim.role == "paper"
 
 
 class Scripted(torch.nn.Module):

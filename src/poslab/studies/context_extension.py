@@ -36,7 +36,7 @@ from poslab.experiments.rope_extension import (
     scaling_law_row,
 )
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe, undecidable
+from poslab.experiments.spec import ClaimSpec, comparison_only, is_, judge_all, maximum, mean, probe
 from poslab.positional.scaling_laws import base_for_length, critical_dimension, extrapolation_bound, pair_with_periods
 from poslab.probes.passkey_eval import passkey, reasoning
 from poslab.probes.positionwise import bend_rows
@@ -89,9 +89,13 @@ def schedules(L0: int, s: float = FACTOR) -> dict[str, dict]:
 
 # ----------------------------------------------------------------------------- claims, tables, figures
 
-CEILING_NA = ("a precondition of the ranking, not a claim of the survey: below 0.5 exact match within L0 the task "
-              "cannot rank the extensions; shown")
-FINE_TUNING_METHODS = ("pi",)  # published with fine-tuning: their training-free use is shown, not judged
+# a task retrieved or solved in fewer than half of the trials within L0 cannot rank the extensions past it (a check);
+# a method "keeps" the passkey within L0 at this share, and "loses" it past L0 below CEILING x its own share at L0
+CEILING = 0.5
+FINE_TUNING_METHODS = ("pi",)  # published with fine-tuning: their training-free use is a control
+LIU = "Liu et al. 2023, arXiv 2310.05209 (scaling laws of RoPE extrapolation), not the survey"
+DING = "Ding et al. 2024, arXiv 2402.13753 (LongRoPE), not the survey"
+SHANG = "Shang et al. 2025, arXiv 2502.20082 (LongRoPE2), not the survey"
 
 
 def _at(multiple: float):
@@ -99,55 +103,73 @@ def _at(multiple: float):
 
 
 CLAIMS = [
+    ClaimSpec(name="a method lowers the loss at L_t below plain RoPE's and loses the passkey there (every seed)",
+              paper="the ability to compute positional features beyond the training length does not imply reliable "
+                    "long-context generalization (survey's central conclusion)",
+              where=probe("unused"), measure=maximum("unused", "most methods' share of seeds", by=("method",)),
+              op=">=", threshold=1.0,
+              note="per method and seed, 1 when loss(rope, L_t) - loss(method, L_t) > 0, passkey exact match at L0 "
+                   f">= {CEILING:g} and at L_t < {CEILING:g} x that at L0; the highest over methods of the seed mean "
+                   "(1: some method does it in every seed); table 'Computing positions past L0 is not using them'"),
     ClaimSpec(name="plain RoPE: loss at the longest length minus loss at L0",
               where=probe("loss") & is_("method", "rope")
               & is_("longest", True), measure=mean("delta_L0"), op=">", threshold=0.0,
               paper="extrapolation fails without extension (survey)"),
     ClaimSpec(name="passkey retrieval within the training length (the ceiling)", measure=mean("accuracy"),
-              where=probe("passkey") & is_("method", "rope") & is_("multiple", 1.0),
-              paper="the ceiling extensions are measured against", na=undecidable(CEILING_NA)),
+              where=probe("passkey") & is_("method", "rope") & is_("multiple", 1.0), op=">=", threshold=CEILING,
+              paper="the ceiling extensions are measured against", role="check",
+              note="{seeds} seeds; a precondition of the ranking and of the central conclusion, not a claim of the "
+                   "survey: below it the task cannot rank the extensions past L0"),
     ClaimSpec(name="{task}: exact match within the training length (the ceiling)", measure=mean("exact"),
-              where=probe("reasoning") & is_("method", "rope") & is_("multiple", 1.0), per=("task",),
-              paper="the ceiling extensions are measured against", na=undecidable(CEILING_NA)),
+              where=probe("reasoning") & is_("method", "rope") & is_("multiple", 1.0), per=("task",), op=">=",
+              threshold=CEILING, paper="the ceiling extensions are measured against", role="check",
+              note="{seeds} seeds; a precondition of the ranking, not a claim of the survey: below it the task cannot "
+                   "rank the extensions past L0"),
     ClaimSpec(name="{task}: ranking of the methods by exact match agrees with the ranking by loss (x{multiple})",
               paper="survey: perplexity alone does not judge extension (reasoning and code tasks must)",
               where=probe("ranking"), per=("task", "multiple"), measure=mean("tau", "Kendall's tau"),
-              na=undecidable("the survey predicts disagreement but gives no number; tau is reported")),
+              na=comparison_only("the survey predicts disagreement but gives no number for tau; tau is shown, and "
+                                 "the disagreement is judged as the central conclusion (first claim)")),
     ClaimSpec(name="{method}: loss at L_t minus plain RoPE's", where=_at(FACTOR) & is_("extension", True)
               & is_("fine_tuning_method", False), per=("method",), measure=mean("delta_rope"), op="<", threshold=0.0,
               paper="extension helps (survey)"),
     ClaimSpec(name="{method} (no fine-tuning): loss at L_t minus plain RoPE's", where=_at(FACTOR)
-              & is_("fine_tuning_method", True), per=("method",), measure=mean("delta_rope"),
-              paper="extension helps (survey)", na=undecidable("PI is published as a fine-tuning method (Chen et al. 2023 "
-              "fine-tune after interpolating; NTK-aware scaling was proposed because interpolation alone hurts): "
-              "judged as pi+ft, shown here")),
+              & is_("fine_tuning_method", True), per=("method",), measure=mean("delta_rope"), op="<", threshold=0.0,
+              paper="extension helps (survey)", role="control",
+              note="{seeds} seeds; another setting than the method's: PI is published with fine-tuning (Chen et al. "
+                   "2023, arXiv 2306.15595; NTK-aware scaling was proposed because interpolation alone hurts), "
+                   "judged in its own setting as pi+ft"),
     ClaimSpec(name="longrope-progressive: loss at 8 L0 minus longrope+ft's", measure=mean("diff"),
               where=probe("vs") & is_("pair", "longrope-progressive - longrope+ft"), op="<", threshold=0.0,
               paper="a second search on the fine-tuned model extends further without fine-tuning "
-                    "(Ding et al. 2024: 256k fine-tuned -> 2048k)"),
+                    "(Ding et al. 2024: 256k fine-tuned -> 2048k)", role="external", note="{seeds} seeds; " + DING),
     ClaimSpec(name="longrope-progressive: loss at L0 after minus before the short-factor readjustment",
               where=probe("readjust"), measure=mean("gain"), op="<", threshold=0.0,
-              paper="short-factor readjustment recovers short-context performance (Ding et al. 2024)"),
+              paper="short-factor readjustment recovers short-context performance (Ding et al. 2024)",
+              role="external", note="{seeds} seeds; " + DING),
     ClaimSpec(name="longrope2 minus longrope: passkey digit loss at L_t", measure=mean("diff"),
               where=probe("vs") & is_("pair", "longrope2 - longrope"), op="<", threshold=0.0,
               paper="needle-driven search with the real critical dimension beats LM-loss search on "
-                    "long-range retrieval (Shang et al. 2025)"),
+                    "long-range retrieval (Shang et al. 2025)", role="external", note="{seeds} seeds; " + SHANG),
     ClaimSpec(name="{method}: loss rise from L0 to the predicted bound (flat)", where=probe("bend"), per=("method",),
               measure=mean("flat_rise"), op="<=", threshold=BEND_DELTA,
-              paper="flat up to T_extra = 2 pi base^(d_extra/d) (Liu et al. 2023)"),
+              paper="flat up to T_extra = 2 pi base^(d_extra/d) (Liu et al. 2023)", role="external",
+              note="{seeds} seeds; " + LIU),
     ClaimSpec(name="{method}: loss rise past the predicted bound", where=probe("bend"), per=("method",),
               measure=mean("past_rise"), op=">=", threshold=BEND_DELTA,
-              paper="rising after T_extra (Liu et al. 2023)"),
+              paper="rising after T_extra (Liu et al. 2023)", role="external", note="{seeds} seeds; " + LIU),
     ClaimSpec(name="base2x+ft: bend position over plain RoPE's", where=probe("bend_shift"), measure=mean("ratio"),
               op="~", threshold=2.0, tol=0.5,
-              paper="base_for_length(2 T_extra): a tuned base's bound moves to 2 T_extra (Liu et al. 2023, Thm 2)"),
+              paper="base_for_length(2 T_extra): a tuned base's bound moves to 2 T_extra (Liu et al. 2023, Thm 2)",
+              role="external", note="{seeds} seeds; " + LIU),
     ClaimSpec(name=f"{{method}} (control, a sharp rise > {BEND_SHARP} nats): first such bucket over the bound",
               where=probe("bend"), per=("method",), measure=mean("sharp_over_bound"), op="~", threshold=1.0,
-              tol=0.25, paper="the loss bends at T_extra (Liu et al. 2023)",
-              note="{seeds} seeds; the bucket's start over T_extra (buckets L0 / 4 wide)"),
+              tol=0.25, paper="the loss bends at T_extra (Liu et al. 2023)", role="external",
+              note="{seeds} seeds; the bucket's start over T_extra (buckets L0 / 4 wide); " + LIU),
     ClaimSpec(name=f"base2x+ft (control, a sharp rise > {BEND_SHARP} nats): bend position over plain RoPE's",
               where=probe("bend_shift"), measure=mean("sharp_ratio"), op="~", threshold=2.0, tol=0.5,
-              paper="base_for_length(2 T_extra): a tuned base's bound moves to 2 T_extra (Liu et al. 2023, Thm 2)"),
+              paper="base_for_length(2 T_extra): a tuned base's bound moves to 2 T_extra (Liu et al. 2023, Thm 2)",
+              role="external", note="{seeds} seeds; " + LIU),
 ]
 
 _BY = ("#", "method")
@@ -165,6 +187,12 @@ TABLES = [
           where=probe("reasoning"), pivot=Pivot("length", "exact", "L={}")),
     Table("Reasoning and code: answer-character accuracy (teacher-forced, the leading space excluded)",
           by=(*_BY, "task"), where=probe("reasoning"), pivot=Pivot("length", "answer_accuracy", "L={}")),
+    Table("Computing positions past L0 is not using them (the survey's central conclusion, at L_t)", by=_BY,
+          where=probe("unused"), columns=(
+              Column("loss gain over plain RoPE at L_t", "gain"), Column("passkey at L0", "passkey_L0"),
+              Column("passkey at L_t", "passkey_Lt"), Column("computes but does not use (share of seeds)", "unused")),
+          intro=f"Gain: plain RoPE's loss minus the method's (same seed). Does not use: gain > 0, passkey at L0 >= "
+                f"{CEILING:g} and at L_t below {CEILING:g} x that at L0."),
     Table("Rankings: methods by exact match against methods by loss at the same length (L > L0)",
           by=("multiple", "task"), where=probe("ranking"),
           columns=(Column("Kendall tau", "tau"), Column("methods", lambda g: g[0]["methods"]),
@@ -413,13 +441,36 @@ def derived_rows(rows: list[dict], L0: int) -> list[dict]:
             if (a, seed, int(L)) in table and (b, seed, int(L)) in table:
                 out.append(dict(probe="vs", pair=f"{a} - {b}", seed=seed, length=int(L),
                                 diff=table[(a, seed, int(L))] - table[(b, seed, int(L))]))
-    out += bend_rows(rows, L0, BEND_DELTA, BEND_SHARP) + ranking_rows(rows, L0)
+    out += unused_rows(rows, L0) + bend_rows(rows, L0, BEND_DELTA, BEND_SHARP) + ranking_rows(rows, L0)
     bends = {(r["method"], r["seed"]): r for r in out if r["probe"] == "bend"}
     for seed in seeds:
         rope, tuned = bends.get(("rope", seed)), bends.get(("base2x+ft", seed))
         if rope and tuned and rope["bend"] and tuned["bend"]:
             sharp = tuned["sharp_bend"] / rope["sharp_bend"] if rope["sharp_bend"] and tuned["sharp_bend"] else None
             out.append(dict(probe="bend_shift", seed=seed, ratio=tuned["bend"] / rope["bend"], sharp_ratio=sharp))
+    return out
+
+
+def unused_rows(rows: list[dict], L0: int) -> list[dict]:
+    """probe="unused" per (method, seed) at L_t = FACTOR L0: ``gain`` (plain RoPE's loss minus the
+    method's), ``passkey_L0`` and ``passkey_Lt`` (exact match, mean over depths) and ``unused`` (1 when
+    the method lowers the loss at L_t and keeps the passkey at L0 (>= CEILING) but retrieves less
+    than CEILING x that at L_t: it computes positions past L0 without using them, else 0)."""
+    Lt = int(FACTOR * L0)
+    loss = {(r["method"], r["seed"]): r["loss"] for r in rows if r.get("probe") == "loss" and r["length"] == Lt}
+    keys: dict[tuple, list[float]] = {}
+    for r in rows:
+        if r.get("probe") == "passkey" and r["length"] in (L0, Lt):
+            keys.setdefault((r["method"], r["seed"], r["length"]), []).append(r["accuracy"])
+    out = []
+    for (method, seed), here in sorted(loss.items(), key=lambda kv: str(kv[0])):
+        rope, at_L0, at_Lt = loss.get(("rope", seed)), keys.get((method, seed, L0)), keys.get((method, seed, Lt))
+        if rope is None or not at_L0 or not at_Lt:
+            continue
+        gain, kept, lost = rope - here, float(np.mean(at_L0)), float(np.mean(at_Lt))
+        out.append(dict(probe="unused", method=method, seed=seed, length=Lt, gain=gain, passkey_L0=kept,
+                        **{"#": list(METHODS).index(method) if method in METHODS else len(METHODS)},
+                        passkey_Lt=lost, unused=float(gain > 0 and kept >= CEILING and lost < CEILING * kept)))
     return out
 
 
