@@ -4,6 +4,7 @@
     (iv)  carrier profile   phi_c(delta) = m_Q^T R_delta m_K,  delta = t - n
           carrier cosine    cos(m_Q, R_delta m_K)                  (Section 7, at delta = -K)
     (v)   dilution fit      1 / a*(L) = c (L - 1) + b                             (least squares)
+          dilution exponent 1 / a*(L) - 1 = c (L - 1)^gamma   (log-log least squares, t-interval on gamma)
     Fig. 4  margin          mu = mean_b (l_{b,n-K} - max_{t != n-K} l_{b,t}),  bound 1 / (1 + (L-1) e^{-mu})
             rank            sigma_1^2 / sum_i sigma_i^2  of  W = W_Q^T W_K
             rotary kernel   g(s) = sum_j cos(s theta_j),  ratio max_{s >= 4} g(s) / g(0)
@@ -257,6 +258,60 @@ def dilution_fit(lengths: Sequence[int], a_star: Sequence[float]) -> dict:
     return dict(slope=float(slope), intercept=float(intercept), r2=float(r2))
 
 
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t with ``df`` degrees of freedom (0.5 < p < 1): bisection on
+    0.5 + the Simpson integral of the density from 0 (scipy is not a dependency)."""
+    if not (0.5 < p < 1 and df >= 1):
+        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def cdf(t: float) -> float:
+        s = np.linspace(0.0, t, 4001)
+        f = np.exp(log_norm - (df + 1) / 2 * np.log1p(s * s / df))
+        return 0.5 + (s[1] - s[0]) / 3 * float(f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def dilution_exponent(lengths: Sequence[int], a_star, *, offset: float = 1.0, level: float = 0.95) -> dict | None:
+    """The exponent gamma of 1/a* - offset = c (L - 1)^gamma: least squares of log(1/a* - offset) on
+    log(L - 1), with a ``level`` t-interval on gamma from the fit's residuals over lengths (n - 2 dof).
+
+    ``offset=1`` is Corollary 2's form (1/a* = 1 + c (L - 1): the target's weight is 1 at L = 1), so
+    inverse-linear dilution is gamma = 1; ``offset=0`` fits 1/a* itself. ``a_star`` is [L] or [seeds, L]:
+    with seeds, log(1/a* - offset) is averaged over seeds per length first, so gamma is the mean of the
+    per-seed exponents and the interval reads how far the seed-mean curve is from a power law. Lengths
+    where some a* leaves nothing above ``offset`` are dropped; None with fewer than three lengths left.
+    Returns ``gamma``, ``gamma_lo``, ``gamma_hi``, ``lengths`` (those kept) and ``r2`` (of the log-log fit).
+    """
+    x = np.asarray(lengths, dtype=np.float64) - 1
+    a = np.atleast_2d(np.asarray(a_star, dtype=np.float64))
+    if x.ndim != 1 or a.shape[1] != x.shape[0]:
+        raise ValueError("dilution_exponent needs a* of shape [L] or [seeds, L] matching the lengths")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        excess = 1 / a - offset
+    keep = (excess > 0).all(axis=0) & np.isfinite(excess).all(axis=0) & (x > 0)
+    if keep.sum() < 3:
+        return None
+    lx, ly = np.log(x[keep]), np.log(excess[:, keep]).mean(axis=0)
+    n = len(lx)
+    gamma, log_c = np.polyfit(lx, ly, 1)
+    resid = ly - (gamma * lx + log_c)
+    sxx = float(np.square(lx - lx.mean()).sum())
+    se = math.sqrt(float(np.square(resid).sum()) / (n - 2) / sxx)
+    half = t_quantile(0.5 + level / 2, n - 2) * se
+    ss_tot = float(np.square(ly - ly.mean()).sum())
+    r2 = 1 - float(np.square(resid).sum()) / ss_tot if ss_tot > 0 else 1.0
+    return dict(gamma=float(gamma), gamma_lo=float(gamma - half), gamma_hi=float(gamma + half),
+                lengths=[int(v) for v in x[keep] + 1], r2=float(r2))
+
+
 # ----------------------------------------------------------------------------- margin
 
 def check_offset(K: int, shortest: int) -> None:
@@ -387,6 +442,6 @@ def kernel_ratio(theta: Tensor | np.ndarray, s_min: int = 4, s_max: int = 47) ->
 
 
 __all__ = ["Moments", "accuracy_and_attention", "carrier", "carrier_cosine", "carrier_energy", "carrier_profile",
-           "carrier_profile_of", "collect_moments", "dilution_fit", "kernel_ratio", "margin", "margin_bound", "margins",
-           "projection_moments", "rank_concentration", "rank_concentrations", "rotary_kernel", "rotary_theta",
-           "token_keys"]
+           "carrier_profile_of", "collect_moments", "dilution_exponent", "dilution_fit", "kernel_ratio", "margin",
+           "margin_bound", "margins", "projection_moments", "rank_concentration", "rank_concentrations",
+           "rotary_kernel", "rotary_theta", "t_quantile", "token_keys"]
