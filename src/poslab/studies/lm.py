@@ -20,7 +20,7 @@ from poslab.experiments.charlm import NANOGPT, PRESETS, lm_study, table_length, 
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, write_outputs
 from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe, undecidable
+from poslab.experiments.spec import ClaimSpec, comparison_only, is_, judge_all, mean, probe
 
 name = "lm"
 title = "Character-level LM on TinyShakespeare (nanoGPT shakespeare_char recipe)"
@@ -57,27 +57,35 @@ def evaluate(ctx) -> list[dict]:
 # ----------------------------------------------------------------------------- report
 
 PAPER_PRESET = is_("paper_preset", True)
-OTHER_RECIPE = "not the paper preset's recipe: nanoGPT's figure is for its own"
+# no seed states an LM number: the anchors are nanoGPT's README figures and RoFormer's finding (role external)
+NANOGPT_SOURCE = "nanoGPT's README (karpathy/nanoGPT, shakespeare_char), not a seed"
+OTHER_RECIPE = comparison_only("nanoGPT's figure is for its own recipe, not this run's: shown beside it, not judged")
 CLAIMS = [
     ClaimSpec(name="learned APE: validation loss, whole split (paper preset)",
               paper=f"nanoGPT {NANOGPT['paper']['val_loss']} (20-batch estimate)",
               where=probe("lm") & is_("encoding", "learned") & PAPER_PRESET, measure=mean("val_loss"), op="<=",
-              threshold=TARGET_LOSS, note="mean over {seeds} seeds; nanoGPT's own figure: 1.886"),
+              threshold=TARGET_LOSS, role="external",
+              note="mean over {seeds} seeds; nanoGPT's own figure: 1.886; 1.90 is the issue's target; "
+                   + NANOGPT_SOURCE),
     ClaimSpec(name="learned APE: validation loss, whole split (this run's recipe)",
               paper=f"nanoGPT {NANOGPT['paper']['val_loss']} (20-batch estimate)",
               where=probe("lm") & is_("encoding", "learned") & is_("paper_preset", False), measure=mean("val_loss"),
-              na=undecidable(OTHER_RECIPE)),
+              na=OTHER_RECIPE, role="external", note=NANOGPT_SOURCE),
     ClaimSpec(name="RoPE: validation loss below learned APE at the same budget", paper="lower",
               where=probe("pair"), measure=mean("rope_minus_learned", "mean RoPE - mean learned APE"), op="<",
-              threshold=0.0, note="means over {seeds} seeds"),
+              threshold=0.0, role="external",
+              note="means over {seeds} seeds; RoFormer (Su et al. 2021, arXiv 2104.09864) reports a lower pre-training "
+                   "loss than learned absolute positions; no seed states it"),
     ClaimSpec(name="{encoding}: training wall time per member (paper preset)",
               paper=f"nanoGPT {NANOGPT['paper']['seconds']} s", where=probe("lm") & PAPER_PRESET, per=("encoding",),
               measure=mean("machine_seconds_per_member"), op="<=", threshold=NANOGPT["paper"]["seconds"],
+              role="external",
               note="the machine's wall time per member (group wall time / members x threads / cores), mean over "
-                   "{seeds} seeds; noisy on a shared machine"),
+                   "{seeds} seeds; noisy on a shared machine; " + NANOGPT_SOURCE),
     ClaimSpec(name="{encoding}: training wall time per member (this run's recipe)",
               paper=f"nanoGPT {NANOGPT['paper']['seconds']} s", where=probe("lm") & is_("paper_preset", False),
-              per=("encoding",), measure=mean("machine_seconds_per_member"), na=undecidable(OTHER_RECIPE)),
+              per=("encoding",), measure=mean("machine_seconds_per_member"), na=OTHER_RECIPE, role="external",
+              note=NANOGPT_SOURCE),
 ]
 
 
