@@ -180,7 +180,8 @@ def interpolant_figure(rows: list[dict], panel: str, Lmax: int, title: str, path
 def ape_conditions(rows: list[dict], Lmax: int, headline_init: float) -> list[dict]:
     """Length and attention rows with their condition (the encoding, or for an absolute one
     "<encoding> <init_std>[ clamp]"), encoding kind, role (APE only: "headline" for the
-    ``headline_init`` table without the clamp variant, else "control") and L_max; relative
+    ``headline_init`` table without the clamp variant, else "control"), ``clamp`` (APE only: the
+    evaluate-only clamp-to-last variant) and L_max; relative
     encodings keep only the headline init_std copy (the APE table's initialisation does not touch them)."""
     out = []
     for r in rows:
@@ -190,12 +191,12 @@ def ape_conditions(rows: list[dict], Lmax: int, headline_init: float) -> list[di
         init = r.get("init_std", headline_init)
         if k != "absolute" and init != headline_init:
             continue
-        cond, role = r["encoding"], None
+        cond, role, clamp = r["encoding"], None, None
         if k == "absolute":
             clamp = r.get("variant") == "clamp"
             cond += f" {init}" + (" clamp" if clamp else "")
             role = "headline" if init == headline_init and not clamp else "control"
-        out.append({**r, "condition": cond, "kind": k, "role": role, "max_length": Lmax})
+        out.append({**r, "condition": cond, "kind": k, "role": role, "clamp": clamp, "max_length": Lmax})
     return out
 
 

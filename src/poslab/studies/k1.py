@@ -34,10 +34,12 @@ CLAIMS = [
               paper="suppresses the self-logit (Remark 1)", where=K1, per=("K",), measure=mean("content_covariance"),
               op="<", threshold=0.0, note="mean over {seeds} seeds"),
     ClaimSpec(name="K=1: cos(m_Q, R_0 m_K)", paper="near-parallel", where=K1, per=("K",), measure=mean("cos_0"),
-              na=undecidable("the paper gives no number; near-parallel is judged by the profile argmax at 0")),
+              na=undecidable("'near-parallel' names no angle, so no line on this cosine follows from the seed; "
+                             "its own test, a kernel centred at 0, is the profile argmax judged above")),
     ClaimSpec(name="K=1: attention at delta = 0 minus a uniform head's 1/L (L = L_max)", paper="suppressed",
               where=K1, per=("K",), measure=mean("self_minus_uniform"),
-              na=undecidable("the paper sets no threshold against 1/L; suppression is judged against the target's attention")),
+              na=undecidable("the seed compares the self-logit with no uniform head, so no line against 1/L "
+                             "follows from it; 'suppressed' is judged against the target's attention above")),
     ClaimSpec(name="K={K}: carrier pre-rotated to the target: profile argmax over delta <= 0 is -K",
               paper="yes (K >= 2)", where=PRE, per=("K",), measure=share("profile_peak", "==", neg("K")), op=">=",
               threshold=1.0, percent=True, note="share of {seeds} seeds"),
