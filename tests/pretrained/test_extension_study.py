@@ -258,7 +258,7 @@ def test_worker_processes_evaluate_the_members_the_store_records(tmp_path):
         assert a == pytest.approx(b, rel=1e-4, abs=1e-5)
 
 
-def test_pi_without_fine_tuning_is_shown_not_judged_and_the_training_free_methods_are_judged():
+def test_pi_without_fine_tuning_is_a_judged_control_and_the_training_free_methods_are_judged():
     from poslab.experiments.spec import judge_all
     from poslab.studies import pretrained_extension as pe
 
@@ -267,9 +267,13 @@ def test_pi_without_fine_tuning_is_shown_not_judged_and_the_training_free_method
     claims = {c.name: c for c in judge_all(pe.CLAIMS, rows + pe.derived_rows(rows))}
     assert claims["yarn: loss past L0 below no scaling's (x2)"].holds is True
     assert claims["yarn: short-context retention at L0"].holds is True
-    for name in ("pi (no fine-tuning): loss past L0 below no scaling's (x2)",
-                 "pi (no fine-tuning): short-context retention at L0"):
-        assert claims[name].holds is None and claims[name].note.startswith("n.a.: PI is published")
+    for name in ("pi (no fine-tuning): loss past L0 below no scaling's (x2)",  # 4.5 - 4.6 < 0
+                 "pi (no fine-tuning): short-context retention at L0"):  # 4.5 - 3.2 > 0.1
+        assert claims[name].holds is False and claims[name].role == "control" and "PI is published" in claims[name].note
+    rows = [dict(r, loss_in=3.25, loss_out=4.4) if r["method"] == "pi" else r for r in rows]  # PI that works
+    claims = {c.name: c for c in judge_all(pe.CLAIMS, rows + pe.derived_rows(rows))}
+    assert claims["pi (no fine-tuning): loss past L0 below no scaling's (x2)"].holds is True
+    assert claims["pi (no fine-tuning): short-context retention at L0"].holds is True
     assert not any(n.startswith("pi: ") for n in claims)
 
 

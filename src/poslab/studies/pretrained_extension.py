@@ -81,7 +81,7 @@ from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.ranking import rank_agreement
 from poslab.experiments.runner import Experiment, no_member_rows
-from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, mean, probe, undecidable
+from poslab.experiments.spec import ClaimSpec, above, comparison_only, is_, judge_all, mean, probe, undecidable
 from poslab.experiments.stages import Stages
 from poslab.store import config_hash, git_revision
 from poslab.studies.context_extension import FINE_TUNING_METHODS
@@ -97,8 +97,8 @@ FIRST_BUCKET = 16  # positions [0, 16) form the first bucket, then powers of two
 REASONING = ("multikey", "multivalue", "vartrack", "brackets", "code")  # poslab.tasks.reasoning.TASKS
 
 TRAINING_FREE = is_("fine_tuning_method", False)
-FINE_TUNING_NA = ("PI is published as a fine-tuning method (Chen et al. 2023 fine-tune after interpolating); this "
-                  "study does not fine-tune the checkpoint, so its training-free use is shown, not judged")
+FINE_TUNING_CONTROL = ("a control, another setting than the method's: PI is published with fine-tuning (Chen et al. "
+                       "2023, arXiv 2306.15595); this study does not fine-tune the checkpoint")
 
 CLAIMS = [
     ClaimSpec(name="no scaling: loss past L0 rises (x{scale})", paper="survey: computing positions past the "
@@ -114,26 +114,32 @@ CLAIMS = [
               & TRAINING_FREE, per=("method",), measure=mean("retention_cost"), op="<=", threshold=0.1,
               note="loss with the schedule minus without, windows of L0"),
     *[ClaimSpec(name=f"{{method}} (no fine-tuning): {what}", paper=paper, where=where & is_("fine_tuning_method", True),
-                per=("method", "scale"), measure=mean(column), na=undecidable(FINE_TUNING_NA))
-      for what, paper, where, column in (
+                per=("method", "scale"), measure=mean(column), op=op, threshold=threshold, role="control",
+                note=f"{note}; {FINE_TUNING_CONTROL}")
+      for what, paper, where, column, op, threshold, note in (
           ("loss past L0 below no scaling's (x{scale})", "survey: PI, NTK, YaRN, ... extend the usable context",
-           probe("vs_none") & above("scale", 1), "gain"),
-          ("short-context retention at L0", "survey: extension must keep short-context quality",
-           probe("vs_none") & is_("scale", 1), "retention_cost"))],
+           probe("vs_none") & above("scale", 1), "gain", ">", 0.0,
+           "no scaling's loss minus the method's, positions >= L0"),
+          ("short-context retention at L0", "survey: extension must keep short-context quality (no number; 0.1 "
+           "nats is poslab's bar)", probe("vs_none") & is_("scale", 1), "retention_cost", "<=", 0.1,
+           "loss with the schedule minus without, windows of L0"))],
     ClaimSpec(name="{task}: ranking of the methods by exact match agrees with the ranking by loss (x{scale})",
               paper="survey: perplexity alone does not judge extension (reasoning and code tasks must)",
               where=probe("ranking") & is_("informative", True, None), per=("task", "scale"),
               measure=mean("tau", "Kendall's tau"),
-              na=undecidable("the survey predicts disagreement but gives no number; tau is reported")),
+              na=comparison_only("the survey predicts disagreement but gives no number for tau; tau is shown")),
     ClaimSpec(name="{task}: ranking of the methods by exact match agrees with the ranking by loss (x{scale})",
               paper="survey: perplexity alone does not judge extension (reasoning and code tasks must)",
               where=probe("ranking") & is_("informative", False), per=("task", "scale"),
               measure=mean("tau", "Kendall's tau"),
-              na=undecidable("the checkpoint never solves this task even well within its context (short-context control), "
-                 "so every method scores 0 past L0 and the ranking cannot tell them apart")),
+              na=undecidable("the checkpoint never solves this task even well within its context (short-context "
+                             "control), so every method scores 0 past L0 and the ranking cannot tell them apart")),
     ClaimSpec(name="{method}: passkey past L0 (x{scale})", paper="survey: retrieval is part of the evaluation "
               "(no number)", where=probe("passkey") & above("scale", 1), per=("method", "scale"),
-              measure=mean("exact"), na=undecidable("the survey gives no passkey number for a 135M model; reported in the table")),
+              measure=mean("exact"),
+              na=comparison_only("the survey names retrieval as part of the evaluation but states no passkey "
+                                 "number or criterion (for a 135M model or any); exact match is shown beside the "
+                                 "loss claims")),
 ]
 TABLES = [
     Table("Loss by position bucket (upper edge of the bucket)", by=("method", "scale"),
@@ -699,8 +705,8 @@ def claims_for(study: StudyConfig) -> list[ClaimSpec]:
     """CLAIMS; on the quick preset's random checkpoint every claim is n.a. (random weights decide nothing)."""
     if study.model.get("checkpoint") != TINY:
         return CLAIMS
-    return [dataclasses.replace(c, op=None, threshold=None, tol=None, na=c.na or undecidable(
-                                "a random tiny checkpoint (quick preset: the code path, not the claim) cannot decide it")) for c in CLAIMS]
+    random = undecidable("a random tiny checkpoint (quick preset: the code path, not the claim) cannot decide it")
+    return [dataclasses.replace(c, op=None, threshold=None, tol=None, na=c.na or random) for c in CLAIMS]
 
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
