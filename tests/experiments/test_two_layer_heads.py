@@ -138,3 +138,26 @@ def test_two_layer_control_width_is_judged_by_the_headlines_criteria_as_a_contro
             twin = [c for c in two_layer.CLAIMS if c.role == "control" and c.name == spec.name]
             assert len(twin) == 1 and (twin[0].op, twin[0].threshold, twin[0].tol) == (spec.op, spec.threshold,
                                                                                       spec.tol), spec.name
+
+
+def _head_rows(K2, H, shares):
+    """Head rows of the heads study at d_model = 64: shares[seed][head] of W's top singular value."""
+    task = "fixed offset K=2" if K2 == 2 else "content-conditioned K1=2, K2=3"
+    return [dict(probe="head", task=task, K2=K2, n_heads=H, d_model=64, d_head=64 // H, seed=s, head=h,
+                 rank_concentration=v) for s, heads in enumerate(shares) for h, v in enumerate(heads)]
+
+
+def test_heads_singular_value_range_is_judged_by_its_overlap_with_the_seeds_range():
+    rows = _head_rows(3, 2, [[0.589, 0.70], [0.741, 0.60]])  # all above 0.57: a one-sided test would pass it
+    rows += _head_rows(3, 4, [[0.544, 0.759, 0.6, 0.65]])  # meets the range over [0.544, 0.57]
+    rows += _head_rows(2, 2, [[0.372, 0.491]])  # inside, on fixed offset: a control
+    ranges = {(r["task"][:5], r["n_heads"]): r for r in heads_study.sv_range_rows(rows)}
+    assert ranges["conte", 2]["overlap"] == 0.0 and ranges["conte", 2]["range"] == "[0.589, 0.741]"
+    assert ranges["conte", 4]["overlap"] == pytest.approx(0.026) and ranges["conte", 4]["seeds"] == 1
+    assert ranges["fixed", 2]["covered"] == pytest.approx((0.491 - 0.39) / 0.18)
+    specs = [c for c in heads_study.CLAIMS if "singular-value" in c.name]
+    got = {(c.name[:5], c.name.split("H=")[1][0]): c for c in heads_study.judge_all(specs, list(ranges.values()))}
+    assert got["conte", "2"].holds is False and got["conte", "4"].holds is True
+    assert got["fixed", "2"].holds is True and got["fixed", "2"].role == "control" and got["conte", "2"].role == "paper"
+    below = heads_study.sv_range_rows(_head_rows(3, 2, [[0.20, 0.389]]))  # just short of 0.39
+    assert [c.holds for c in heads_study.judge_all(specs, below)] == [False]
