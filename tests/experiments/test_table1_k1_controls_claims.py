@@ -192,3 +192,14 @@ def test_the_rotary_kernel_claims_are_checks_judged_against_the_seeds_range():
     ratio = {c.name: float(c.measured) for c in claims if "g(s)/g(0)" in c.name}
     assert ratio["lowest max_(4<=s<=47) g(s)/g(0) over bases [1000.0, 10000.0, 100000.0], d=64"] == \
         pytest.approx(0.671, abs=1e-3)
+
+
+def test_ape_conditions_flag_the_evaluate_only_clamp_and_the_headline_init():
+    rows = [*_cells("rope", 2, 0), *_cells("rope", 2, 0, init=1.0), *_cells("learned", 2, 0),
+            *_cells("learned", 2, 0, init=1.0), *_cells("learned", 2, 0, variant="clamp"),
+            *_cells("learned", 2, 0, init=1.0, variant="clamp")]
+    labelled = fixed_offset.ape_conditions(rows, 16, phenomenon.HEADLINE_INIT)
+    flags = {r["condition"]: (r["role"], r["clamp"]) for r in labelled}
+    assert flags == {"rope": (None, None), "learned 0.02": ("headline", False), "learned 1.0": ("control", False),
+                     "learned 0.02 clamp": ("control", True), "learned 1.0 clamp": ("control", True)}
+    assert sum(r["condition"] == "rope" for r in labelled) == 5  # RoPE's N(0, 1) copy is dropped: no table
