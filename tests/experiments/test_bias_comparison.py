@@ -43,13 +43,26 @@ def test_alibi_is_judged_by_what_a_monotone_bias_can_do():
     assert claim.holds is None and claim.measured == "25.0%" and "noise" in claim.note
 
 
-def test_t5_cells_with_untrained_buckets_are_na_and_covered_ones_judged():
+def test_t5_is_judged_at_every_length_the_published_buckets_as_the_paper_setting():
     rows = cells("t5 32/128 N(0,1)", "t5", "relative", 2, [-2, -2, -7, -30])
+    rows += cells("t5 16/16 N(0,1)", "t5", "relative", 2, [-2, -2, -2, -2])
     for r in rows:
-        r["coverage"] = 1.0 if r["length"] <= 16 else 16 / r["length"]
-    claims = {c.name: c for c in judge_all(bc.CLAIMS, rows)}
-    assert claims["t5 32/128 N(0,1), K=2: cells selecting -K, every distance in a trained bucket"].holds is True
-    untrained = claims["t5 32/128 N(0,1), K=2: cells selecting -K, lengths with untrained buckets"]
-    assert untrained.holds is None and untrained.measured == "0.0%" and "initial bias" in untrained.note
-    rows[1]["peak_offset"] = -3
-    assert verdicts(rows)["t5 32/128 N(0,1), K=2: cells selecting -K, every distance in a trained bucket"] is False
+        r["coverage"] = 1.0 if r["length"] <= 16 or r["setup"].startswith("t5 16") else 16 / r["length"]
+    claims = {c.name: c for c in judge_all(bc.CLAIMS, rows) if "accuracy" not in c.name}
+    paper = claims["t5 32/128 N(0,1), K=2: cells selecting -K, every length"]
+    assert paper.role == "paper" and paper.holds is False and paper.measured == "50.0%"  # untrained buckets count
+    control = claims["t5 16/16 N(0,1), K=2: cells selecting -K, every length"]
+    assert control.role == "control" and control.holds is True
+    for r in rows[2:4]:
+        r["peak_offset"] = -2
+    assert verdicts(rows)["t5 32/128 N(0,1), K=2: cells selecting -K, every length"] is True
+    rows[5]["peak_offset"] = -3
+    assert verdicts(rows)["t5 16/16 N(0,1), K=2: cells selecting -K, every length"] is False
+
+
+def test_the_monotone_bias_rows_are_checks_and_unseen_accuracy_is_for_comparison():
+    rows = cells("alibi m=0.5", "alibi", "relative", 2, [-1, -1, -1, -1], slope=0.5, in_range=False)
+    got = {c.name: c for c in judge_all(bc.CLAIMS, rows)}
+    assert got["alibi m=0.5, K=2: cells selecting -K (monotone bias: predicted none)"].role == "check"
+    accuracy = got["alibi m=0.5, K=2: mean accuracy at unseen lengths"]
+    assert accuracy.holds is None and accuracy.na_kind == "comparison"
