@@ -70,8 +70,9 @@ def test_a_sliding_window_checkpoint_runs_with_its_own_window(tiny):
 
 def test_derived_rows_count_sink_heads_per_mode():
     rows = [dict(probe="head", bos=m, layer=0, head=h, sink_share=s, sink=float(s >= 0.3), component_a=0.1,
-                 component_b=0.2, early_component_b=0.3) for m, shares in (("with BOS", (0.9, 0.1, 0.5)),
-                                                                         ("without BOS", (0.0, 0.2, 0.1)))
+                 component_b=0.2, component_b_key0=0.15, component_b_rest=0.05, early_component_b=0.3,
+                 early_component_b_key0=0.2) for m, shares in (("with BOS", (0.9, 0.1, 0.5)),
+                                                               ("without BOS", (0.0, 0.2, 0.1)))
             for h, s in enumerate(shares)]
     got = {r["bos"]: r for r in derived_rows(rows)}
     assert got["with BOS"]["sink_heads"] == 2 and got["without BOS"]["sink_heads"] == 0
@@ -81,17 +82,43 @@ def test_derived_rows_count_sink_heads_per_mode():
 def test_derived_rows_order_the_variants_and_relate_each_swap_to_the_standard_model():
     def heads(variant, b, early):
         return [dict(probe="head", bos="with BOS", variant=variant, layer=0, head=h, sink_share=0.5, sink=1.0,
-                     component_a=0.1, component_b=b, early_component_b=early) for h in range(2)]
+                     component_a=0.1, component_b=b, component_b_key0=b / 2, component_b_rest=b / 2,
+                     early_component_b=early, early_component_b_key0=early / 2) for h in range(2)]
 
     rows = heads("standard", 0.2, 0.5) + heads("NTK RoPE (inference)", 0.15, 0.4) + \
         heads("sliding window (inference)", 0.3, 0.6)
-    rows += [dict(probe="intervention", intervention="bos_token", layer=0, head=h, early_component_b=0.3)
-             for h in range(2)]
+    rows += [dict(probe="intervention", intervention=name, layer=0, head=h, early_component_b=early)
+             for h in range(2) for name, early in (("bos_token", 0.3), ("bos_mean", 0.25), ("bos_random", 0.32))]
     got = derived_rows(rows)
     (contrast,) = [r for r in got if r["probe"] == "contrast"]
     assert contrast["standard_minus_ntk"] == pytest.approx(0.05) and contrast["margin"] == pytest.approx(0.05)
-    (swap,) = [r for r in got if r["probe"] == "swap"]
-    assert swap["change"] == pytest.approx(-0.4)  # (0.3 - 0.5) / 0.5
+    assert contrast["standard_minus_ntk_key0"] == pytest.approx(0.025)
+    swap = {r["intervention"]: r for r in got if r["probe"] == "swap"}
+    assert swap["bos_token"]["change"] == pytest.approx(-0.4)  # (0.3 - 0.5) / 0.5
+    (three,) = [r for r in got if r["probe"] == "swap3"]  # -40%, -50%, -36%: all within 20 points of -40%
+    assert three["swap_agree"] and three["swap_decisive"] == pytest.approx(-0.5)  # the farthest decides
+    assert (three["swap_min"], three["swap_max"]) == pytest.approx((-0.5, -0.36))
+
+
+def test_the_with_bos_claims_are_labelled_controls_and_the_bos_swap_needs_all_three():
+    from poslab.studies import pretrained_leakage as plk
+    from poslab.studies.leakage import decided_when_agreed
+
+    specs = {c.name: c for c in plk.CLAIMS}
+    assert all(c.role in ("control", "check") for n, c in specs.items() if n.startswith("with BOS"))
+    assert specs["without BOS: component (b) at key 0 present"].role == "paper"
+    assert specs["BOS swap changes early (b) (the checkpoint's set-up)"].na.kind == "undecidable"
+
+    def swap_claim(changes):
+        from poslab.probes import leakage as lk
+        rows = [dict(probe="swap3", seed=None, **lk.three_swaps(changes))]
+        claims = decided_when_agreed(plk.judge_all(plk.CLAIMS, rows), rows, plk.SWAP)
+        return next(c for c in claims if c.name == plk.SWAP.name)
+
+    assert swap_claim(dict(token=-0.45, mean=-0.3, random=-0.5)).holds is True
+    assert swap_claim(dict(token=0.168, mean=0.051, random=0.5)).holds is False
+    split = swap_claim(dict(token=0.168, mean=0.051, random=-0.263))  # the stored cpu run's three
+    assert split.holds is None and split.na_kind == "undecidable" and split.measured == "-26.3% to +16.8%"
 
 
 def test_replacements_have_the_published_definitions(tiny):
@@ -138,8 +165,11 @@ def test_quick_runs_stores_resumes_and_judges_the_architectural_claims(tmp_path)
         again = run_study(EXP, study, store=store, out=tmp_path / "out", progress=False)
         assert again["trained"] == 0 and again["reused"] == 2
     text = (tmp_path / "out" / "table.md").read_text()
-    assert "| BOS at 0: position-0 residual identical across inputs | constant fingerprint with BOS | 1.000 |" in text
-    assert "with BOS: sink heads exist" in text and "n.a.: a random tiny checkpoint" in text
+    assert ("| check | with BOS (prepended explicitly): position-0 residual identical across inputs | constant "
+            "fingerprint with BOS | 1.000 | > 0.9999 | yes |") in text
+    assert "with BOS (prepended explicitly): sink heads exist" in text
+    assert "n.a. (not run: a trained checkpoint (the cpu preset)" in text
+    assert "| paper | content token at 0: position-0 residual varies with it at every layer |" in text
 
 
 @pytest.mark.parametrize("model, field", [(dict(first_query=64), "model.first_query"),

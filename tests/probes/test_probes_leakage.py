@@ -362,8 +362,24 @@ def test_r_squared_and_b_equal_the_dense_fits_written_out(window, early):
     Q = torch.eye(len(i), dtype=torch.float64) - X @ torch.linalg.pinv(X)
     m_test = test.mean(0)
     want_b = (Q @ m_fit) @ (Q @ m_test) / len(i) / (test.square().mean() - test.mean().square())
-    got_b = lk.component_b(sums, i, j)["component_b"].reshape(-1)[0]
-    torch.testing.assert_close(got_b, want_b, rtol=1e-9, atol=1e-12)
+    got = lk.component_b(sums, i, j)
+    torch.testing.assert_close(got["component_b"].reshape(-1)[0], want_b, rtol=1e-9, atol=1e-12)
+    at0 = j == 0  # the key-0 part: the same product on the pairs (i, 0) only
+    var = test.square().mean() - test.mean().square()
+    want_key0 = ((Q @ m_fit) * (Q @ m_test))[at0].sum() / len(i) / var
+    torch.testing.assert_close(got["component_b_key0"].reshape(-1)[0], want_key0, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(got["component_b_key0"] + got["component_b_rest"], got["component_b"])
+
+
+def test_the_key0_part_of_b_holds_a_sink_column_and_not_a_key_position_term_elsewhere():
+    """(b) at key 0 is what the abstract's mechanism predicts: a column at j = 0 puts most of (b)
+    there, the same column at j = 5 puts (b) on the other keys and none at key 0."""
+    sink = components(synthetic(400, key=lambda j: 1.0 * (j == 0)))
+    assert sink["component_b_key0"] > 0.04 and sink["component_b_key0"] > sink["component_b_rest"]
+    elsewhere = components(synthetic(400, key=lambda j: 1.0 * (j == 5)))
+    assert elsewhere["component_b"] > 0.05 and abs(elsewhere["component_b_key0"]) < 0.005
+    flat = components(synthetic(400))
+    assert abs(flat["component_b_key0"]) < 0.002  # unbiased: nothing there, nothing found
 
 
 def test_leakage_sums_of_chosen_layers_equal_each_layer_alone():

@@ -12,6 +12,10 @@ per layer and head, over the pairs a causal (windowed) head attends (j <= i, i -
                           key position h(j) and query-key interactions, split into
           (b) key         what f(i-j) + g(i) + h(j) explains beyond f(i-j) + g(i)
           (b) inter.      what any function of (i, j) explains beyond f(i-j) + g(i) + h(j)
+        and, across the other axis, into the pairs it sits on:
+          (b) key 0       the part of (b)'s residual product on the pairs (i, 0): position 0
+                          read by the queries (the abstract's residual-stream mechanism)
+          (b) rest        (b) - (b) key 0, every other key
     (a) causal mask       Var_pairs Λ(i) / Var(log a_bij),   Λ(i) = log sum_{j kept} exp f^(i - j)
                           with f^ the offset profile of the fit c ~ f(i - j) + g(i): the
                           log-normaliser a purely relative head would have, which depends on the
@@ -153,6 +157,14 @@ class OneHotFit:
         xa = self.transposed(a)
         u = xa @ self.gram_pinv
         return tuple((u * (xa if b is a else self.transposed(b))).sum(-1) for b in bs)
+
+    def predict_at(self, y: Tensor, at: Tensor) -> Tensor:
+        """X X^+ y on the pairs ``at`` [C0] only, [lead, C0]: the prediction where it is read."""
+        coef = self.coefficients(y)
+        out = coef[:, self.index[0, at]]
+        for idx in self.index[1:]:
+            out += coef[:, idx[at]]
+        return out
 
     def predict(self, y: Tensor) -> Tensor:
         """X X^+ y, the least-squares prediction on every pair, [lead, C]."""
@@ -309,6 +321,15 @@ def component_b(sums: PairSums, i: Tensor, j: Tensor) -> dict[str, Tensor]:
     for name in out:
         out[name] = torch.where(small, torch.zeros_like(var), out[name] / torch.where(small, 1.0, var)).reshape(lead)
     out["component_b_key"] = out["component_b"] - out["component_b_interaction"]
+    # the key-0 part: the same residual product summed over the pairs (i, 0) only, where the
+    # abstract's mechanism (position 0 read by sink-reading heads) puts its position signal
+    baseline = _fit(sums.fit_sum.shape[-1], "query", i.numpy().tobytes(), j.numpy().tobytes())
+    at0 = (j == 0).nonzero(as_tuple=True)[0]  # [C0]
+    residual = [m[:, at0] - baseline.predict_at(m, at0) for m in (m_fit, m_test)]  # [lead, C0] each
+    key0 = (residual[0] * residual[1]).sum(-1) / len(i)
+    out["component_b_key0"] = torch.where(small, torch.zeros_like(var), key0 / torch.where(small, 1.0, var)
+                                          ).reshape(lead)
+    out["component_b_rest"] = out["component_b"] - out["component_b_key0"]
     out["r2_baseline"] = r_squared(sums, i, j, "query")
     return out
 
@@ -492,6 +513,7 @@ class LeakageSums:
         """Every number per layer and head ([l, h] arrays; ``early_`` keys over queries i < ``early``).
 
         ``component_a``, ``component_b``, ``component_b_key``, ``component_b_interaction``,
+        ``component_b_key0``, ``component_b_rest``,
         ``r2_baseline``; the earlier definitions ``old_component_a``, ``old_component_b``;
         ``log_z`` [l, h, n] mean log Z_i; ``received`` [l, h, n]; ``received_0``; ``sink`` bool;
         ``to_key0`` [l, h, n] each query's mean weight on key 0.
@@ -631,17 +653,22 @@ def bos_replacements(model, token: int, seed: int = 0) -> dict[str, Tensor]:
 
 # ----------------------------------------------------------------------------- the leakage study's rows
 
-PRESENT = 0.01  # the earlier size line for "present" (shown, not judged) and the floor of a relative BOS-swap change
-HEAD_KEYS = ("component_a", "component_b", "component_b_key", "component_b_interaction", "early_component_a",
-             "early_component_b", "old_component_a", "old_component_b", "received_0")
+PRESENT = 0.01  # the floor of a relative BOS-swap change: a change relative to noise-level (b) is noise
+BOS_SWAP, BOS_SWAP_TOL = -0.40, 0.20  # the abstract's BOS swap (-40% of early (b)) and poslab's +-20 points
+HEAD_KEYS = ("component_a", "component_b", "component_b_key", "component_b_interaction", "component_b_key0",
+             "component_b_rest", "early_component_a", "early_component_b", "early_component_b_key0",
+             "old_component_a", "old_component_b", "received_0")
+IV_KEYS = ("component_b", "early_component_b", "component_b_key0", "early_component_b_key0")
+ABLATIONS = {"drop_key0": "sink-reading heads", "drop_key0_all": "every head"}  # key 0 removed in
 
 
 def interventions(model, batch: Batch, sink: np.ndarray) -> dict[str, Intervention]:
     """The leakage study's interventions on ``model`` and its evaluation ``batch``: the three BOS
     swaps of :func:`bos_replacements` with the most frequent token (``bos_token``, ``bos_random``,
     ``bos_mean``), the position-0 residual entering the middle layer patched in from another input
-    whose position 0 holds a content token (``resid0_patch``), and key 0 removed in the
-    sink-reading heads (``drop_key0``, only where some head reads the sink)."""
+    whose position 0 holds a content token (``resid0_patch``), and key 0 removed for every query
+    i >= 1 in the sink-reading heads (``drop_key0``, only where some head reads the sink) and in
+    every head (``drop_key0_all``: no head reads position 0, whether or not it is a sink head)."""
     token = int(torch.bincount(batch.tokens.flatten().cpu()).argmax())  # the most frequent character
     out = {f"bos_{k}": Intervention(bos_embedding=v) for k, v in bos_replacements(model, token).items()}
     # Another input with a content token at position 0: the batch shifted by one sequence, its
@@ -653,14 +680,16 @@ def interventions(model, batch: Batch, sink: np.ndarray) -> dict[str, Interventi
     out["resid0_patch"] = Intervention(resid0=source.layers[layer].resid_pre[:, 0], resid0_layer=layer)
     if sink.any():
         out["drop_key0"] = Intervention(drop_key0=torch.as_tensor(sink, device=model.W_E.device))
+    out["drop_key0_all"] = Intervention(drop_key0=torch.ones(sink.shape, dtype=torch.bool, device=model.W_E.device))
     return out
 
 
-def leakage_rows(model, batch: Batch, *, early: int, chunk: int = CHUNK) -> list[dict]:
+def leakage_rows(model, batch: Batch, *, early: int, chunk: int = CHUNK, intervene: bool = True) -> list[dict]:
     """The leakage study's rows of one trained model on ``batch``: per layer and head (probe
     ``head``) every number of :func:`leakage` with the fit of log Z_i on log(i + 1) and whether it
-    reads the sink; per :func:`interventions` entry, layer and head (probe ``intervention``) (b)
-    and early (b) under it; per layer (probe ``closed``) the :func:`closed_system` check."""
+    reads the sink; with ``intervene``, per :func:`interventions` entry, layer and head (probe
+    ``intervention``) (b), its key-0 part and both at early queries under it, and per layer (probe
+    ``closed``) the :func:`closed_system` check."""
     base = leakage(model, batch, early=early, chunk=chunk)
     n_layers, n_heads = base["component_b"].shape
     rows = []
@@ -669,11 +698,12 @@ def leakage_rows(model, batch: Batch, *, early: int, chunk: int = CHUNK) -> list
             fit = log_z_fit(base["log_z"][layer, h])
             rows.append(dict(probe="head", layer=layer, head=h, **{k: float(base[k][layer, h]) for k in HEAD_KEYS},
                              sink=bool(base["sink"][layer, h]), log_z_slope=fit["slope"], log_z_r2=fit["r2"]))
+    if not intervene:
+        return rows
     for name, iv in interventions(model, batch, base["sink"]).items():
         out = leakage(model, batch, intervention=iv, early=early, chunk=chunk)
         rows += [dict(probe="intervention", intervention=name, layer=layer, head=h,
-                      component_b=float(out["component_b"][layer, h]),
-                      early_component_b=float(out["early_component_b"][layer, h]))
+                      **{k: float(out[k][layer, h]) for k in IV_KEYS})
                  for layer in range(n_layers) for h in range(n_heads)]
     closed = closed_system(model, batch, chunk=chunk)
     rows += [dict(probe="closed", layer=layer, fixed_bos=float(closed["fixed_bos"][layer]),
@@ -693,18 +723,24 @@ def _mean(rows: list[dict], column: str) -> float:
     return float(np.mean([r[column] for r in rows]))
 
 
+def _depth_slope(heads: list[dict], column: str) -> float | None:
+    """The least-squares slope of the layer means of ``column`` on the layer (None with one layer)."""
+    layers = sorted({r["layer"] for r in heads})
+    per_layer = [_mean([r for r in heads if r["layer"] == layer], column) for layer in layers]
+    return float(np.polyfit(layers, per_layer, 1)[0]) if len(layers) > 1 else None
+
+
 def model_rows(rows: list[dict]) -> list[dict]:
     """One row per model and seed (probe "model") from :func:`leakage_rows` labelled by ``model``:
-    head-row means, the slope of the layer-mean (b) on the layer, the member's validation loss and
-    sink-reading head count (from its ``member`` row)."""
+    head-row means, the slope of the layer-mean (b) (and of its key-0 part) on the layer, the
+    member's validation loss and sink-reading head count (from its ``member`` row)."""
     out = []
     for (m, seed), heads in _by(rows, "head", ("model", "seed")).items():
-        layers = sorted({r["layer"] for r in heads})
-        per_layer = [_mean([r for r in heads if r["layer"] == layer], "component_b") for layer in layers]
         member = [r for r in rows if r["probe"] == "member" and r["model"] == m and r["seed"] == seed]
         out.append(dict(probe="model", model=m, encoding=heads[0]["encoding"], window=heads[0].get("window"),
-                        seed=seed, **{k: _mean(heads, k) for k in HEAD_KEYS},
-                        depth_slope=float(np.polyfit(layers, per_layer, 1)[0]) if len(layers) > 1 else None,
+                        variant=heads[0].get("variant"), seed=seed, **{k: _mean(heads, k) for k in HEAD_KEYS},
+                        depth_slope=_depth_slope(heads, "component_b"),
+                        depth_slope_key0=_depth_slope(heads, "component_b_key0"),
                         val_loss=member[0]["val_loss"] if member else None,
                         sink_heads=member[0]["sink_heads"] if member else None))
     return out
@@ -721,4 +757,48 @@ def swap_rows(rows: list[dict], floor: float = PRESENT) -> list[dict]:
         change = (_mean(got, "early_component_b") - b) / b if b is not None and b >= floor else None
         out.append(dict(probe="swap", model=m, encoding=got[0]["encoding"], window=got[0].get("window"), seed=seed,
                         intervention=iv, change=change, change_pct=None if change is None else 100 * change))
+    return out
+
+
+def three_swaps(changes: dict[str, float | None], target: float = BOS_SWAP, tol: float = BOS_SWAP_TOL) -> dict:
+    """The BOS swap judged on three replacements (the abstract names none): ``swap_min`` and
+    ``swap_max`` of the changes, and ``swap_decisive``, the one that decides "within ``tol`` of
+    ``target``" for all three: the farthest from the target where all three are within (a yes
+    then holds for every one), the nearest where all three are outside (a no holds for every one),
+    None where they disagree (or where one is missing): no replacement is the abstract's.
+    ``swap_agree``: whether they agree (None where one is missing)."""
+    got = [c for c in changes.values() if c is not None]
+    out = dict(swap_min=min(got) if got else None, swap_max=max(got) if got else None, swap_decisive=None,
+               swap_agree=None)
+    if len(got) < len(changes) or not got:
+        return out
+    within = [abs(c - target) <= tol for c in got]
+    out["swap_agree"] = all(within) or not any(within)
+    if all(within):
+        out["swap_decisive"] = max(got, key=lambda c: abs(c - target))
+    elif not any(within):
+        out["swap_decisive"] = min(got, key=lambda c: abs(c - target))
+    return out
+
+
+def pathway_rows(rows: list[dict]) -> list[dict]:
+    """Per model, seed and key-0 ablation of :data:`ABLATIONS` (probe "pathway"): the key-0 part of
+    (b) at layers >= 1 (mean over those heads) as trained, under the ablation, ``key0_drop`` the
+    first less the second and ``key0_change`` the drop relative to the first (None where it is
+    below PRESENT). Layer 0's logits come from the embeddings, which no ablation reaches. None
+    throughout where the ablation was not run (``drop_key0``: no head reads the sink)."""
+    base = {k: [r for r in v if r["layer"] >= 1] for k, v in _by(rows, "head", ("model", "seed")).items()}
+    ablated = _by(rows, "intervention", ("model", "seed", "intervention"))
+    out = []
+    for (m, seed), heads in base.items():
+        if not heads or not any(k[:2] == (m, seed) for k in ablated):  # an evaluate-only variant: no interventions
+            continue
+        trained = _mean(heads, "component_b_key0")
+        for name, where in ABLATIONS.items():
+            got = [r for r in ablated.get((m, seed, name), []) if r["layer"] >= 1]
+            after = _mean(got, "component_b_key0") if got else None
+            drop = None if after is None else trained - after
+            out.append(dict(probe="pathway", model=m, encoding=heads[0]["encoding"], window=heads[0].get("window"),
+                            seed=seed, ablation=where, key0_trained=trained, key0_ablated=after, key0_drop=drop,
+                            key0_change=None if drop is None or trained < PRESENT else -drop / trained))
     return out

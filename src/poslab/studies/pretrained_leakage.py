@@ -8,13 +8,19 @@ validation split, in two input modes (the ``bos`` column):
     "with BOS"      the checkpoint's BOS token, then length - 1 text tokens
     "without BOS"   length text tokens (a content token at position 0)
 
+The cpu preset's checkpoint is SmolLM2-135M-Instruct, quantised Q4_1 in a GGUF file (``smollm2-135m``,
+poslab.pretrained.loading), dequantised to float32. Its tokenizer sets add_bos_token=False: "without
+BOS" is its own set-up, and the abstract's auto-prepended BOS is not. Claims in that mode are
+``paper``; claims "with BOS" (prepended explicitly here) are ``control``, labelled so in their names.
+
 Per layer and head, in each mode:
 
 - ``sink_share``: the mean attention weight on key 0 of queries i >= ``first_query`` (16); a head
   is a sink head when it is >= 0.3 (``probes.leakage.SINK_THRESHOLD``, the leakage study's bar);
 - components (a) and (b), and (b) at early queries i < ``first_query``, with the corrected
   decomposition of ``probes/leakage.py`` (centred logits, cross-fitted halves; the checkpoint's own
-  sliding window if it has one).
+  sliding window if it has one); (b) is split into its key-0 part (the residual product on the pairs
+  (i, 0): position 0 read by the queries, the abstract's mechanism, judged) and the rest.
 
 The closed-system check (``probe="closed"``): per layer (0: the embedding, l: leaving layer l),
 the mean pairwise cosine of the position-0 residual across the windows, with BOS at 0 (the same
@@ -30,28 +36,29 @@ With BOS, the same windows are also read (the ``variant`` column):
 - under the three BOS replacements of the leakage study (``probe="intervention"``): the most
   frequent token of the windows, a random vector of the BOS embedding's norm, and the mean token
   embedding, each put in place of the input embedding at position 0; the change of the mean early
-  (b) is judged against the published -40% (the most frequent token), the others shown.
+  (b) is judged against the published -40% only where all three agree (all within 20 points, or all
+  outside), else n.a. with their range: the abstract names no replacement.
 
 Replicates: the windows are split into ``groups`` disjoint groups of consecutive windows, and every
 per-head quantity above is computed on each group on its own (its own cross-fit), with the group
 index in the ``seed`` column. One checkpoint has no training seeds; the groups are what another
 sample of text would change, so tables give mean ± std over groups, and a quantity whose estimate
 is 0 when absent is judged present when its group mean less two standard errors is above 0
-(``lower_bound``, as the leakage study judges over seeds): (b), NTK's suppression of (b) and the
-ordering margin, the last two paired within each group (the same windows under each variant).
-(a) > 0 holds by construction under a causal mask (the leakage study's note), so its size is shown;
-the earlier size line ``PRESENT`` (0.01 of the variance) is shown beside (a) and (b).
+(``lower_bound``, as the leakage study judges over seeds): (b) at key 0 and over every key, NTK's
+suppression of (b) and the ordering margin, the last two paired within each group (the same windows
+under each variant). (a) > 0 holds by construction under a causal mask (the leakage study's note):
+a check. Removing key 0 in the sink heads (the leakage study's ``drop_key0``) is not run here:
+the pretrained ``collect`` takes a BOS replacement only.
 
 Presets: quick = a tiny random Llama built in code (64-token context; windows of 48 tokens; the
 sink and (b) claims are n.a. on random weights, the closed-system check is architectural and
-judged; 8 windows in 2 groups); cpu = SmolLM2-135M (``smollm2-135m``), 16 windows of 512 tokens in 4
-groups of 4. The
-leakage fit holds per-pair sums and solves its one-hot least squares through the Gram matrix
-(:class:`poslab.probes.leakage.OneHotFit`), about 8 GiB at 512 tokens for 30 layers x 9 heads
-(:func:`poslab.probes.leakage.leakage_bytes`; the dense design and pseudo-inverse it replaced needed
-about 22 GiB there, and a run was killed for memory on this 23 GiB machine, so the earlier cpu
-preset read 4 windows of 256 tokens). The BOS swaps read windows cut at ``first_query``: their
-early (b) sees nothing later.
+judged; 8 windows in 2 groups); cpu = SmolLM2-135M-Instruct Q4_1 (``smollm2-135m``), 16 windows of
+512 tokens in 4 groups of 4. The leakage fit holds per-pair sums and solves its one-hot least
+squares through the Gram matrix (:class:`poslab.probes.leakage.OneHotFit`), about 8 GiB at 512
+tokens for 30 layers x 9 heads (:func:`poslab.probes.leakage.leakage_bytes`; the dense design and
+pseudo-inverse it replaced needed about 22 GiB there, and a run was killed for memory on this
+23 GiB machine, so the earlier cpu preset read 4 windows of 256 tokens). The BOS swaps read
+windows cut at ``first_query``: their early (b) sees nothing later.
 """
 
 from __future__ import annotations
@@ -68,61 +75,99 @@ from poslab.errors import ConfigError, check_choice
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, mean_std, write_outputs
 from poslab.experiments.runner import Experiment, no_member_rows
-from poslab.experiments.spec import ClaimSpec, above, is_, judge_all, lower_bound, mean, minimum, probe, undecidable
+from poslab.experiments.spec import (
+    ClaimSpec,
+    above,
+    is_,
+    judge_all,
+    lower_bound,
+    maximum,
+    mean,
+    minimum,
+    not_run,
+    probe,
+    undecidable,
+)
+from poslab.probes import leakage as lk
 from poslab.probes.leakage import PRESENT
 from poslab.store import config_hash
+from poslab.studies import leakage as leakage_study
 
 PRESETS = ("quick", "cpu")
 TINY = "tiny-llama"
 MODES = ("with BOS", "without BOS")
 SETTINGS = ("checkpoint", "length", "windows", "groups", "first_query", "dtype", "ntk_factor", "window")
 STANDARD, NTK, WINDOW = "standard", "NTK RoPE (inference)", "sliding window (inference)"
+CHECKPOINT_NAMES = {"smollm2-135m": "SmolLM2-135M-Instruct, Q4_1 GGUF, dequantised; its tokenizer adds no BOS",
+                    TINY: "a tiny random Llama built in code"}
 SWAPS = {"token": "bos_token", "random": "bos_random", "mean": "bos_mean"}
 
 MODEL = probe("model") & is_("variant", STANDARD)  # derived: one row per mode, variant and group, means over heads
+OWN = is_("bos", "without BOS")  # the checkpoint's own set-up: its tokenizer adds no BOS
+PREPENDED = is_("bos", "with BOS")
+BOS_LABEL = "BOS prepended explicitly (the tokenizer sets add_bos_token=False)"
 GROUPS = "{seeds} window groups (mean - 2 standard errors over them)"
+KEY0 = ("(b) at key 0: its residual product on the pairs (i, 0), position 0 read by the queries (the abstract's "
+        "mechanism)")
+EVERY_KEY = "(b) over every key (the earlier reading): not the abstract's position-0 mechanism alone"
+MODES_ROLES = (("without BOS", OWN, "paper", "the checkpoint's own set-up (content token at 0)"),
+               ("with BOS (prepended explicitly)", PREPENDED, "control", BOS_LABEL))
+SWAP = dataclasses.replace(
+    leakage_study.SWAP, name="with BOS (prepended explicitly): BOS swap changes early (b), all three replacements",
+    where=probe("swap3"), role="control",
+    note=BOS_LABEL + "; the abstract names no replacement: most frequent token, mean embedding, random vector of the "
+         "BOS norm, each the mean change over the window groups; decided only where all three agree")
 CLAIMS = [
-    ClaimSpec(name="{bos}: sink heads exist", paper="sinks read downstream by sink-reading heads",
-              where=MODEL, per=("bos",), measure=minimum("sink_heads", "fewest sink heads (key-0 share >= 0.3) of "
-                                                                      "a window group"),
-              op=">=", threshold=1.0, note="queries i >= first_query; {seeds} window groups"),
-    ClaimSpec(name="{bos}: component (a) present", paper="present in all three architectures (by construction: the "
-              "causal mask's per-query denominator)", where=MODEL, per=("bos",),
-              measure=lower_bound("component_a", "group mean of (a) - 2 standard errors"),
-              na=undecidable("true by construction under a causal mask (the leakage study's note): its size is shown")),
-    ClaimSpec(name="{bos}: component (b) present", paper="present in all three architectures", where=MODEL,
-              per=("bos",), measure=lower_bound("component_b", "group mean of (b) - 2 standard errors"), op=">",
-              threshold=0.0, note=GROUPS),
-    *[ClaimSpec(name=f"{{bos}}: component ({c}) at least {PRESENT:g} of its variance (earlier line)",
-                paper="present in all three (no size given)", where=MODEL, per=("bos",),
-                measure=mean(f"component_{c}", f"mean ({c}) over layers, heads and groups"),
-                na=undecidable(f"the abstract gives no size; {PRESENT:g} was poslab's own line, shown beside the presence rows"))
-      for c in "ab"],
-    ClaimSpec(name="NTK scaling suppresses (b)", paper="(b) smaller under NTK than standard RoPE",
-              where=probe("contrast"), measure=lower_bound("standard_minus_ntk", "group mean of (b) standard - NTK "
-                                                                                 "(inference) - 2 standard errors"),
-              op=">", threshold=0.0, note="one checkpoint, NTK applied at inference; " + GROUPS + ", paired"),
-    ClaimSpec(name="standard RoPE sits between NTK and a sliding window", paper="NTK < standard < sliding window",
-              where=probe("contrast"), measure=lower_bound("margin", "group mean of min(standard - NTK, window - "
-                                                                     "standard) of (b) - 2 standard errors"),
-              op=">", threshold=0.0, note="one checkpoint, both variants applied at inference; " + GROUPS),
-    ClaimSpec(name="BOS swap (most frequent token) changes early (b)", paper="-40%",
-              where=probe("swap") & is_("intervention", "bos_token"), measure=mean("change"), op="~",
-              threshold=-0.40, tol=0.20, percent=True,
-              note="relative change of the mean early (b), with BOS; mean over {seeds} window groups"),
-    ClaimSpec(name="{intervention} changes early (b)", paper="-40% (BOS swap)",
-              where=probe("swap") & is_("intervention", "bos_random", "bos_mean"), per=("intervention",),
-              measure=mean("change"), percent=True,
-              na=undecidable("the abstract names no replacement; the most frequent token's embedding is judged, these are shown")),
-    ClaimSpec(name="BOS at 0: position-0 residual identical across inputs", paper="constant fingerprint with BOS",
-              where=probe("closed"), measure=minimum("bos_at_0", "min cosine over layers"), op=">",
-              threshold=0.9999),
-    ClaimSpec(name="content token at 0: position-0 residual varies with it", paper="varies with the token otherwise",
-              where=probe("closed") & above("layer", 0), measure=mean("content_at_0", "mean cosine after layer 1 on"),
-              op="<", threshold=0.99),
+    *[ClaimSpec(name=f"{mode}: sink heads exist", paper="sinks read downstream by sink-reading heads",
+                where=MODEL & where, measure=minimum("sink_heads", "fewest sink heads (key-0 share >= 0.3) of a "
+                                                                   "window group"),
+                op=">=", threshold=1.0, role=role, note="queries i >= first_query; {seeds} window groups; " + why)
+      for mode, where, role, why in MODES_ROLES],
+    *[ClaimSpec(name=f"{mode}: component (b) at key 0 present", paper="present in all three architectures",
+                where=MODEL & where, measure=lower_bound("component_b_key0", "group mean of (b) at key 0 - 2 "
+                                                                             "standard errors"),
+                op=">", threshold=0.0, role=role, note=GROUPS + "; " + KEY0 + "; " + why)
+      for mode, where, role, why in MODES_ROLES],
+    *[ClaimSpec(name=f"{mode}: component (b) over every key present", paper="present in all three architectures",
+                where=MODEL & where, measure=lower_bound("component_b", "group mean of (b) - 2 standard errors"),
+                op=">", threshold=0.0, role="control", note=GROUPS + "; " + EVERY_KEY + "; " + why)
+      for mode, where, _, why in MODES_ROLES],
+    *[ClaimSpec(name=f"{mode}: component (a) present", paper="present in all three architectures (by construction: "
+                "the causal mask's per-query denominator)", where=MODEL & where,
+                measure=lower_bound("component_a", "group mean of (a) - 2 standard errors"), op=">", threshold=0.0,
+                role="check", note=GROUPS + "; > 0 by construction under a causal mask (the leakage study's note)")
+      for mode, where, _, _ in MODES_ROLES],
+    *[ClaimSpec(name=f"with BOS (prepended explicitly): NTK scaling (at inference) suppresses (b) {part}",
+                paper="(b) smaller under NTK than standard RoPE", where=probe("contrast"), role="control",
+                measure=lower_bound(column, f"group mean of (b) {part}, standard - NTK (inference), - 2 standard "
+                                            "errors"),
+                op=">", threshold=0.0, note="one checkpoint, NTK applied at inference; " + GROUPS + ", paired; " + why)
+      for part, column, why in (("at key 0", "standard_minus_ntk_key0", KEY0),
+                                ("over every key", "standard_minus_ntk", EVERY_KEY))],
+    *[ClaimSpec(name="with BOS (prepended explicitly): standard RoPE sits between NTK and a sliding window, "
+                     f"(b) {part}",
+                paper="NTK < standard < sliding window", where=probe("contrast"), role="control",
+                measure=lower_bound(column, f"group mean of min(standard - NTK, window - standard) of (b) {part} - 2 "
+                                            "standard errors"),
+                op=">", threshold=0.0,
+                note="one checkpoint, both variants applied at inference; " + GROUPS + "; " + why)
+      for part, column, why in (("at key 0", "margin_key0", KEY0), ("over every key", "margin", EVERY_KEY))],
+    ClaimSpec(name="BOS swap changes early (b) (the checkpoint's set-up)", paper="-40%", where=probe("swap3"),
+              measure=mean("swap_decisive", "the deciding replacement's change"),
+              na=undecidable("its tokenizer adds no BOS (add_bos_token=False), so the abstract's auto-prepended BOS "
+                             "is not this checkpoint's set-up; the control below prepends one explicitly")),
+    SWAP,
+    ClaimSpec(name="with BOS (prepended explicitly): position-0 residual identical across inputs",
+              paper="constant fingerprint with BOS", where=probe("closed"),
+              measure=minimum("bos_at_0", "min cosine over layers"), op=">", threshold=0.9999, role="check",
+              note="follows from causality: position 0 sees only itself, the same token in every window"),
+    ClaimSpec(name="content token at 0: position-0 residual varies with it at every layer",
+              paper="varies with the token otherwise", where=probe("closed") & above("layer", 0),
+              measure=maximum("content_at_0", "highest cosine over layers 1 on", by=("layer",)), op="<",
+              threshold=0.99, note="each window's own first token at 0 (the checkpoint's set-up); the least varying "
+                                   "layer decides"),
 ]
-TRAINED_ONLY = ("sink heads exist", "component (b) present", "suppresses (b)", "sits between",
-                "changes early (b)")  # n.a. on random weights
+ARCHITECTURAL = ("content token at 0: position-0 residual varies with it at every layer",)  # judged on random weights
 
 TABLES = [
     Table("Sinks and components per mode and variant", by=("bos", "variant"), where=probe("model"),
@@ -130,10 +175,13 @@ TABLES = [
                 "weight on key 0 of queries i >= first_query.",
           columns=(Column("sink heads", "sink_heads", 0), Column("sink share", "sink_share"),
                    Column("(a)", "component_a"), Column("(b)", "component_b"),
-                   Column("early (b)", "early_component_b"))),
+                   Column("(b) at key 0", "component_b_key0"),
+                   Column("(b) other keys", "component_b_rest"), Column("early (b)", "early_component_b"),
+                   Column("early (b) at key 0", "early_component_b_key0"))),
     Table("BOS replacements: early (b)", by=("intervention",), where=probe("swap"),
-          intro="With BOS, standard RoPE: the input embedding at position 0 replaced; early (b) = (b) at queries < "
-                "first_query, mean over layers and heads.",
+          intro="With BOS (prepended explicitly), standard RoPE: the input embedding at position 0 replaced; early "
+                "(b) = (b) at queries < first_query, mean over layers and heads. The abstract's -40% is judged only "
+                "where all three changes are within 20 points of it, or all three outside.",
           columns=(Column("early (b)", "early_component_b"), Column("as is", "base"),
                    Column("change (%)", lambda g: mean_std([100 * r["change"] for r in g if r["change"] is not None],
                                                            1, signed=True, empty="n.a.")))),
@@ -141,6 +189,7 @@ TABLES = [
           intro="Mean ± std over heads and window groups.",
           columns=(Column("sink share", "sink_share"), Column("share of sink heads", "sink"),
                    Column("(a)", "component_a"), Column("(b)", "component_b"),
+                   Column("(b) at key 0", "component_b_key0"),
                    Column("early (b)", "early_component_b"))),
     Table("Closed-system check: position-0 residual across inputs", by=("layer",), where=probe("closed"),
           intro="Mean pairwise cosine of the position-0 residual over the windows (layer 0: the embedding).",
@@ -328,9 +377,15 @@ def evaluate_mode(model, ids: torch.Tensor, config: dict) -> list[dict]:
     return rows
 
 
+HEAD_KEYS = ("component_a", "component_b", "component_b_key0", "component_b_rest", "early_component_b",
+             "early_component_b_key0", "received_0")
+MEANS = ("sink_share", "component_a", "component_b", "component_b_key0", "component_b_rest", "early_component_b",
+         "early_component_b_key0")  # the model rows' means over layers and heads
+
+
 def head_rows(model, batch, config: dict, variant: str, scratch: dict | None = None) -> list[dict]:
     """Per (layer, head): the share of attention on key 0 of queries >= first_query, sink or not,
-    and the components (a), (b), early (b)."""
+    and the components (a), (b) (with its key-0 part and the rest), early (b) (and its key-0 part)."""
     from poslab.probes import leakage as lk
 
     q0 = config["first_query"]
@@ -338,8 +393,7 @@ def head_rows(model, batch, config: dict, variant: str, scratch: dict | None = N
     sink_share = comp["to_key0"][..., q0:].mean(-1)  # mean weight on key 0 of queries i >= first_query, [l, h]
     return [dict(probe="head", bos=config["bos"], variant=variant, layer=layer, head=head,
                  sink_share=float(sink_share[layer, head]), sink=float(sink_share[layer, head] >= lk.SINK_THRESHOLD),
-                 **{k: float(comp[k][layer, head]) for k in ("component_a", "component_b", "early_component_b",
-                                                             "received_0")})
+                 **{k: float(comp[k][layer, head]) for k in HEAD_KEYS})
             for layer in range(model.n_layers) for head in range(model.n_heads)]
 
 
@@ -393,7 +447,8 @@ def derived_rows(rows: list[dict]) -> list[dict]:
     """Per window group (``seed``): probe="model" per mode and variant (means over layers and heads,
     the count of sink heads); probe="contrast" (the abstract's ordering on (b), paired within the
     group) and probe="swap" (each replacement's change of the mean early (b), relative to the
-    standard model with BOS on the same windows; None where that is below PRESENT)."""
+    standard model with BOS on the same windows; None where that is below PRESENT); over the groups,
+    probe="swap3" (each replacement's mean change and :func:`poslab.probes.leakage.three_swaps`)."""
     out = []
     for seed in sorted({r.get("seed", 0) for r in rows if r.get("probe") == "head"}):
         mine = [r for r in rows if r.get("seed", 0) == seed]
@@ -405,13 +460,15 @@ def derived_rows(rows: list[dict]) -> list[dict]:
                 if heads:
                     model.append(dict(probe="model", bos=mode, variant=variant, seed=seed,
                                       sink_heads=float(sum(r["sink"] for r in heads)),
-                                      **{k: float(np.mean([r[k] for r in heads])) for k in
-                                         ("sink_share", "component_a", "component_b", "early_component_b")}))
+                                      **{k: float(np.mean([r[k] for r in heads])) for k in MEANS}))
         out += model
         b = {r["variant"]: r for r in model if r["bos"] == "with BOS"}
         if STANDARD in b and NTK in b and WINDOW in b:
-            s, nt, w = (b[v]["component_b"] for v in (STANDARD, NTK, WINDOW))
-            out.append(dict(probe="contrast", seed=seed, standard_minus_ntk=s - nt, margin=min(s - nt, w - s)))
+            contrast = dict(probe="contrast", seed=seed)
+            for suffix, column in (("", "component_b"), ("_key0", "component_b_key0")):
+                s, nt, w = (b[v][column] for v in (STANDARD, NTK, WINDOW))
+                contrast.update({f"standard_minus_ntk{suffix}": s - nt, f"margin{suffix}": min(s - nt, w - s)})
+            out.append(contrast)
         if STANDARD in b:
             base = b[STANDARD]["early_component_b"]
             for name in SWAPS.values():
@@ -421,27 +478,41 @@ def derived_rows(rows: list[dict]) -> list[dict]:
                     value = float(np.mean(got))
                     out.append(dict(probe="swap", intervention=name, seed=seed, early_component_b=value, base=base,
                                     change=(value - base) / base if base >= PRESENT else None))
+    swaps = [r for r in out if r["probe"] == "swap"]
+    if swaps:
+        changes = {}
+        for short, name in SWAPS.items():
+            got = [r["change"] for r in swaps if r["intervention"] == name and r["change"] is not None]
+            changes[short] = float(np.mean(got)) if got else None
+        out.append(dict(probe="swap3", seed=None, **lk.three_swaps(changes),
+                        **{f"swap_{k}": v for k, v in changes.items()}))
     return out
 
 
 def claims_for(study: StudyConfig) -> list[ClaimSpec]:
-    """CLAIMS; on the quick preset's random checkpoint the sink and (b) claims are n.a."""
+    """CLAIMS; on the quick preset's random checkpoint every claim but the checks and the
+    architectural one is n.a. (not run: it needs trained weights)."""
     if study.model.get("checkpoint") != TINY:
         return CLAIMS
-    return [dataclasses.replace(c, op=None, threshold=None, tol=None, na=undecidable("a random tiny checkpoint (quick preset: "
-                                "the code path) has no trained sinks")) if any(t in c.name for t in TRAINED_ONLY)
-            else c for c in CLAIMS]
+    random = not_run("a trained checkpoint (the cpu preset): the quick preset's tiny random one runs the code path "
+                     "and has no trained sinks")
+    return [dataclasses.replace(c, op=None, threshold=None, tol=None, na=random)
+            if c.op is not None and c.role != "check" and c.name not in ARCHITECTURAL else c for c in CLAIMS]
 
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     all_rows = rows + derived_rows(rows)
     m = study.model
-    intro = (f"Checkpoint `{m.get('checkpoint')}`, {m.get('windows')} windows of {m.get('length')} tokens of "
+    name = CHECKPOINT_NAMES.get(m.get("checkpoint"), m.get("checkpoint"))
+    intro = (f"Checkpoint `{m.get('checkpoint')}` ({name}), {m.get('windows')} windows of {m.get('length')} tokens of "
              f"TinyShakespeare ({study.task.get('split', 'val')} split) in {m.get('groups', 1)} groups of consecutive "
              f"windows, each fitted on its own: mean ± std over the groups; sinks at queries >= "
              f"{m.get('first_query')}, early (b) at queries < {m.get('first_query')}.")
-    return write_outputs(out, title=EXPERIMENT.title, rows=all_rows, claims=judge_all(claims_for(study), all_rows),
-                         intro=intro, tables=TABLES, figures=FIGURES)
+    specs = claims_for(study)
+    swap = next(c for c in specs if c.name == SWAP.name)
+    claims = leakage_study.decided_when_agreed(judge_all(specs, all_rows), all_rows, swap)
+    return write_outputs(out, title=EXPERIMENT.title, rows=all_rows, claims=claims, intro=intro, tables=TABLES,
+                         figures=FIGURES)
 
 
 EXPERIMENT = Experiment(name="pretrained-leakage", title="Positional leakage on a pretrained model (seed 001)",
