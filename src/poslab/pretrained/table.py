@@ -13,6 +13,9 @@ effective     the context the schedule targets: factor x L0 for a scaling dict w
               the config's maximum; a sliding window caps what one layer sees (shown beside it)
 KV cache      yes unless the schedule depends on the sequence length (dynamic NTK, LongRoPE switch
               the frequencies of every cached key when the sequence grows)
+layers        the layer-type pattern of a config with ``layer_types`` ("5 sliding : 1 full (x3)");
+              a model with a rope setting or window per type (Gemma 2, 3) gets one row per type,
+              named "model: type xN", each with that type's theta, scaling, window and columns
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from __future__ import annotations
 import json
 import math
 from importlib import resources
+from itertools import groupby
 
 from poslab.errors import ConfigError
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies
 from poslab.positional.scaling_laws import critical_dimension, extrapolation_bound
 
-HEADER = {"name": "model", "encoding": "encoding", "rope_type": "rope type", "theta": "theta",
+HEADER = {"name": "model", "layers": "layers", "encoding": "encoding", "rope_type": "rope type", "theta": "theta",
           "context": "context L0 -> max", "head": "head dim (rotated)", "window": "window",
           "wavelengths": "wavelengths", "critical": "critical dim", "bound": "bound (unscaled)",
           "effective": "effective context", "kv_cache": "KV cache"}
@@ -69,13 +73,73 @@ def entry_from_config(cfg: dict, name: str = "config") -> dict:
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     if window:
         entry["sliding_window"] = window
+    types = cfg.get("layer_types")
+    if types and entry["encoding"] == "rope" and len(types) == cfg.get("num_hidden_layers", len(types)):
+        entry["layers"] = _layer_entries(cfg, entry, list(types), params, window)
     return entry
+
+
+def _layer_entries(cfg: dict, entry: dict, types: list[str], params: dict, window) -> dict:
+    """The pattern and, per layer type, its count, rope setting and window (a sliding window holds
+    on the layers that are not full attention, as transformers' masks apply it)."""
+    per_type = params if params and set(params) <= set(types) and all(isinstance(v, dict) for v in params.values()) \
+        else None
+    out = {"pattern": layer_pattern(types), "types": {}}
+    for t in dict.fromkeys(types):
+        own = dict(per_type[t]) if per_type else {k: v for k, v in params.items()}
+        sub = {"count": types.count(t), "rope_theta": float(own.get("rope_theta") or entry["rope_theta"])}
+        scaling = {k: v for k, v in own.items() if k not in ("rope_theta", "partial_rotary_factor")}
+        if scaling.get("rope_type", scaling.get("type", "default")) != "default":
+            sub["rope_scaling"] = scaling
+        if window and t != "full_attention":
+            sub["sliding_window"] = window
+        out["types"][t] = sub
+    if per_type and "full_attention" in per_type:  # the entry's own columns: the global layers'
+        entry["rope_theta"] = out["types"]["full_attention"]["rope_theta"]
+        entry.pop("rope_scaling", None)
+        if "rope_scaling" in out["types"]["full_attention"]:
+            entry["rope_scaling"] = out["types"]["full_attention"]["rope_scaling"]
+    return out
+
+
+def layer_pattern(types: list[str]) -> str:
+    """The shortest repeating unit of the layer types as runs: "5 sliding : 1 full (x3)"."""
+    short = [str(t).removesuffix("_attention") for t in types]
+    if len(set(short)) == 1:
+        return f"{len(short)} {short[0]}"
+    n = len(short)
+    period = next(p for p in range(1, n + 1) if n % p == 0 and short == short[:p] * (n // p))
+    runs = " : ".join(f"{len(list(group))} {kind}" for kind, group in groupby(short[:period]))
+    return runs + (f" (x{n // period})" if n // period > 1 else "")
+
+
+def describe_rows(entry: dict) -> list[dict]:
+    """:func:`describe` of an entry; an entry whose layer types differ in rope setting or window
+    gives one row per type (the full-attention layers' first), named "model: type xN"."""
+    layers = entry.get("layers")
+    if not layers:
+        return [describe(entry)]
+    types = layers["types"]
+    if len({json.dumps({k: v for k, v in sub.items() if k != "count"}, sort_keys=True)
+            for sub in types.values()}) == 1:
+        return [describe(entry)]
+    rows = []
+    for t in sorted(types, key=lambda t: t != "full_attention"):
+        sub = {k: v for k, v in entry.items() if k not in ("rope_scaling", "sliding_window", "layers")}
+        sub.update({k: v for k, v in types[t].items() if k != "count"})
+        sub["name"] = f"{entry['name']}: {t.removesuffix('_attention')} x{types[t]['count']}"
+        row = describe(sub)
+        row["layers"] = layers["pattern"]
+        rows.append(row)
+    return rows
 
 
 def describe(entry: dict) -> dict:
     """The table row of one entry: its published values and the computed columns (strings)."""
     row = {k: "-" for k in HEADER}
     row.update(name=entry["name"], encoding=entry["encoding"])
+    if entry.get("layers"):
+        row["layers"] = entry["layers"]["pattern"]
     context, head = entry.get("context"), entry.get("head_dim")
     row["window"] = str(entry.get("sliding_window") or "-")
     row["head"] = str(head or "?")
@@ -118,14 +182,20 @@ def describe(entry: dict) -> dict:
 
 
 def table_rows(items: list[dict] | None = None) -> list[dict]:
-    return [describe(e) for e in (entries() if items is None else items)]
+    return [row for e in (entries() if items is None else items) for row in describe_rows(e)]
 
 
-def inspect_path(path: str) -> dict:
-    """The table row of any config.json, model directory or GGUF file (no weights read)."""
+def inspect_rows(path: str) -> list[dict]:
+    """The table rows of any config.json, model directory, GGUF file or built-in model name (no
+    weights read): one, or one per layer type (:func:`describe_rows`)."""
     from poslab.pretrained.loading import read_config, resolve
 
     source = resolve(path, field="PATH")
     if source.kind == "hub":
         raise ConfigError("PATH", path, "a local config.json, model directory or GGUF file (inspect reads no network)")
-    return describe(entry_from_config(read_config(source), name=str(path)))
+    return describe_rows(entry_from_config(read_config(source), name=str(path)))
+
+
+def inspect_path(path: str) -> dict:
+    """The first of :func:`inspect_rows` (the full-attention layers' for a model with a row per type)."""
+    return inspect_rows(path)[0]
