@@ -76,16 +76,20 @@ def build_mask(n_q: int, n_k: int, *, causal: bool = False, window: int | None =
 def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_pos: Tensor, k_pos: Tensor,
               *, mask: Tensor | None = None, kind: str = "softmax", temperature: float = 1.0,
               key_gate: Tensor | None = None, need_weights: bool = False, is_causal: bool = False,
-              dropout: float = 0.0) -> AttentionOutput:
+              dropout: float = 0.0, stream: Tensor | None = None) -> AttentionOutput:
     """q [b, h, i, d], k and v [b, h, j, d]; mask boolean keep-mask broadcastable to [b, h, i, j];
     key_gate positive weights on keys broadcastable to [b, h, 1, j]; ``is_causal``: the mask is
-    the square causal one (``mask`` must be None); ``dropout``: on the weights (training only)."""
+    the square causal one (``mask`` must be None); ``dropout``: on the weights (training only);
+    ``stream``: the layer's input at the key positions [b, j, D], handed to ``score_bias`` as ``x=``
+    for an encoding that ``reads_stream`` (the others never see it)."""
     check_choice("attention", kind, KINDS)
     if is_causal and mask is not None:
         raise ValueError("attention: give either is_causal=True or a mask, not both")
     d = q.shape[-1]
     q, k = encoding.rotate_qk(q, k, q_pos, k_pos)
-    bias = encoding.score_bias(q, k, q_pos, k_pos)
+    # a flag fixed by the class, not a tensor value: the other encodings keep their four-argument hook
+    bias = (encoding.score_bias(q, k, q_pos, k_pos, x=stream) if encoding.reads_stream  # type: ignore[call-arg]
+            else encoding.score_bias(q, k, q_pos, k_pos))
     vmapped = _is_vmapped(q)
 
     # Under vmap a bias's requires_grad is not visible (the batched wrapper hides it): no bias then.

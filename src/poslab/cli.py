@@ -61,23 +61,39 @@ def main():
 
 @main.command("list")
 def list_cmd():
-    """Every encoding with its metadata, every task and every experiment."""
+    """Every encoding with its metadata, every task and every experiment, with the package each came
+    from ("poslab" for built-ins; others are plugins, see poslab.plugins)."""
+    from poslab import plugins
     from poslab.positional import ENCODINGS, small_encoding
     from poslab.studies import EXPERIMENTS
     from poslab.tasks import TASKS
 
-    header = ("encoding", "kind", "sites", "extra parameters", "cost", "KV cache", "reference")
+    header = ("encoding", "kind", "sites", "extra parameters", "cost", "KV cache", "reference", "package")
     rows = []
     for name in ENCODINGS:
         m = small_encoding(name).meta  # sites and KV cache are read off a built instance
         rows.append((name, m.kind, ", ".join(m.sites) or "-", m.parameters, m.cost, "yes" if m.kv_cache else "no",
-                     m.reference))
+                     m.reference, plugins.origin("encodings", name)))
     click.echo(_table(header, rows))
     click.echo("")
-    click.echo(_table(("task", "options"), [(n, ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(t)))
-                                            for n, t in TASKS.items()]))
+    options = lambda t: ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(t))  # noqa: E731
+    click.echo(_table(("task", "options", "package"),
+                      [(n, options(t), plugins.origin("tasks", n)) for n, t in TASKS.items()]))
     click.echo("")
-    click.echo(_table(("experiment", "reproduces"), [(n, m.title) for n, m in EXPERIMENTS.items()]))
+    click.echo(_table(("experiment", "reproduces", "package"),
+                      [(n, m.title, plugins.origin("studies", n)) for n, m in EXPERIMENTS.items()]))
+    extra = [(kind, n, plugins.origin(kind, n)) for kind, names in
+             (("schedules", [n for n in _schedules() if plugins.origin("schedules", n) != plugins.BUILTIN]),
+              ("probes", list(plugins.probes()))) for n in names]
+    if extra:  # plugins' rope schedules and probes (poslab's own are listed in their modules' docstrings)
+        click.echo("")
+        click.echo(_table(("plugin kind", "name", "package"), extra))
+
+
+def _schedules() -> list[str]:
+    from poslab.positional import ROPE_SCHEDULES
+
+    return list(ROPE_SCHEDULES)
 
 
 def _table(header, rows) -> str:

@@ -50,7 +50,8 @@ def forward(enc, x, pos, need_weights: bool, weights=None):
     z = enc.embed(x, pos)  # [b, s, D]
     q, k, v = (torch.einsum("bsm,mn->bsn", z, W).unflatten(-1, (H, DH)).transpose(1, 2)
                for W in (weights or project()))  # [b, h, s, d]
-    return attention(q, k, v, enc, pos, pos, mask=build_mask(S, S, causal=True), need_weights=need_weights).out
+    return attention(q, k, v, enc, pos, pos, mask=build_mask(S, S, causal=True), need_weights=need_weights,
+                     stream=z).out
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -111,7 +112,8 @@ class Hooks(nn.Module):
     def forward(self, x, q, k, w, q_pos, k_pos):
         out = {"embed": self.enc.embed(x, q_pos)}
         out["rot_q"], out["rot_k"] = self.enc.rotate_qk(q, k, q_pos, k_pos)
-        out["score_bias"] = self.enc.score_bias(out["rot_q"], out["rot_k"], q_pos, k_pos)
+        stream = {"x": x} if self.enc.reads_stream else {}  # the forget gate reads the layer's input
+        out["score_bias"] = self.enc.score_bias(out["rot_q"], out["rot_k"], q_pos, k_pos, **stream)
         out["value_bias"] = self.enc.value_bias(w, q_pos, k_pos)
         return {key: value for key, value in out.items() if value is not None}
 
@@ -186,14 +188,15 @@ def test_kv_cache_is_computed_from_the_options(name, options, kv_cache):
     assert enc.kv_cache is kv_cache and enc.meta.kv_cache is kv_cache
 
 
-ROTARY = [n for n in NAMES if n.startswith("rope")] + ["mope"]
+ROTARY = [n for n in NAMES if n.startswith("rope") or n in ("mope", "xpos", "p_rope")]
+ROTARY_BUILTIN = [n for n in ROTARY if n not in ("xpos",)]  # xPos's decay is a scale, not a rotation
 
 
 def test_rotary_encodings():
     torch.manual_seed(0)
     expected_draw = torch.rand(3)
     torch.manual_seed(0)
-    assert rotary_encodings() == ROTARY
+    assert rotary_encodings() == [n for n in NAMES if n in ROTARY]
     torch.testing.assert_close(torch.rand(3), expected_draw, rtol=0, atol=0)  # asking drew no numbers
     for name in ("learned", "alibi", "t5", "nope", "sinusoidal", "shaw", "transformer_xl", "mope_additive"):
         enc = build(name)
@@ -201,12 +204,13 @@ def test_rotary_encodings():
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("name", ROTARY)
+@pytest.mark.parametrize("name", ROTARY_BUILTIN)
 def test_rotary_frequencies_and_layout_reproduce_the_rotation(name, layout):
     enc = build(name, layout=layout)
     assert enc.is_rotary and enc.layout == layout
     theta = enc.rotary_frequencies()
-    assert theta.shape == (DH // 2,)
+    # rope_partial rotates the first r = d/4 channels: r/2 = d/8 pairs
+    assert theta.shape == (DH // 8 if name == "rope_partial" else DH // 2,)
     q, k = torch.randn(B, H, MAX_LEN, DH), torch.randn(B, H, MAX_LEN, DH)
     pos = torch.arange(MAX_LEN)  # L = max_len: where a length-dependent schedule reports theta
     rot_q, rot_k = enc.rotate_qk(q, k, pos, pos)
@@ -280,7 +284,7 @@ def test_unknown_option_names_the_options():
         build_encoding("shaw", max_dist=3, **GEOM)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("rope")] + ["mope"])
+@pytest.mark.parametrize("name", ROTARY)
 def test_odd_head_dim_for_rotary_encodings(name):
     with raises("d_head", "even"):
         build_encoding(name, **{**GEOM, "d_head": 5})

@@ -106,7 +106,7 @@ class RetrievalHead(nn.Module):
         q, k, v = self._heads(z_q, self.W_Q), self._heads(z, self.W_K), self._heads(z, self.W_V)
         mask = build_mask(1, s, key_padding=torch.arange(s, device=tokens.device) < lengths[:, None])
         att = attention(q, k, v, self.encoding, q_pos, positions, mask=mask, kind=self.cfg.attention,
-                        temperature=self.cfg.temperature, need_weights=return_intermediates)
+                        temperature=self.cfg.temperature, need_weights=return_intermediates, stream=z)
         o = att.out.reshape(b, -1)  # [b, h d]
         logits = o @ self.U.T  # [b, m]
         if not return_intermediates:
@@ -184,9 +184,11 @@ class RetrievalHead(nn.Module):
                n_query: int | None = None) -> tuple[Tensor, Tensor]:
         """Logits [b, m] and the query's attention weights [h, b, T], by the grid fast path.
 
-        Encodings with a value bias (Shaw) fall back to the direct forward.
+        Encodings with a value bias (Shaw), and contextual ones (CoPE, the forget gate: a pair's bias
+        depends on the tokens between query and key, which no (token, position) grid holds), fall
+        back to the direct forward.
         """
-        if self.encoding.uses("value_bias"):
+        if self.encoding.uses("value_bias") or self.encoding.contextual:
             logits, inter = self.forward(tokens, lengths, return_intermediates=True)
             return logits, inter.layers[0].pattern[:, :, 0, :].transpose(0, 1)
         b, T = tokens.shape

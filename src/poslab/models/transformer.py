@@ -66,7 +66,7 @@ from poslab.errors import ConfigError, check_choice, require_positive_int
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.intervention import Intervention, forward_with
 from poslab.models.loss import masked_cross_entropy
-from poslab.positional import PositionalEncoding, build_encoding, check_encoding
+from poslab.positional import PositionalEncoding, build_encoding, check_encoding, encoding_class
 from poslab.tasks.base import Batch
 
 GATE_PROJECTIONS = ("per_head", "shared")  # energy-gate projection: one per head, or one for all heads
@@ -99,6 +99,13 @@ class TransformerConfig:
     layer_norm: bool = True  # pre-LN before attention, MLP and readout; False: identity
     bias: bool = True  # biases in the MLP and LayerNorms (False: none, as nanoGPT's bias=False)
     dropout: float = 0.0  # training-only dropout on embeddings, attention weights and residual branches
+    # randomized positions (Ruoss et al. 2023): N, the positions of a sequence of s tokens are a sorted
+    # sample without replacement from [0, N) (BOS keeps 0 and the tokens' sample is shifted by 1);
+    # None: 0 .. s - 1. N must exceed every training and evaluation length (check_length)
+    random_positions: int | None = None
+    # sample at evaluation too (True, the default, as the authors' code does: google-deepmind/
+    # randomized_positional_encodings); False: evaluate at 0 .. s - 1
+    random_positions_eval: bool = True
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
@@ -119,6 +126,13 @@ class TransformerConfig:
         if not self.gate_temperature > 0:
             raise ConfigError("gate_temperature", self.gate_temperature, "a positive number")
         check_encoding(self.encoding, self.encoding_options)
+        if not self.causal and encoding_class(self.encoding).causal_only:
+            raise ConfigError("causal", self.causal, f"True: encoding {self.encoding!r} is defined for causal "
+                                                     "attention only")
+        if self.random_positions is not None:
+            require_positive_int("random_positions", self.random_positions)
+        if not isinstance(self.random_positions_eval, bool):
+            raise ConfigError("random_positions_eval", self.random_positions_eval, "True, False")
 
     @property
     def d_head(self) -> int:
@@ -160,7 +174,7 @@ class Block(nn.Module):
         v, gate = self.gated(a, v)
         att = attention(q, k, v, encoding, pos, pos, mask=mask, kind=self.cfg.attention,
                         temperature=self.cfg.temperature, key_gate=gate, need_weights=need_weights,
-                        is_causal=is_causal, dropout=p)
+                        is_causal=is_causal, dropout=p, stream=a)
         out = self.mix(x, att.out, p)
         if not need_weights:
             return out, None
@@ -250,7 +264,11 @@ class Transformer(nn.Module):
         this asks it about the largest default position, L - 1 (L with BOS).
         """
         require_positive_int("length", L)
-        self.encoding.check_positions(L - 1 + int(self.cfg.bos))
+        N = self.cfg.random_positions
+        if N is not None and not N > L:
+            raise ConfigError("random_positions", N, f"an integer > {L} (more positions to sample from than the "
+                                                     "longest training or evaluation length)")
+        self.encoding.check_positions((L if N is None else N) - 1 + int(self.cfg.bos))
 
     def loss(self, batch: Batch) -> Tensor:
         """Mean cross-entropy over the batch's loss mask (one target per position or per sequence).
@@ -289,6 +307,8 @@ class Transformer(nn.Module):
         at index 0: ``bos`` [b, 1, D], default W_bos), and every index's position pos [n] | [b, n]."""
         cfg = self.cfg
         b, s = tokens.shape
+        if positions is None and cfg.random_positions is not None and (self.training or cfg.random_positions_eval):
+            positions = random_positions(b, s, cfg.random_positions, tokens.device) + int(cfg.bos)  # [b, s]
         if positions is None:
             positions = torch.arange(int(cfg.bos), s + int(cfg.bos), device=tokens.device)
         x = F.embedding(tokens, self.W_E)  # [b, s, D]
@@ -333,6 +353,14 @@ class Transformer(nn.Module):
                 logits, inter = forward_with(self, batch.tokens, intervention, lengths=batch.lengths)
         inter.logits, inter.lengths, inter.prefix = logits, batch.lengths, int(self.cfg.bos)
         return inter
+
+def random_positions(b: int, s: int, N: int, device=None) -> Tensor:
+    """Ruoss et al. (2023): for each of b sequences, s positions drawn without replacement from
+    [0, N) and sorted, [b, s] long. The s smallest of N uniform keys are a uniform s-subset; drawn
+    from torch's generator (under the ensemble's vmap, randomness="different": each member its own)."""
+    keys = torch.rand(b, N, device=device)  # [b, N]
+    return keys.argsort(dim=-1)[:, :s].sort(dim=-1).values
+
 
 def gate_parameter_count(model: nn.Module) -> int:
     """The extra parameters energy gating adds to ``model`` (W_gate and tau_h of every layer)."""

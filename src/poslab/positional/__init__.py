@@ -8,6 +8,12 @@ defaults suit the small models of the seed experiments: a model trained on seque
 ``original_max_position_embeddings = 16`` positions, extended by ``factor = 4`` (to 64).
 ``rope_longrope`` uses one factor for every pair (short 1, long 4), the degenerate LongRoPE
 without a searched per-pair table; pass ``scaling=`` with a model card's lists to get the real one.
+
+The field's other encodings (docs/encodings.md): xPos, KERPLE (log and power forms), Sandwich,
+FIRE, CoPE, the dynamic position bias, the Forgetting Transformer's forget gate (``fox``), and the
+RoPE variants p-RoPE, Resonance RoPE (alone and with YaRN) and partial rotary in both frequency
+conventions. Installed packages add entries through the ``poslab.encodings`` entry points
+(:mod:`poslab.plugins`), loaded when this module is imported.
 """
 
 from __future__ import annotations
@@ -18,18 +24,26 @@ from typing import Any, cast
 
 import torch
 
+from poslab import plugins
 from poslab.errors import ConfigError
 from poslab.positional.alibi import ALiBi, alibi_slopes
 from poslab.positional.base import SITES, Metadata, PositionalEncoding, overridden_hooks
+from poslab.positional.cope import CoPE
+from poslab.positional.dynamic_bias import DynamicPositionBias
+from poslab.positional.fire import FIRE
+from poslab.positional.fox import ForgetGate
+from poslab.positional.kerple import Kerple
 from poslab.positional.learned import LearnedAPE
 from poslab.positional.mope import MoPEAdditive, MoPERelative
 from poslab.positional.nope import NoPE
 from poslab.positional.rope import RoPE
 from poslab.positional.rope_scaling import ROPE_SCHEDULES, rope_frequencies
+from poslab.positional.sandwich import Sandwich
 from poslab.positional.shaw import Shaw
 from poslab.positional.sinusoidal import Sinusoidal
 from poslab.positional.t5 import T5Bias, t5_relative_bucket
 from poslab.positional.transformer_xl import TransformerXL
+from poslab.positional.xpos import XPos
 
 _SMALL = {"factor": 4.0, "original_max_position_embeddings": 16}  # trained on 16 positions, x4
 
@@ -53,7 +67,36 @@ ENCODINGS: dict[str, type[PositionalEncoding] | partial] = {
                                             "long_factor": 4.0, **_SMALL}),
     "mope": MoPERelative,
     "mope_additive": MoPEAdditive,
+    "xpos": XPos,
+    "kerple_log": partial(Kerple, form="log"),
+    "kerple_power": partial(Kerple, form="power"),
+    "sandwich": Sandwich,
+    "fire": FIRE,
+    "cope": CoPE,
+    "dynamic_position_bias": DynamicPositionBias,
+    "fox": ForgetGate,  # data-dependent ALiBi: the Forgetting Transformer's forget gate
+    # p-RoPE (Barbero et al. 2025): the lowest (1 - p) share of frequencies not rotated, p = rotary_fraction
+    "p_rope": partial(RoPE, rotary_fraction=0.75, scaling={"rope_type": "proportional"}),
+    "rope_resonance": partial(RoPE, scaling={"resonance": True}),  # Wang et al. 2024
+    "rope_resonance_yarn": partial(RoPE, scaling={"rope_type": "yarn", **_SMALL, "resonance": True}),
+    # partial rotary, a quarter of the channels (GPT-NeoX / Pythia's rotary_pct): frequencies over the
+    # rotated width (GPT-NeoX, Phi-2, GLM / ChatGLM) and over the full head width (transformers' proportional)
+    "rope_partial": partial(RoPE, rotary_fraction=0.25),
+    "rope_partial_full": partial(RoPE, rotary_fraction=0.25, scaling={"rope_type": "proportional"}),
 }
+
+
+
+def _is_encoding(obj: object) -> bool:
+    cls = obj.func if isinstance(obj, partial) else obj
+    return isinstance(cls, type) and issubclass(cls, PositionalEncoding)
+
+
+# plugins (poslab.plugins): installed packages' encodings and rope schedules join the registries on import
+ENCODINGS.update(plugins.load("encodings", ENCODINGS, _is_encoding,
+                              "a PositionalEncoding subclass or a functools.partial of one"))
+ROPE_SCHEDULES.update(plugins.load("schedules", ROPE_SCHEDULES, callable,
+                                   "a schedule function (dim, base, cfg, *, max_position_embeddings, seq_len)"))
 
 GEOMETRY = ("d_model", "n_heads", "d_head", "max_len")
 # enough to build any entry and ask it

@@ -18,6 +18,22 @@ Positions are explicit integer or float tensors of shape ``[s]`` (shared by the 
 ``[b, s]``; nothing assumes ``arange``. Hooks must be pure: no buffer writes, no ``.item()``,
 no Python branches on tensor values, so ``torch.func.vmap`` can map them over ensemble members.
 
+Two encodings need more than positions in ``score_bias`` (an extension of the protocol that
+leaves every other encoding as it was):
+
+- ``reads_stream = True``: ``score_bias(q, k, q_pos, k_pos, x=x)`` also receives the attention
+  layer's input at the key positions, ``x [b, j, D]`` (the normalized residual stream; the
+  Forgetting Transformer's gate reads it). Attention passes ``x`` only to such an encoding, so
+  the four-argument hooks of the others are called exactly as before.
+- ``contextual = True``: the bias of a pair (i, j) depends on the other tokens of the sequence
+  (CoPE's gated counts, the forget gate's products), so a fast path that scores every
+  (token, position) pair on its own (the retrieval head's grid) must not be used for it, and
+  keys must be given whole (not in chunks) in their sequence order.
+
+``causal_only = True`` says the formula is defined for causal attention only (xPos's growing key
+scale, FIRE's log of i - j, CoPE's and the forget gate's sums from j to i): a model that knows
+it is bidirectional refuses such an encoding when its config is built.
+
 Metadata is computed where it can be: ``enc.sites`` are the hooks the encoding's class
 overrides (a fast path asks ``enc.uses("value_bias")``, so an override can never be skipped
 for want of a declaration), ``enc.kv_cache`` is decided by the instance's options, and
@@ -69,6 +85,9 @@ class PositionalEncoding(nn.Module):
     # broadcasts against positions [s] to [..., h, g, s, d] (a fast path hands it one vector per
     # token instead of a copy per position); False unless a class says so
     broadcasts_positions: ClassVar[bool] = False
+    reads_stream: ClassVar[bool] = False  # score_bias also takes x= the layer's input [b, j, D] (module docstring)
+    contextual: ClassVar[bool] = False  # a pair's bias depends on other tokens: no per-pair fast path
+    causal_only: ClassVar[bool] = False  # defined for causal attention only: a bidirectional model refuses it
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int):
         super().__init__()

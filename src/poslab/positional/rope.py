@@ -12,7 +12,12 @@ another frequency table, never a subclass.
 
 Pair layouts: ``interleaved`` pairs channels (2i, 2i+1) — the seed paper's 2x2 blocks;
 ``half`` pairs (i, i + r/2) — the Llama / Hugging Face convention (r = rotated width).
-With ``rotary_fraction`` < 1 only the first r = fraction * d channels rotate.
+With ``rotary_fraction`` < 1 only the first r = fraction * d channels rotate, with frequencies over
+the rotated width (theta_i = base^(-2i/r): GPT-NeoX / Pythia, Phi-2, GLM / ChatGLM); with
+``scaling={"rope_type": "proportional"}`` the fraction is p-RoPE's p and the frequencies are over
+the full width (theta_i = base^(-2i/d) for the first r/2 pairs, the rest not rotated), see
+:mod:`poslab.positional.rope_scaling`. ``scaling={"resonance": True}`` (with any rope_type) rounds
+every wavelength to an integer (Resonance RoPE).
 
 Length-dependent schedules (``dynamic``, ``longrope``: see :data:`LENGTH_DEPENDENT`) choose
 their frequencies from the sequence length L = (largest query or key position) + 1, taken per
@@ -81,9 +86,11 @@ class RoPE(PositionalEncoding):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)
         require_even("d_head", d_head)
         check_choice("layout", layout, LAYOUTS)
-        if not 0.0 < rotary_fraction <= 1.0:
-            raise ConfigError("rotary_fraction", rotary_fraction, "a number in (0, 1]")
         scaling = dict(scaling or {})
+        full_width = scaling.get("rope_type", scaling.get("type")) == "proportional"  # p-RoPE: p = 0 is NoPE
+        if not (0.0 <= rotary_fraction <= 1.0 if full_width else 0.0 < rotary_fraction <= 1.0):
+            raise ConfigError("rotary_fraction", rotary_fraction, "a number in [0, 1]" if full_width
+                              else "a number in (0, 1]")
         if rotary_fraction != 1.0:
             scaling.setdefault("partial_rotary_factor", rotary_fraction)
         self.layout, self.base, self.scaling = layout, base, scaling

@@ -41,7 +41,27 @@ longrope       theta'_i = theta_i / f_i with f = long_factor when L > L0 else sh
 llama3         lambda_i < L0/high_freq_factor: theta_i;  lambda_i > L0/low_freq_factor: theta_i/s;
                between: (1 - a) theta_i / s + a theta_i,
                a = (L0 / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor); A = 1
+proportional   p-RoPE (Barbero et al. 2025, "Round and Round We Go!"): with p = partial_rotary_factor
+               and d = head_dim, theta_i = base^(-2i/d) / s for the first floor(p d / 2) pairs and
+               0 (no rotation) for the other (1 - p) share, the lowest frequencies; the table
+               always has d/2 entries. s = factor (default 1); A = 1. p = 0 is NoPE, p = 1 RoPE.
+               This is also partial rotary in the full-width convention (frequencies over d, not
+               over the rotated width r as every other type computes them)
 =============  ==============================================================================
+
+Partial rotary, the two conventions. Every type but ``proportional`` computes its frequencies
+over the rotated width r = int(d * partial_rotary_factor): theta_i = base^(-2i/r), i < r/2,
+applied to the first r channels. This is what transformers 5.25 does for GPT-NeoX / Pythia
+(``rotary_pct`` 0.25), Phi / Phi-2 (0.4), Persimmon, StableLM, GPT-J (``rotary_dim``) and GLM /
+ChatGLM (0.5, interleaved pairs): each ``modeling_*.py`` computes ``base ** (arange(0, dim, 2) / dim)``
+with ``dim = int(head_dim * partial_rotary_factor)``. ``proportional`` (transformers'
+``rope_type="proportional"``, used by Gemma 4's global layers) keeps the full-width frequencies
+theta_i = base^(-2i/d) for the first r/2 pairs and zeros for the rest.
+
+Resonance (Wang et al. 2024, "Resonance RoPE"), poslab's ``resonance`` key, applies after any
+type: each wavelength lambda_i = 2 pi / theta'_i is rounded to the nearest integer,
+theta~_i = 2 pi / round(lambda_i) (a zero frequency stays zero), so every pair's rotation
+repeats on whole positions. With ``rope_type="yarn"`` it is the paper's Resonance-YaRN.
 
 Conventions kept from Hugging Face: ``type`` is an old spelling of ``rope_type``; ``rope_theta``
 in the dict overrides ``base``; ``beta_fast``/``beta_slow`` default to 32/1 (also when given as
@@ -83,7 +103,7 @@ from poslab.errors import ConfigError, check_choice
 KEYS = ("rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
         "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate",
         "short_factor", "long_factor", "low_freq_factor", "high_freq_factor", "partial_rotary_factor",
-        "n_hat")
+        "n_hat", "resonance")
 
 _FIELD = "rope_scaling"
 
@@ -103,13 +123,30 @@ def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: dict | None 
     check_choice(f"{_FIELD}.rope_type", rope_type, sorted(ROPE_SCHEDULES))
     base = float(cfg.get("rope_theta", base))
     _positive("rope_theta", base)
-    dim = int(head_dim * cfg.get("partial_rotary_factor", 1.0))
-    if dim < 2:
-        raise ConfigError(f"{_FIELD}.partial_rotary_factor", cfg.get("partial_rotary_factor"),
-                          f"a fraction leaving at least 2 rotated channels of head_dim={head_dim}")
+    fraction = cfg.get("partial_rotary_factor", 1.0)
+    if rope_type == "proportional":  # frequencies over the full head width; p = 0 (NoPE) allowed
+        if isinstance(fraction, bool) or not (isinstance(fraction, (int, float)) and 0 <= fraction <= 1):
+            raise ConfigError(f"{_FIELD}.partial_rotary_factor", fraction, "a number in [0, 1]")
+        dim = head_dim
+    else:
+        dim = int(head_dim * fraction)
+        if dim < 2:
+            raise ConfigError(f"{_FIELD}.partial_rotary_factor", fraction,
+                              f"a fraction leaving at least 2 rotated channels of head_dim={head_dim}")
     unscaled_positions(cfg)
-    return ROPE_SCHEDULES[rope_type](dim, base, cfg, max_position_embeddings=max_position_embeddings,
-                                     seq_len=seq_len)
+    resonance = cfg.get("resonance", False)
+    if not isinstance(resonance, bool):
+        raise ConfigError(f"{_FIELD}.resonance", resonance, "True, False")
+    inv_freq, factor = ROPE_SCHEDULES[rope_type](dim, base, cfg, max_position_embeddings=max_position_embeddings,
+                                                 seq_len=seq_len)
+    return (resonant(inv_freq) if resonance else inv_freq), factor
+
+
+def resonant(inv_freq: Tensor) -> Tensor:
+    """Resonance RoPE: theta~_i = 2 pi / round(2 pi / theta_i) (0 stays 0), float32 like its input."""
+    theta = inv_freq.double()
+    wavelength = (2 * math.pi / theta.clamp(min=1e-300)).round().clamp(min=1)  # integer lambda_i >= 1
+    return _f32(torch.where(theta > 0, 2 * math.pi / wavelength, torch.zeros_like(theta)))
 
 
 def unscaled_positions(scaling: dict | None) -> int:
@@ -241,6 +278,18 @@ def llama3_schedule(dim, base, cfg, *, max_position_embeddings, seq_len):
     return _f32(inv_freq), 1.0
 
 
+def proportional_schedule(dim, base, cfg, *, max_position_embeddings, seq_len):
+    # here dim is the head width d (rope_frequencies passes it whole for this type)
+    p = cfg.get("partial_rotary_factor", 1.0)
+    factor = cfg.get("factor")
+    factor = 1.0 if factor is None else factor
+    _positive("factor", factor)
+    rotated = int(p * dim // 2)  # floor(p d / 2) pairs keep a frequency, as transformers counts them
+    theta = roformer_theta(dim, base)  # base^(-2i/d), [d/2]
+    keep = torch.arange(dim // 2) < rotated
+    return _f32(torch.where(keep, theta, torch.zeros_like(theta)) / float(factor)), 1.0
+
+
 ROPE_SCHEDULES: dict[str, Schedule] = {  # a new rope_type is one function and one entry
     "default": default_schedule,
     "linear": linear_schedule,
@@ -250,6 +299,7 @@ ROPE_SCHEDULES: dict[str, Schedule] = {  # a new rope_type is one function and o
     "yarn": yarn_schedule,
     "longrope": longrope_schedule,
     "llama3": llama3_schedule,
+    "proportional": proportional_schedule,
 }
 ROPE_TYPES = tuple(ROPE_SCHEDULES)
 LENGTH_DEPENDENT = ("dynamic", "longrope")  # frequencies change with the sequence length

@@ -2,11 +2,14 @@
 
 A study module reads top to bottom as its declarations (grid and presets, claim specs, tables,
 figures), then the few functions that are genuinely its own. Adding a study is one module here
-and one entry below; the machinery that runs it lives in :mod:`poslab.experiments`.
+and one entry below; the machinery that runs it lives in :mod:`poslab.experiments`. Installed
+packages add studies through the ``poslab.studies`` entry points (:mod:`poslab.plugins`), loaded
+when this module is imported; a plugin study never enters ``poslab run all``.
 """
 
 from __future__ import annotations
 
+from poslab import plugins
 from poslab.errors import ConfigError
 from poslab.experiments.runner import Experiment
 from poslab.studies import (
@@ -29,9 +32,17 @@ from poslab.studies import (
 EXPERIMENTS: dict[str, Experiment] = {m.EXPERIMENT.name: m.EXPERIMENT for m in (
     phenomenon, validation, lm, context_extension, leakage, bias_comparison, linear_control, heads, k1, two_layer,
     controls, mope, pretrained_extension, pretrained_leakage)}
+# plugins (poslab.plugins): installed packages' studies, an Experiment named like its entry point
+EXPERIMENTS.update(plugins.load("studies", EXPERIMENTS, lambda obj: isinstance(obj, Experiment),
+                                "an Experiment (poslab.experiments.runner)"))
+for _name, _experiment in EXPERIMENTS.items():
+    if _experiment.name != _name:
+        raise ConfigError(f"plugin {plugins.origin('studies', _name)}: entry point {_name!r} in 'poslab.studies'",
+                          _experiment.name, f"an Experiment named {_name!r}, its entry point's name")
 
 # ``poslab run all``: every study flagged ``in_run_all`` (the seed paper's), in the paper's order.
-PAPER_STUDIES: tuple[str, ...] = tuple(n for n, e in EXPERIMENTS.items() if e.in_run_all)
+PAPER_STUDIES: tuple[str, ...] = tuple(n for n, e in EXPERIMENTS.items()
+                                       if e.in_run_all and plugins.origin("studies", n) == plugins.BUILTIN)
 
 
 def get_experiment(name: str) -> Experiment:

@@ -2,13 +2,15 @@
 
 ``TASKS`` maps the names used on the command line to task classes (frozen dataclasses whose
 fields are the task's options). Build one with :func:`build_task`; draw a fixed evaluation set
-with :func:`eval_batch`.
+with :func:`eval_batch`. Installed packages add tasks through the ``poslab.tasks`` entry points
+(:mod:`poslab.plugins`), loaded when this module is imported.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from poslab import plugins
 from poslab.errors import ConfigError
 from poslab.tasks.base import Batch, Length, Task, eval_batch, eval_seed, length_range
 from poslab.tasks.passkey import PasskeyText
@@ -23,6 +25,14 @@ TASKS: dict[str, type] = {
     "text": CharText,
     "passkey": PasskeyText,
 }
+
+
+def _is_task(obj: object) -> bool:
+    return isinstance(obj, type) and dataclasses.is_dataclass(obj) and callable(getattr(obj, "sample", None))
+
+
+# plugins (poslab.plugins): installed packages' tasks join the registry on import
+TASKS.update(plugins.load("tasks", TASKS, _is_task, "a task class (a dataclass with a sample method)"))
 
 
 def task_options(name: str) -> dict[str, object]:
