@@ -394,3 +394,15 @@ def test_reevaluate_refuses_what_it_cannot_recompute_before_any_work(name, overr
         assert store.runs() == [] and not (tmp_path / "out").exists()
         with pytest.raises(ConfigError, match="without --force"):
             run_study(exp, study, store=store, out=tmp_path / "out", progress=False, reevaluate=True, force=True)
+
+
+def test_model_fields_added_later_leave_the_run_key_alone_at_their_defaults():
+    import dataclasses
+
+    from poslab.experiments.runner import LATER_MODEL_DEFAULTS, model_fields
+    from poslab.models.transformer import TransformerConfig
+
+    cfg = TransformerConfig()
+    fields = model_fields(cfg)
+    assert not set(LATER_MODEL_DEFAULTS) & set(fields)  # the key of a run stored before they existed
+    assert model_fields(dataclasses.replace(cfg, random_positions=256))["random_positions"] == 256

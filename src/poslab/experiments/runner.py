@@ -93,7 +93,7 @@ class Member:
         s = self.study
         return dict(experiment=self.experiment, point=[[p, v] for p, v in self.point], seed=self.seed,
                     variant=self.variant, model_type=s.model_type,
-                    model=dataclasses.asdict(self.model_config), task_type=s.task_type,
+                    model=model_fields(self.model_config), task_type=s.task_type,
                     task=dataclasses.asdict(self.task), train=train_fields(s.train),
                     eval=dataclasses.asdict(s.eval))
 
@@ -113,8 +113,22 @@ class Member:
         """Members with one group key share one model forward and one training config: they
         train as one ensemble."""
         s = self.study
-        return config_hash(dict(model_type=s.model_type, model=dataclasses.asdict(self.model_config),
+        return config_hash(dict(model_type=s.model_type, model=model_fields(self.model_config),
                                 train=dataclasses.asdict(s.train)))
+
+
+# Model fields added after runs were stored: left out of a run's config while at these defaults, so
+# every key from before the field existed still names its run (as ``train_fields`` does for compile).
+LATER_MODEL_DEFAULTS = {"random_positions": None, "random_positions_eval": True}
+
+
+def model_fields(model) -> dict:
+    """A model config as a run's config records it (see LATER_MODEL_DEFAULTS)."""
+    fields = dataclasses.asdict(model)
+    for name, default in LATER_MODEL_DEFAULTS.items():
+        if name in fields and fields[name] == default:
+            del fields[name]
+    return fields
 
 
 def train_fields(train) -> dict:
