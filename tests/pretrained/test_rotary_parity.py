@@ -77,7 +77,7 @@ def test_every_poslab_schedule_runs_on_a_checkpoint(tiny):
                "ntk_by_parts": {"factor": 2.0}, "yarn": {"factor": 2.0}, "llama3": {
                    "factor": 2.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
                "longrope": {"short_factor": 1.0, "long_factor": [1.0 + i for i in range(8)], "factor": 2.0},
-               "default": {}}
+               "proportional": {"partial_rotary_factor": 0.5}, "default": {}}
     assert set(configs) == set(ROPE_SCHEDULES)  # a new schedule must be added here
     for rope_type, options in configs.items():
         model.set_schedule({"rope_type": rope_type, **options})
