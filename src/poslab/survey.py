@@ -214,9 +214,36 @@ def comparison_rows(store_path: str | Path, cost_lengths: Sequence[int] | None =
         got = measured.get(name, {})
         rows.append(dict(encoding=name, kind=m.kind, sites=", ".join(m.sites) or "-", parameters=m.parameters,
                          cost=m.cost, measured_cost=cost_text(measured_cost(name, cost_lengths)) if cost_lengths
-                         else "not measured", kv_cache="yes" if m.kv_cache else "no",
+                         else "not measured", kv_cache=kv_cache_cell(name),
                          fixed_offset=got.get("fixed_offset", NOT_MEASURED), lm=got.get("lm", NOT_MEASURED)))
     return rows
+
+
+def kv_cache_cell(name: str) -> str:
+    """The KV-cache column: "yes" where cached keys stay valid (the class's options say so, and the
+    prefix test in tests/test_survey.py checks it for every entry); for a length-dependent rotary
+    schedule, "no" with the logit gap it measures here: the tiny random model of the cost column at
+    4 L0 (its schedule's original_max_position_embeddings), decoded with a KV cache (each key rotated
+    at its own step) against a full recompute (:func:`poslab.probes.kv_cache.cache_gap`; the
+    ``implementation`` study measures the same on trained models)."""
+    from poslab.positional import small_encoding
+    from poslab.positional.rope import RoPE
+
+    enc = small_encoding(name)
+    if enc.kv_cache:
+        return "yes"
+    if not (isinstance(enc, RoPE) and enc.length_dependent):
+        return "no"
+    import torch
+
+    from poslab.probes.kv_cache import cache_gap
+
+    L0 = int(enc.scaling.get("original_max_position_embeddings") or 16)
+    L = 4 * L0
+    model = tiny_model(name, L)
+    x = torch.randint(0, TINY["vocab_size"], (2, L), generator=torch.Generator().manual_seed(0))
+    gap = max(r["logit_gap"] for r in cache_gap(model, x, range(L0, L - 1)))
+    return f"no (logit gap {gap:.2g} at L = {L} = 4 L0, tiny random model)"
 
 
 HEADER = dict(encoding="encoding", kind="kind", sites="where position enters", parameters="extra parameters",
