@@ -208,8 +208,8 @@ def _literal(value) -> str:
 @given(field=st.sampled_from(FIELDS), value=JSONISH)
 def test_fuzz_set_values(field, value):
     from poslab.errors import ConfigError
+    from poslab.experiments import validate
     from poslab.experiments.config import apply_overrides
-    from poslab.experiments.runner import validate
     from poslab.studies import get_experiment
 
     exp = get_experiment("phenomenon")

@@ -57,9 +57,9 @@ def test_bench_profile_splits_a_study_into_phases_that_add_up_to_its_wall_time()
 
 
 def test_a_timed_study_stores_bit_for_bit_the_weights_and_rows_of_an_untimed_one(tmp_path):
+    from poslab.experiments import run_study
     from poslab.experiments.config import apply_overrides
     from poslab.experiments.executors import Inline
-    from poslab.experiments.runner import run_study
     from poslab.store import Store
     from poslab.studies import get_experiment
     from poslab.train import PhaseTimer
@@ -84,8 +84,8 @@ def test_a_timed_study_stores_bit_for_bit_the_weights_and_rows_of_an_untimed_one
 
 
 def test_a_timer_needs_the_inline_executor_and_its_spans_do_not_nest(tmp_path):
+    from poslab.experiments import run_study
     from poslab.experiments.executors import ProcessPool
-    from poslab.experiments.runner import run_study
     from poslab.store import Store
     from poslab.studies import get_experiment
     from poslab.train import PhaseTimer
@@ -134,7 +134,7 @@ def test_ensemble_scaling_fits_fixed_plus_marginal_cost_and_repeats_members_past
     """Two sizes: the line through both points; members past the group's own repeat it; one
     thread while timing (as a worker trains), the caller's threads after."""
     from poslab.bench import ensemble_scaling
-    from poslab.experiments.runner import members
+    from poslab.experiments import members
     from poslab.studies import k1
 
     group = members("bench", k1.study("quick"))[:2]

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
+from poslab.experiments import members, run_study
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import Inline
-from poslab.experiments.runner import members, run_study
 from poslab.store import Store
 from poslab.studies import get_experiment
 
@@ -198,8 +198,8 @@ def _rows_of(config: dict) -> list[dict]:
 
 
 def test_evaluate_members_runs_only_as_many_workers_as_fit_in_memory(tmp_path, monkeypatch, capsys):
-    from poslab.experiments import runner
-    from poslab.experiments.executors import MEMORY_FRACTION, memory_bytes
+    from poslab.experiments import training as runner
+    from poslab.machine import MEMORY_FRACTION, memory_bytes
 
     asked = []
 

@@ -131,7 +131,7 @@ def test_peak_memory_is_flat_past_the_chunk():
 # ----------------------------------------------------------------------------- the LM study
 
 def lm_run(corpus, tmp_path, encodings=("rope",), lengths=(32, 300, 1000)):
-    from poslab.experiments.runner import run_study
+    from poslab.experiments import run_study
     from poslab.store import Store
     from poslab.studies import lm
 
@@ -206,11 +206,11 @@ def test_bench_eval_lm_prints_time_and_memory_per_length(tmp_path):
 
 def test_lm_study_tables_stay_the_training_context(corpus, tmp_path):
     """Long eval lengths do not lengthen the model's tables: the trained model is the default run's."""
-    from poslab.experiments.runner import members
+    from poslab.experiments import members
     from poslab.studies import lm
 
     short = lm.lm_study("quick", task=dict(corpus=str(corpus)))
     long = lm.lm_study("quick", task=dict(corpus=str(corpus)), eval=dict(lengths=(32, 3000)))
-    for a, b in zip(members("lm", short), members("lm", long), strict=False):
+    for a, b in zip(members(lm.EXPERIMENT, short), members(lm.EXPERIMENT, long), strict=False):
         assert a.model_config == b.model_config and a.model_config.max_len < 3000
         assert a.group_key() == b.group_key()

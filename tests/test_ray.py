@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from poslab.experiments import run_study
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import Inline, make_executor
-from poslab.experiments.runner import run_study
 from poslab.store import Store
 from poslab.studies import get_experiment
 

@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from poslab.cli import main
+from poslab.experiments import run_study
 from poslab.experiments.claims import read_claims
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import Inline
-from poslab.experiments.runner import run_study
 from poslab.store import Store
 from poslab.studies import get_experiment
 

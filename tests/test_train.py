@@ -263,7 +263,7 @@ def test_compile_falls_back_to_eager_training_where_compiling_fails(monkeypatch)
 
 
 def test_compile_is_part_of_a_runs_key_only_when_on():
-    from poslab.experiments.runner import train_fields
+    from poslab.experiments.experiment import train_fields
 
     assert "compile" not in train_fields(LM_CFG)
     assert train_fields(replace(LM_CFG, compile=True))["compile"] is True

@@ -1,5 +1,5 @@
 """All eight methods' reasoning table and rankings, rendered by the study's own TABLES and
-``ranking_rows``: the 2026-12-03 run's store (none, pi, dynamic, ntk_by_parts, llama3, longrope and
+``scale_ranking_rows``: the 2026-12-03 run's store (none, pi, dynamic, ntk_by_parts, llama3, longrope and
 the short-context control) with ntk's and yarn's rows read back from the 2026-12-02 run's
 table-none-ntk-yarn.md, after checking that both runs' `none` rows agree at the printed digits.
 
@@ -8,7 +8,7 @@ table-none-ntk-yarn.md, after checking that both runs' `none` rows agree at the 
 import sys
 
 from poslab.store import Store
-from poslab.studies.pretrained_extension import REASONING, TABLES, ranking_rows
+from poslab.studies.pretrained_extension import REASONING, TABLES, scale_ranking_rows
 
 OLD = open("docs/pretrained-reasoning-cpu/table-none-ntk-yarn.md").read()
 SHOWN = ("Loss below and past the original context L0", "Reasoning and code: exact match by task",
@@ -50,7 +50,7 @@ for o in (r for r in old if r["method"] == "none"):
     print(f"- none {o['probe']} x{o['scale']} {o.get('task', '')}: {'same' if same else f'DIFFERS: {n} against {o}'}")
 print(f"- none rows agree: {agree}\n")
 rows = [r for r in new if r.get("method") not in ("ntk", "yarn")] + [r for r in old if r["method"] in ("ntk", "yarn")]
-rows += ranking_rows(rows)
+rows += scale_ranking_rows(rows)
 for table in TABLES:
     if table.title in SHOWN:
         print(table.markdown(rows) + "\n")

@@ -20,10 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from poslab.experiments import members as study_members
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import worker_pool
-from poslab.experiments.runner import members as study_members
-from poslab.experiments.runner import one_thread, share_out, step_seconds, train_members, wall_estimate
+from poslab.experiments.schedule import one_thread, share_out, step_seconds, wall_estimate
+from poslab.experiments.training import train_members
 from poslab.studies import phenomenon
 from poslab.train import train_plain
 
@@ -620,13 +621,14 @@ def bench_eval_lm(*, lengths=(1_000, 10_000, 30_000), steps: int = 200, chunk: i
 
     import numpy as np
 
-    from poslab.experiments.runner import members
+    from poslab.experiments import members
+    from poslab.studies.lm import EXPERIMENT as LM
     from poslab.studies.lm import lm_study
     from poslab.train import train_ensemble
 
     study = lm_study("paper", encodings=(encoding,), seeds=1,
                      train=dict(steps=max(steps, 1), warmup_steps=min(100, steps // 2)))
-    member = members("lm", study)[0]
+    member = members(LM, study)[0]
     t0 = time.perf_counter()
     if steps > 0:
         model = train_ensemble(member.make_model(), [member.task], [0], study.train, progress=False).models[0]
@@ -724,9 +726,9 @@ def bench_profile(experiment: str = "phenomenon", *, preset: str = "paper", over
     import tempfile
 
     from poslab.errors import ConfigError
+    from poslab.experiments import run_study, validate
     from poslab.experiments.config import apply_overrides
     from poslab.experiments.executors import Inline
-    from poslab.experiments.runner import run_study, validate
     from poslab.store import Store
     from poslab.studies import get_experiment
     from poslab.train import PhaseTimer
@@ -766,7 +768,7 @@ def bench_pretrained(*, model: str = "smollm2-135m", lengths=(2048,), threads: i
     one run (this machine is noisy: read the ratio)."""
     from poslab.errors import ConfigError
     from poslab.pretrained import encode_text, load
-    from poslab.studies.pretrained_extension import checkpoint_source
+    from poslab.studies.kit.checkpoints import checkpoint_source
     from poslab.tasks.text import CharText
 
     torch.set_num_threads(threads)

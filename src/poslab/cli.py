@@ -20,7 +20,6 @@ Bad input stops before any work with one line naming the field and the allowed v
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from pathlib import Path
 
@@ -129,94 +128,28 @@ def _table(header, rows) -> str:
 def run(experiment, preset, seeds, overrides, device, executor, address, task_cpus, workers, out, store, force,
         reevaluate, progress, corpus, checkpoint):
     """Reproduce one published experiment: train, probe, and write its table and figures."""
-    from poslab.errors import check_choice
-    from poslab.experiments.config import apply_overrides
-    from poslab.experiments.runner import check_output_folder, check_reevaluate, run_study, validate
+    from poslab.experiments import run as run_studies
     from poslab.studies import PAPER_STUDIES, get_experiment
 
     names = list(PAPER_STUDIES) if experiment == "all" else [experiment]  # all: the seed paper, in order
-    plan = []
-    for name in names:
-        exp = get_experiment(name)
-        check_choice("preset", preset, exp.presets)
-        study = exp.study(preset)
-        if corpus is not None:
-            study = _with_corpus(study, corpus)
-        if checkpoint is not None:
-            if "checkpoint" not in study.model:
-                raise ConfigError("--model", checkpoint, "an experiment on a pretrained checkpoint "
-                                                         "(pretrained-extension)")
-            study = dataclasses.replace(study, model={**study.model, "checkpoint": checkpoint})
-        if seeds is not None:
-            study = apply_overrides(study, [f"seeds={seeds}"])
-        study = apply_overrides(study, overrides, fixed=exp.fixed)
-        members = validate(study, device, exp)  # every study, before the store is even opened
-        check_output_folder(_out_folder(out, name, len(names)))
-        plan.append((name, exp, study, members))
-    from poslab.experiments.executors import make_executor
 
-    if executor != "ray" and address is not None:
-        raise ConfigError("--address", address, "only with --executor ray")
-    if workers is not None and workers < 1:
-        raise ConfigError("--workers", workers, "a positive integer")
-    if task_cpus < 1:
-        raise ConfigError("--task-cpus", task_cpus, "a positive integer")
-    from poslab.store import Store
-
-    if reevaluate:  # every study's members stored with weights, before any is re-evaluated
-        if not Path(store).exists():
-            raise ConfigError("--store", str(store),
-                              "an existing store holding the study (--reevaluate trains nothing)")
-        with Store(store) as db:
-            refused = {}
-            for name, exp, study, members in plan:
-                try:
-                    check_reevaluate(exp, study, members, db)
-                except ConfigError as e:
-                    refused[name] = e
-            if len(plan) == 1 and refused:
-                raise next(iter(refused.values()))
-            if refused:  # run all: say every study it cannot take, and which it can
-                raise ConfigError("--reevaluate", f"all ({', '.join(refused)} cannot be re-evaluated here)",
-                                  "the studies named one at a time: "
-                                  + (", ".join(n for n, *_ in plan if n not in refused) or "none"))
-    pool = make_executor(executor, workers=workers or os.cpu_count() or 1, device=device,
-                         **(dict(address=address, cpus=task_cpus) if executor == "ray" else {}))
-
-    root = out
-    for experiment, exp, study, members in plan:  # finished members are reused from the store, not retrained
-        out = _out_folder(root, experiment, len(plan))
-        with Store(store) as db:
-            summary = run_study(exp, study, store=db, out=out, device=device, force=force, progress=progress,
-                                executor=pool, validated=members, reevaluate=reevaluate)
+    def said(name: str, summary: dict, folder: Path) -> None:
         done = (f"re-evaluated {summary['reevaluated']} from {store}" if reevaluate else
                 f"trained {summary['trained']}, reused {summary['reused']} from {store}")
-        click.echo(f"{experiment}: {summary['members']} members, {done} ({summary['seconds']:.1f} s)"
+        click.echo(f"{name}: {summary['members']} members, {done} ({summary['seconds']:.1f} s)"
                    + (f"; {summary['variants']} evaluate-only variants, evaluated {summary['evaluated']}"
                       if summary["variants"] else ""))
         for f in summary["files"]:
             click.echo(f"  wrote {f}")
-        table = out / "table.md"
-        if table.exists() and len(plan) == 1:
+        table = folder / "table.md"
+        if table.exists() and len(names) == 1:
             click.echo("")
             click.echo(table.read_text())
 
-
-def _out_folder(out: Path | None, experiment: str, studies: int) -> Path:
-    """--out itself for one study; results/<experiment> (or --out/<experiment> for several)."""
-    return (out or Path("results")) / experiment if (out is None or studies > 1) else out
-
-
-def _with_corpus(study, corpus: Path):
-    """The study with its text task reading ``corpus``; the file is read and checked now."""
-    from poslab.tasks import build_task, task_options
-
-    if "corpus" not in task_options(study.task_type):
-        raise ConfigError("--corpus", str(corpus), f"an experiment whose task reads a corpus (this one's task is "
-                                                   f"{study.task_type!r})")
-    task = {**study.task, "corpus": os.path.abspath(corpus)}
-    build_task(study.task_type, **task)  # a missing, empty, non-UTF-8 or too short file: one ConfigError
-    return dataclasses.replace(study, task=task)
+    run_studies([get_experiment(n) for n in names], preset, store=store, out=out, seeds=seeds, overrides=overrides,
+                device=device, executor=executor, address=address, task_cpus=task_cpus, workers=workers,
+                force=force, reevaluate=reevaluate, progress=progress, corpus=corpus, checkpoint=checkpoint,
+                on_study=said)
 
 
 @main.command()

@@ -7,9 +7,9 @@ Nothing in the trainer, runner or store knows about it.
 
 from pathlib import Path
 
+from poslab.experiments import Experiment
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Lines, Pivot, Table, write_outputs
-from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, at_most, comparison_only, is_, judge_all, mean
 from poslab.tasks import eval_batch
 from poslab.train import TrainConfig, evaluate_loss
@@ -18,7 +18,8 @@ CLAIMS = [
     ClaimSpec(name="{encoding}: accuracy at trained lengths", paper="~1", where=at_most("length", 12),
               per=("encoding",), measure=mean("accuracy"), op=">=", threshold=0.9),
     ClaimSpec(name="{encoding}: accuracy past training", paper="no number", where=is_("length", 16),
-              per=("encoding",), measure=mean("accuracy"), na=comparison_only("the demo makes no prediction past training")),
+              per=("encoding",), measure=mean("accuracy"),
+              na=comparison_only("the demo makes no prediction past training")),
 ]
 TABLES = [Table("Accuracy by length", by=("encoding",), pivot=Pivot("length", "accuracy", "L={}"))]
 FIGURES = [Lines("accuracy.png", x="length", y="accuracy", series=("encoding",), vline=12, ylim=(0, 1.02))]

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from poslab.errors import ConfigError
+from poslab.experiments import members, run_study
 from poslab.experiments.config import StudyConfig, apply_overrides, grid_points, quick
-from poslab.experiments.runner import members, run_study
 from poslab.store import Store
 from poslab.studies import EXPERIMENTS, get_experiment
 
@@ -255,7 +255,7 @@ def test_process_pool_gives_a_lone_job_every_core():
 
 
 def test_split_groups_halves_the_largest_until_every_slot_has_one():
-    from poslab.experiments.runner import split_groups
+    from poslab.experiments.schedule import split_groups
 
     assert split_groups([list("abcde")], 2) == [list("abc"), list("de")]
     assert split_groups([list("a"), list("bc")], 4) == [list("a"), list("b"), list("c")]  # no more to split
@@ -265,7 +265,7 @@ def test_split_groups_halves_the_largest_until_every_slot_has_one():
 
 
 def test_split_groups_balances_groups_that_do_not_share_out_evenly():
-    from poslab.experiments.runner import MIN_SPLIT, split_groups, wall_estimate
+    from poslab.experiments.schedule import MIN_SPLIT, split_groups, wall_estimate
 
     table1 = [[f"{g}{i}" for i in range(24)] for g in "abc"]  # Table 1: three groups of 24 on two workers
     parts = split_groups(table1, 2)
@@ -282,7 +282,7 @@ def test_split_groups_weighs_each_group_by_its_cost_per_member():
     """The heads study's shape: five groups of six, one of them (d_model 256) about 2.6x the cost
     of the cheapest. By members they go out in any order (one worker got 38 + 50 + 100 s of them,
     the other 42 + 53); by cost the costliest goes first and the loads even out."""
-    from poslab.experiments.runner import SPLIT_OVERHEAD, split_groups
+    from poslab.experiments.schedule import SPLIT_OVERHEAD, split_groups
 
     groups = [[f"{g}{i}" for i in range(6)] for g in "abcde"]
     costs = [1.0, 1.1, 1.3, 1.4, 2.6]  # seconds per member, as step_costs gives them
@@ -303,7 +303,7 @@ def test_step_costs_measure_each_group_on_one_thread_and_restore_the_threads():
 
     import torch
 
-    from poslab.experiments.runner import step_costs
+    from poslab.experiments.schedule import step_costs
     from poslab.studies import heads
 
     study = heads.EXPERIMENT.study("quick")
@@ -399,7 +399,7 @@ def test_reevaluate_refuses_what_it_cannot_recompute_before_any_work(name, overr
 def test_model_fields_added_later_leave_the_run_key_alone_at_their_defaults():
     import dataclasses
 
-    from poslab.experiments.runner import LATER_MODEL_DEFAULTS, model_fields
+    from poslab.experiments.experiment import LATER_MODEL_DEFAULTS, model_fields
     from poslab.models.transformer import TransformerConfig
 
     cfg = TransformerConfig(vocab_size=8)

@@ -46,7 +46,7 @@ def test_bad_settings_are_refused_before_any_work():
 def test_smollm2_cache_differs_past_L0():
     """SmolLM2-135M with Dynamic NTK at L0 = 32: its own KV cache against recompute."""
     from poslab.pretrained.model import load
-    from poslab.studies.pretrained_extension import checkpoint_source, source_path
+    from poslab.studies.kit.checkpoints import checkpoint_source, source_path
 
     model = load(source_path(checkpoint_source("smollm2-135m")))
     import torch

@@ -8,12 +8,12 @@ import json
 import pytest
 
 from poslab.errors import ConfigError
+from poslab.experiments import run_study
 from poslab.experiments.config import apply_overrides
-from poslab.experiments.runner import run_study
-from poslab.probes import leakage as lk
 from poslab.store import Store
 from poslab.studies import get_experiment
 from poslab.studies import leakage as exp
+from poslab.studies.kit import leakage_rows as lk
 
 
 def test_quick_preset_end_to_end(tmp_path):
@@ -87,7 +87,7 @@ def rows_for(b_by_layer: dict[tuple, list[float]], swap: float | dict, seeds=(0,
 def judged(rows):
     rows = exp.labelled(rows)
     every = rows + exp.derived_rows(rows)
-    return {c.name: c for c in exp.decided_when_agreed(exp.judge_all(exp.CLAIMS, every), every)}
+    return {c.name: c for c in lk.decided_when_agreed(exp.judge_all(exp.CLAIMS, every), every)}
 
 
 def test_derived_rows_by_hand():
@@ -96,7 +96,7 @@ def test_derived_rows_by_hand():
     std = [r for r in models if r["model"] == "RoPE" and r["seed"] == 0][0]
     assert std["component_b"] == pytest.approx(0.03) and std["depth_slope"] == pytest.approx(0.02)
     assert std["depth_slope_key0"] == pytest.approx(0.02)
-    swap = lk.swap_rows(rows)
+    swap = lk.swap_change_rows(rows)
     assert all(r["change"] == pytest.approx(-0.5) for r in swap if r["intervention"].startswith("bos_"))
     gaps = [r for r in exp.contrast_rows(models) if r["probe"] == "gap"]
     assert [g["gap"] for g in gaps if "gap" in g] == pytest.approx([0.02, 0.02])
@@ -106,7 +106,7 @@ def test_derived_rows_by_hand():
     assert every["key0_drop"] == pytest.approx(0.02) and every["key0_change"] == pytest.approx(-0.5)  # layer 1 only
     assert sinks["key0_drop"] is None  # no sink-reading head: drop_key0 did not run
     flat = exp.labelled(rows_for({("rope", None): [0.0, 0.0]}, 0.5))  # nothing to be relative to
-    assert all(r["change"] is None for r in lk.swap_rows(flat))
+    assert all(r["change"] is None for r in lk.swap_change_rows(flat))
 
 
 def test_three_swaps_decide_only_where_they_agree():

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from poslab import sampling
 from poslab.cli import main
 from poslab.errors import ConfigError
-from poslab.experiments.runner import run_study
+from poslab.experiments import run_study
 from poslab.models.transformer import Transformer, TransformerConfig
 from poslab.store import Store
 from poslab.studies import lm

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from poslab.errors import ConfigError
+from poslab.experiments import members, run_study
 from poslab.experiments.config import apply_overrides
-from poslab.experiments.runner import members, run_study
 from poslab.store import Store
 from poslab.studies import get_experiment
 from poslab.studies import mope as exp
@@ -79,7 +79,7 @@ def test_unknown_preset():
 
 
 def test_gpu_preset_is_near_the_published_scale():
-    from poslab.experiments.runner import resolve_model_config, resolve_task
+    from poslab.experiments.experiment import resolve_model_config, resolve_task
     from poslab.models.transformer import Transformer
 
     study = exp.study("gpu")

@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
+from poslab.experiments import run_study
 from poslab.experiments.config import apply_overrides
-from poslab.experiments.fixed_offset import head_pinning
-from poslab.experiments.runner import run_study
 from poslab.positional import build_encoding
 from poslab.store import Store
 from poslab.studies import get_experiment
+from poslab.studies.kit.fixed_offset import head_pinning
 
 TINY = ["seeds=1", "grid.task.K=[2]", "train.steps=5", "eval.n_sequences=16", "eval.lengths=[12,20,24]"]
 

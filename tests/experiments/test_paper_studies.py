@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
+from poslab.experiments import run_study
 from poslab.experiments.config import apply_overrides
-from poslab.experiments.runner import run_study
 from poslab.probes.interpolant import min_norm_interpolant
 from poslab.store import Store
 from poslab.studies import get_experiment

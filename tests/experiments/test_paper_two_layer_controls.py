@@ -7,8 +7,8 @@ import json
 import pytest
 
 from poslab.errors import ConfigError
+from poslab.experiments import members, run_study
 from poslab.experiments.config import StudyConfig, apply_overrides, apply_point, grid_points
-from poslab.experiments.runner import members, run_study
 from poslab.probes.weights import rotary_kernel_rows
 from poslab.store import Store
 from poslab.studies import PAPER_STUDIES, get_experiment

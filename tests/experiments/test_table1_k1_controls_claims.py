@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from poslab.experiments import fixed_offset
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.spec import ClaimSpec, check_flips, judge_all, minimum
 from poslab.probes.weights import table_row_norms
 from poslab.studies import controls, k1, phenomenon
+from poslab.studies.kit import fixed_offset
 
 
 def test_minimum_by_takes_the_lowest_group_mean():

@@ -4,11 +4,11 @@ the width condition of the linear control, and the spec helpers they need, on ha
 import numpy as np
 import pytest
 
-from poslab.experiments.fixed_offset import dilution_fit_rows
 from poslab.experiments.spec import ClaimSpec, Ref, judge_all, probe, share, synthetic_rows
 from poslab.probes.carriers import dilution_exponent, t_quantile
 from poslab.probes.interpolant import min_norm_interpolant, off_support
 from poslab.studies import linear_control, validation
+from poslab.studies.kit.fixed_offset import dilution_fit_rows
 
 KEY = ("encoding", "K", "length_sampling", "seed")  # a member of the validation study
 

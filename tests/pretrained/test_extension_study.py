@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from poslab.cli import main
 from poslab.errors import ConfigError
-from poslab.experiments.runner import run_study, validate
+from poslab.experiments import run_study, validate
 from poslab.store import Store
 from poslab.studies import get_experiment
 from poslab.studies.pretrained_extension import buckets, derived_rows, method_scaling
@@ -45,13 +45,13 @@ def test_quick_runs_stores_and_resumes(tmp_path):
 def test_rows_of_one_member(tiny):
     from poslab.pretrained import load
     from poslab.pretrained.model import encode_text
-    from poslab.studies.pretrained_extension import evaluate_member
+    from poslab.studies.pretrained_extension import checkpoint_member_rows
 
     model = load(tiny("llama"))
     ids = encode_text(model, "To be, or not to be, that is the question. " * 20)
     config = dict(method="pi", scale=2, length=128, windows=2, depths=[0.0, 1.0], trials=1, digits=5,
                   scaling=method_scaling("pi", 2.0, 64))
-    rows = evaluate_member(model, ids, config, context=64)
+    rows = checkpoint_member_rows(model, ids, config, context=64)
     loss = [r for r in rows if r["probe"] == "loss"]
     assert [r["bucket"] for r in loss] == [16, 32, 64, 127]
     summary = next(r for r in rows if r["probe"] == "summary")
@@ -60,10 +60,10 @@ def test_rows_of_one_member(tiny):
     keys = [r for r in rows if r["probe"] == "passkey"]
     assert len(keys) == 2 and all(r["prompt_tokens"] <= 128 for r in keys)
     config.update(length=64, scale=1)
-    short = [r for r in evaluate_member(model, ids, config, context=64) if r["probe"] == "passkey"]
+    short = [r for r in checkpoint_member_rows(model, ids, config, context=64) if r["probe"] == "passkey"]
     assert all(r["exact"] is None for r in short)  # byte-level needle + question exceed 64 tokens: no verdict
     config.update(length=512, scale=2, windows=1, reasoning=["multikey", "code"], depths=[0.5])
-    tasks = [r for r in evaluate_member(model, ids, config, context=64) if r["probe"] == "reasoning"]
+    tasks = [r for r in checkpoint_member_rows(model, ids, config, context=64) if r["probe"] == "reasoning"]
     assert [r["task"] for r in tasks] == ["multikey", "code"]
     assert all(r["exact"] in (0.0, 1.0) and r["prompt_tokens"] + 2 <= 512 for r in tasks)  # fits the window
     assert model.schedule is None  # the member restores the checkpoint's own rotary
@@ -86,8 +86,8 @@ def test_derived_rows():
 
 
 def test_rankings_by_task_against_loss():
-    from poslab.experiments.ranking import kendall_tau
-    from poslab.studies.pretrained_extension import ranking_rows
+    from poslab.studies.kit.ranking import kendall_tau
+    from poslab.studies.pretrained_extension import scale_ranking_rows
 
     assert kendall_tau([1, 2, 3], [1, 2, 3]) == pytest.approx(1.0)
     assert kendall_tau([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
@@ -97,7 +97,7 @@ def test_rankings_by_task_against_loss():
                                                                             ("yarn", 3.0))]
     rows += [dict(probe="reasoning", task="code", method=m, scale=2, exact=e) for m, e in (("none", 0.0),
                                                                                         ("pi", 1.0), ("yarn", 0.5))]
-    (got,) = ranking_rows(rows)
+    (got,) = scale_ranking_rows(rows)
     assert got["best_task"] == "pi" and got["best_loss"] == "yarn"
     assert got["tau"] == pytest.approx(1 / 3)  # (none, pi) and (none, yarn) agree, (pi, yarn) does not
 
@@ -146,8 +146,8 @@ def naive_objective(model, ids, L, windows):
 
 
 def test_longrope_search_on_the_tiny_model_is_no_worse_than_its_seeds(tiny):
-    from poslab.experiments.longrope_search import longrope
     from poslab.pretrained import load
+    from poslab.studies.kit.longrope_search import longrope
     from poslab.studies.pretrained_extension import corpus_ids, search_longrope, search_space, searched_scaling
 
     study = EXP.study("quick")
@@ -221,9 +221,9 @@ def test_bad_search_budget_is_refused():
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 def test_greedy_with_cache_equals_argmax_of_full_forwards(tiny, kind):
     """The KV-cached decoding (its prefill reads out the last position only) writes the tokens that
-    a full forward over the growing sequence picks, one at a time."""
+    a full forward over the growing sequence picks, one at a time (PretrainedLM.greedy: the one
+    greedy decoder, which the study's passkey and reasoning probes call)."""
     from poslab.pretrained import load
-    from poslab.studies.pretrained_extension import greedy
 
     model = load(tiny(kind))
     prompt = torch.randint(0, 200, (1, 40), generator=torch.Generator().manual_seed(0))
@@ -233,7 +233,7 @@ def test_greedy_with_cache_equals_argmax_of_full_forwards(tiny, kind):
             nxt = model.hf(input_ids=seq).logits[0, -1].argmax()
             naive.append(int(nxt))
             seq = torch.cat([seq, nxt.view(1, 1)], 1)
-    assert greedy(model, prompt, 6) == naive
+    assert model.greedy(prompt, 6) == naive
 
 
 def _numbers(rows):
@@ -279,7 +279,7 @@ def test_pi_without_fine_tuning_is_a_judged_control_and_the_training_free_method
 
 def test_a_task_the_checkpoint_never_solves_within_its_context_cannot_rank_the_methods():
     from poslab.experiments.spec import judge_all
-    from poslab.studies.pretrained_extension import CLAIMS, ranking_rows
+    from poslab.studies.pretrained_extension import CLAIMS, scale_ranking_rows
 
     loss = (("none", 5.0), ("ntk", 3.3), ("yarn", 3.2))
     rows = [dict(probe="summary", method=m, scale=2, loss_out=v) for m, v in loss]
@@ -288,11 +288,11 @@ def test_a_task_the_checkpoint_never_solves_within_its_context_cannot_rank_the_m
              for m, x in zip(("none", "ntk", "yarn"), xs, strict=True)]
     rows += [dict(probe="capability", task="multikey", exact=x) for x in (1.0, 0.0)]
     rows += [dict(probe="capability", task="code", exact=0.0) for _ in range(2)]
-    ranking = {r["task"]: r for r in ranking_rows(rows)}
+    ranking = {r["task"]: r for r in scale_ranking_rows(rows)}
     assert ranking["multikey"]["short_exact"] == 0.5 and ranking["multikey"]["informative"] is True
     assert ranking["code"]["short_exact"] == 0.0 and ranking["code"]["informative"] is False
     claims = {c.name: c for c in judge_all(CLAIMS, list(ranking.values())) if "ranking" in c.name}
     code = claims["code: ranking of the methods by exact match agrees with the ranking by loss (x2)"]
     assert code.holds is None and "never solves" in code.criterion + code.note
-    without = ranking_rows([r for r in rows if r["probe"] != "capability"])  # no control run: not marked
+    without = scale_ranking_rows([r for r in rows if r["probe"] != "capability"])  # no control run: not marked
     assert all(r["informative"] is None and r["short_exact"] is None for r in without)

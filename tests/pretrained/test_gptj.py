@@ -130,17 +130,17 @@ def test_no_scaling_past_the_own_table_runs_on_poslabs_identical_angles(tiny):
     """pretrained-extension's "none" at 2x a GPT-J context: the checkpoint's table stops at
     n_positions, so the study reads the same angles from poslab's rotary; within the table both
     give the same loss."""
-    from poslab.studies.pretrained_extension import evaluate_member
+    from poslab.studies.pretrained_extension import checkpoint_member_rows
 
     model = load(tiny("gptj"))
     assert model.own_table_length() == 64
     ids = torch.randint(0, 256, (400,), generator=torch.Generator().manual_seed(4))
     config = dict(method="none", scaling=None, scale=2, length=128, windows=2, depths=[], trials=1, digits=5)
-    rows = evaluate_member(model, ids, config, context=64)
+    rows = checkpoint_member_rows(model, ids, config, context=64)
     summary = next(r for r in rows if r["probe"] == "summary")
     assert summary["loss_out"] is not None and torch.isfinite(torch.tensor(summary["loss_out"]))
     inside = dict(config, scale=1, length=64)
-    own = next(r for r in evaluate_member(model, ids, inside, context=64) if r["probe"] == "summary")
+    own = next(r for r in checkpoint_member_rows(model, ids, inside, context=64) if r["probe"] == "summary")
     assert model.schedule is None  # within the table the checkpoint's own module ran
     model.set_schedule(None)
     by_poslab = model.token_losses(ids[:128].view(2, 64)).mean()  # the member's two windows

@@ -11,7 +11,7 @@ pytest.importorskip("transformers", reason="the pretrained extra (transformers) 
 import torch
 
 from poslab.errors import ConfigError
-from poslab.experiments.runner import run_study, validate
+from poslab.experiments import run_study, validate
 from poslab.store import Store
 from poslab.studies import get_experiment
 from poslab.studies.pretrained_leakage import bos_id, derived_rows, evaluate_mode, windows
@@ -102,7 +102,7 @@ def test_derived_rows_order_the_variants_and_relate_each_swap_to_the_standard_mo
 
 def test_the_with_bos_claims_are_labelled_controls_and_the_bos_swap_needs_all_three():
     from poslab.studies import pretrained_leakage as plk
-    from poslab.studies.leakage import decided_when_agreed
+    from poslab.studies.kit.leakage_rows import decided_when_agreed
 
     specs = {c.name: c for c in plk.CLAIMS}
     assert all(c.role in ("control", "check") for n, c in specs.items() if n.startswith("with BOS"))
@@ -110,8 +110,8 @@ def test_the_with_bos_claims_are_labelled_controls_and_the_bos_swap_needs_all_th
     assert specs["BOS swap changes early (b) (the checkpoint's set-up)"].na.kind == "undecidable"
 
     def swap_claim(changes):
-        from poslab.probes import leakage as lk
-        rows = [dict(probe="swap3", seed=None, **lk.three_swaps(changes))]
+        from poslab.studies.kit.leakage_rows import three_swaps
+        rows = [dict(probe="swap3", seed=None, **three_swaps(changes))]
         claims = decided_when_agreed(plk.judge_all(plk.CLAIMS, rows), rows, plk.SWAP)
         return next(c for c in claims if c.name == plk.SWAP.name)
 
@@ -140,7 +140,7 @@ def test_swap_rows_on_windows_cut_at_first_query_equal_the_full_windows(tiny):
     from poslab.models.intervention import Intervention
     from poslab.pretrained import encode_text, load
     from poslab.probes import leakage as lk
-    from poslab.studies.pretrained_leakage import replacements, swap_rows
+    from poslab.studies.pretrained_leakage import replacements, swap_intervention_rows
     from poslab.tasks.base import Batch
 
     model = load(str(tiny("llama")))
@@ -148,7 +148,7 @@ def test_swap_rows_on_windows_cut_at_first_query_equal_the_full_windows(tiny):
     tokens = windows(model, encode_text(model, TEXT), cfg)
     batch = Batch(tokens=tokens, targets=tokens, lengths=torch.full((len(tokens),), tokens.shape[1]),
                   loss_mask=torch.ones_like(tokens, dtype=torch.bool))
-    rows = swap_rows(model, batch, cfg)
+    rows = swap_intervention_rows(model, batch, cfg)
     x0 = replacements(model, tokens)["random"]
     full = lk.leakage(model, batch, intervention=Intervention(bos_embedding=x0), early=cfg["first_query"], chunk=2)
     got = {(r["layer"], r["head"]): r["early_component_b"] for r in rows if r["intervention"] == "bos_random"}

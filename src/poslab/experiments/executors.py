@@ -31,6 +31,7 @@ from typing import Protocol
 import torch
 
 from poslab.errors import ConfigError
+from poslab.machine import MEMORY_FRACTION, memory_bytes
 
 
 class Executor(Protocol):
@@ -181,17 +182,6 @@ EXECUTORS: dict[str, Callable[..., Executor]] = {
     "inline": _inline,
     "ray": _ray,
 }
-
-
-MEMORY_FRACTION = 0.8  # the share of the machine's memory a run may plan for
-
-
-def memory_bytes() -> int:
-    """The machine's physical memory in bytes (16 GiB where the platform will not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 16 * 2**30
 
 
 def workers_that_fit(workers: int, worker_bytes: float | None, available: float | None = None) -> int:

@@ -67,7 +67,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError, check_choice
-from poslab.experiments.executors import MEMORY_FRACTION, memory_bytes
+from poslab.machine import MEMORY_FRACTION, memory_bytes
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.loss import masked_cross_entropy
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies, unscaled_positions

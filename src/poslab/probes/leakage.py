@@ -56,9 +56,8 @@ Closed-system check: per layer, the mean pairwise cosine similarity of the posit
 across inputs. With a fixed BOS it is 1 at every layer (position 0 sees only itself and starts
 from the same vector); with a content token at position 0 it follows that token.
 
-The leakage study's rows (:func:`leakage_rows`: per head, per intervention of
-:func:`interventions`, the closed-system check; :func:`model_rows` and :func:`swap_rows` derived
-from them) are built here too, so another study of the same models can reuse them.
+The leakage studies' rows built from these probes live beside the studies
+(:mod:`poslab.studies.kit.leakage_rows`).
 
 Notation: b batch, l layer, h head, i query and j key index on the internal sequence (BOS at 0),
 n its length, C the number of kept pairs, F regression features, D d_model.
@@ -70,7 +69,7 @@ import contextlib
 import functools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -649,156 +648,3 @@ def bos_replacements(model, token: int, seed: int = 0) -> dict[str, Tensor]:
     r = torch.randn(W_bos.shape, generator=g, dtype=W_bos.dtype).to(W_bos.device)
     return dict(token=model.W_E[token].detach().clone(), random=r * W_bos.norm() / r.norm(),
                 mean=model.W_E.detach().mean(0))
-
-
-# ----------------------------------------------------------------------------- the leakage study's rows
-
-PRESENT = 0.01  # the floor of a relative BOS-swap change: a change relative to noise-level (b) is noise
-BOS_SWAP, BOS_SWAP_TOL = -0.40, 0.20  # the abstract's BOS swap (-40% of early (b)) and poslab's +-20 points
-HEAD_KEYS = ("component_a", "component_b", "component_b_key", "component_b_interaction", "component_b_key0",
-             "component_b_rest", "early_component_a", "early_component_b", "early_component_b_key0",
-             "old_component_a", "old_component_b", "received_0")
-IV_KEYS = ("component_b", "early_component_b", "component_b_key0", "early_component_b_key0")
-ABLATIONS = {"drop_key0": "sink-reading heads", "drop_key0_all": "every head"}  # key 0 removed in
-
-
-def interventions(model, batch: Batch, sink: np.ndarray) -> dict[str, Intervention]:
-    """The leakage study's interventions on ``model`` and its evaluation ``batch``: the three BOS
-    swaps of :func:`bos_replacements` with the most frequent token (``bos_token``, ``bos_random``,
-    ``bos_mean``), the position-0 residual entering the middle layer patched in from another input
-    whose position 0 holds a content token (``resid0_patch``), and key 0 removed for every query
-    i >= 1 in the sink-reading heads (``drop_key0``, only where some head reads the sink) and in
-    every head (``drop_key0_all``: no head reads position 0, whether or not it is a sink head)."""
-    token = int(torch.bincount(batch.tokens.flatten().cpu()).argmax())  # the most frequent character
-    out = {f"bos_{k}": Intervention(bos_embedding=v) for k, v in bos_replacements(model, token).items()}
-    # Another input with a content token at position 0: the batch shifted by one sequence, its
-    # first character in the BOS slot; its position-0 residual enters the middle layer here.
-    other = batch.tokens.roll(1, dims=0)
-    layer = model.cfg.n_layers // 2
-    source = model.collect(replace(batch, tokens=other),
-                           intervention=Intervention(bos_embedding=model.W_E[other[:, 0]].detach()))
-    out["resid0_patch"] = Intervention(resid0=source.layers[layer].resid_pre[:, 0], resid0_layer=layer)
-    if sink.any():
-        out["drop_key0"] = Intervention(drop_key0=torch.as_tensor(sink, device=model.W_E.device))
-    out["drop_key0_all"] = Intervention(drop_key0=torch.ones(sink.shape, dtype=torch.bool, device=model.W_E.device))
-    return out
-
-
-def leakage_rows(model, batch: Batch, *, early: int, chunk: int = CHUNK, intervene: bool = True) -> list[dict]:
-    """The leakage study's rows of one trained model on ``batch``: per layer and head (probe
-    ``head``) every number of :func:`leakage` with the fit of log Z_i on log(i + 1) and whether it
-    reads the sink; with ``intervene``, per :func:`interventions` entry, layer and head (probe
-    ``intervention``) (b), its key-0 part and both at early queries under it, and per layer (probe
-    ``closed``) the :func:`closed_system` check."""
-    base = leakage(model, batch, early=early, chunk=chunk)
-    n_layers, n_heads = base["component_b"].shape
-    rows = []
-    for layer in range(n_layers):
-        for h in range(n_heads):
-            fit = log_z_fit(base["log_z"][layer, h])
-            rows.append(dict(probe="head", layer=layer, head=h, **{k: float(base[k][layer, h]) for k in HEAD_KEYS},
-                             sink=bool(base["sink"][layer, h]), log_z_slope=fit["slope"], log_z_r2=fit["r2"]))
-    if not intervene:
-        return rows
-    for name, iv in interventions(model, batch, base["sink"]).items():
-        out = leakage(model, batch, intervention=iv, early=early, chunk=chunk)
-        rows += [dict(probe="intervention", intervention=name, layer=layer, head=h,
-                      **{k: float(out[k][layer, h]) for k in IV_KEYS})
-                 for layer in range(n_layers) for h in range(n_heads)]
-    closed = closed_system(model, batch, chunk=chunk)
-    rows += [dict(probe="closed", layer=layer, fixed_bos=float(closed["fixed_bos"][layer]),
-                  content=float(closed["content"][layer])) for layer in range(n_layers + 1)]
-    return rows
-
-
-def _by(rows: list[dict], probe: str, by: tuple[str, ...]) -> dict[tuple, list[dict]]:
-    out: dict[tuple, list[dict]] = {}
-    for r in rows:
-        if r["probe"] == probe:
-            out.setdefault(tuple(r[k] for k in by), []).append(r)
-    return out
-
-
-def _mean(rows: list[dict], column: str) -> float:
-    return float(np.mean([r[column] for r in rows]))
-
-
-def _depth_slope(heads: list[dict], column: str) -> float | None:
-    """The least-squares slope of the layer means of ``column`` on the layer (None with one layer)."""
-    layers = sorted({r["layer"] for r in heads})
-    per_layer = [_mean([r for r in heads if r["layer"] == layer], column) for layer in layers]
-    return float(np.polyfit(layers, per_layer, 1)[0]) if len(layers) > 1 else None
-
-
-def model_rows(rows: list[dict]) -> list[dict]:
-    """One row per model and seed (probe "model") from :func:`leakage_rows` labelled by ``model``:
-    head-row means, the slope of the layer-mean (b) (and of its key-0 part) on the layer, the
-    member's validation loss and sink-reading head count (from its ``member`` row)."""
-    out = []
-    for (m, seed), heads in _by(rows, "head", ("model", "seed")).items():
-        member = [r for r in rows if r["probe"] == "member" and r["model"] == m and r["seed"] == seed]
-        out.append(dict(probe="model", model=m, encoding=heads[0]["encoding"], window=heads[0].get("window"),
-                        variant=heads[0].get("variant"), seed=seed, **{k: _mean(heads, k) for k in HEAD_KEYS},
-                        depth_slope=_depth_slope(heads, "component_b"),
-                        depth_slope_key0=_depth_slope(heads, "component_b_key0"),
-                        val_loss=member[0]["val_loss"] if member else None,
-                        sink_heads=member[0]["sink_heads"] if member else None))
-    return out
-
-
-def swap_rows(rows: list[dict], floor: float = PRESENT) -> list[dict]:
-    """Per model, seed and intervention (probe "swap"): the relative change of the mean early (b);
-    ``change`` is None where the trained early (b) is below ``floor``: a change relative to a
-    component at noise level is noise over noise (the leakage study's quick preset: +3886%)."""
-    base = {k: _mean(v, "early_component_b") for k, v in _by(rows, "head", ("model", "seed")).items()}
-    out = []
-    for (m, seed, iv), got in _by(rows, "intervention", ("model", "seed", "intervention")).items():
-        b = base.get((m, seed))
-        change = (_mean(got, "early_component_b") - b) / b if b is not None and b >= floor else None
-        out.append(dict(probe="swap", model=m, encoding=got[0]["encoding"], window=got[0].get("window"), seed=seed,
-                        intervention=iv, change=change, change_pct=None if change is None else 100 * change))
-    return out
-
-
-def three_swaps(changes: dict[str, float | None], target: float = BOS_SWAP, tol: float = BOS_SWAP_TOL) -> dict:
-    """The BOS swap judged on three replacements (the abstract names none): ``swap_min`` and
-    ``swap_max`` of the changes, and ``swap_decisive``, the one that decides "within ``tol`` of
-    ``target``" for all three: the farthest from the target where all three are within (a yes
-    then holds for every one), the nearest where all three are outside (a no holds for every one),
-    None where they disagree (or where one is missing): no replacement is the abstract's.
-    ``swap_agree``: whether they agree (None where one is missing)."""
-    got = [c for c in changes.values() if c is not None]
-    out = dict(swap_min=min(got) if got else None, swap_max=max(got) if got else None, swap_decisive=None,
-               swap_agree=None)
-    if len(got) < len(changes) or not got:
-        return out
-    within = [abs(c - target) <= tol for c in got]
-    out["swap_agree"] = all(within) or not any(within)
-    if all(within):
-        out["swap_decisive"] = max(got, key=lambda c: abs(c - target))
-    elif not any(within):
-        out["swap_decisive"] = min(got, key=lambda c: abs(c - target))
-    return out
-
-
-def pathway_rows(rows: list[dict]) -> list[dict]:
-    """Per model, seed and key-0 ablation of :data:`ABLATIONS` (probe "pathway"): the key-0 part of
-    (b) at layers >= 1 (mean over those heads) as trained, under the ablation, ``key0_drop`` the
-    first less the second and ``key0_change`` the drop relative to the first (None where it is
-    below PRESENT). Layer 0's logits come from the embeddings, which no ablation reaches. None
-    throughout where the ablation was not run (``drop_key0``: no head reads the sink)."""
-    base = {k: [r for r in v if r["layer"] >= 1] for k, v in _by(rows, "head", ("model", "seed")).items()}
-    ablated = _by(rows, "intervention", ("model", "seed", "intervention"))
-    out = []
-    for (m, seed), heads in base.items():
-        if not heads or not any(k[:2] == (m, seed) for k in ablated):  # an evaluate-only variant: no interventions
-            continue
-        trained = _mean(heads, "component_b_key0")
-        for name, where in ABLATIONS.items():
-            got = [r for r in ablated.get((m, seed, name), []) if r["layer"] >= 1]
-            after = _mean(got, "component_b_key0") if got else None
-            drop = None if after is None else trained - after
-            out.append(dict(probe="pathway", model=m, encoding=heads[0]["encoding"], window=heads[0].get("window"),
-                            seed=seed, ablation=where, key0_trained=trained, key0_ablated=after, key0_drop=drop,
-                            key0_change=None if drop is None or trained < PRESENT else -drop / trained))
-    return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from poslab import plugins
 from poslab.errors import ConfigError
-from poslab.experiments.runner import Experiment
+from poslab.experiments import Experiment
 from poslab.studies import (
     bias_comparison,
     context_extension,

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from poslab.experiments import Experiment
 from poslab.experiments.config import StudyConfig, quick
-from poslab.experiments.fixed_offset import bucket_coverage_at, length_rows
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, at_largest, most_common, write_outputs
-from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import (
     ClaimSpec,
     at_least,
@@ -28,6 +27,7 @@ from poslab.experiments.spec import (
     undecidable,
 )
 from poslab.positional import encoding_class
+from poslab.studies.kit.fixed_offset import bucket_coverage_at, length_rows
 
 name = "bias-comparison"
 title = "Section 5.1: ALiBi, T5 bias and RoPE (and the other families) under the Table 1 protocol"

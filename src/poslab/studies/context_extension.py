@@ -6,7 +6,7 @@ with passkeys and reasoning / code examples, :mod:`poslab.tasks.passkey`) is ext
 searches, fine-tunes, base2x+ft) and measured on the validation split by position-wise loss,
 short-context retention, passkey retrieval and the reasoning and code tasks
 (:mod:`poslab.probes.passkey_eval`); per task and length past L0 the methods are ranked by exact
-match and by loss. The registry and its stored stages: :mod:`poslab.experiments.rope_extension`.
+match and by loss. The registry and its stored stages: :mod:`poslab.studies.kit.rope_extension`.
 The set-up of every method, and what was measured: docs/context-extension.md.
 """
 
@@ -19,12 +19,18 @@ from pathlib import Path
 import numpy as np
 
 from poslab.errors import ConfigError
-from poslab.experiments.charlm import CPU_MODEL, RECIPES, context_loss_rows, recipe_train
+from poslab.experiments import Experiment
 from poslab.experiments.config import EvalConfig, StudyConfig
-from poslab.experiments.longrope_search import SearchConfig, SearchSpace, longrope, search, with_scaling
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, write_outputs
-from poslab.experiments.ranking import ranking_rows
-from poslab.experiments.rope_extension import (
+from poslab.experiments.spec import ClaimSpec, comparison_only, is_, judge_all, maximum, mean, probe
+from poslab.positional.scaling_laws import base_for_length, critical_dimension, extrapolation_bound, pair_with_periods
+from poslab.probes.passkey_eval import passkey, reasoning
+from poslab.probes.positionwise import bend_rows
+from poslab.studies.kit.charlm import CPU_MODEL, RECIPES, context_loss_rows, recipe_train
+from poslab.studies.kit.longrope_search import SearchConfig, SearchSpace, longrope, search, with_scaling
+from poslab.studies.kit.ranking import ranking_rows
+from poslab.studies.kit.rope_extension import (
+    FINE_TUNING_METHODS,
     Built,
     Extensions,
     Method,
@@ -35,11 +41,6 @@ from poslab.experiments.rope_extension import (
     rope_base,
     scaling_law_row,
 )
-from poslab.experiments.runner import Experiment
-from poslab.experiments.spec import ClaimSpec, comparison_only, is_, judge_all, maximum, mean, probe
-from poslab.positional.scaling_laws import base_for_length, critical_dimension, extrapolation_bound, pair_with_periods
-from poslab.probes.passkey_eval import passkey, reasoning
-from poslab.probes.positionwise import bend_rows
 from poslab.tasks import reasoning as rs
 from poslab.tasks.text import CharText
 from poslab.train import TrainConfig
@@ -92,7 +93,6 @@ def schedules(L0: int, s: float = FACTOR) -> dict[str, dict]:
 # a task retrieved or solved in fewer than half of the trials within L0 cannot rank the extensions past it (a check);
 # a method "keeps" the passkey within L0 at this share, and "loses" it past L0 below CEILING x its own share at L0
 CEILING = 0.5
-FINE_TUNING_METHODS = ("pi",)  # published with fine-tuning: their training-free use is a control
 LIU = "Liu et al. 2023, arXiv 2310.05209 (scaling laws of RoPE extrapolation), not the survey"
 DING = "Ding et al. 2024, arXiv 2402.13753 (LongRoPE), not the survey"
 SHANG = "Shang et al. 2025, arXiv 2502.20082 (LongRoPE2), not the survey"

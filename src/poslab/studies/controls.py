@@ -11,9 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from poslab.experiments import Experiment
 from poslab.experiments.config import EvalConfig, StudyConfig, quick
-from poslab.experiments.derive import dilution_rows, emergence_rows, range_over
-from poslab.experiments.offset_rows import carrier_rows, margin_length_rows
 from poslab.experiments.outputs import (
     Column,
     Lines,
@@ -25,7 +24,6 @@ from poslab.experiments.outputs import (
     select,
     write_outputs,
 )
-from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import (
     ClaimSpec,
     is_,
@@ -40,6 +38,8 @@ from poslab.experiments.spec import (
     undecidable,
 )
 from poslab.probes.weights import rotary_kernel_rows
+from poslab.studies.kit.derive import dilution_rows, emergence_rows, range_over
+from poslab.studies.kit.offset_rows import carrier_rows, margin_length_rows
 from poslab.train import TrainConfig
 
 WIDTHS = (32, 64, 128)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from poslab import probes
+from poslab.experiments import Experiment
 from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, value_range, write_outputs
-from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import (
     ClaimSpec,
     at_most,

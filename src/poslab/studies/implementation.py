@@ -183,7 +183,7 @@ def settings(study: StudyConfig) -> dict:
 
 def check(study: StudyConfig) -> None:
     from poslab.pretrained.loading import require_transformers
-    from poslab.studies.pretrained_extension import checkpoint_source
+    from poslab.studies.kit.checkpoints import checkpoint_source
 
     settings(study)
     for name in study.axis("model.checkpoint"):
@@ -199,7 +199,7 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
     """One member per model (keyed by its weights' hash, or the char LM's recipe, and the settings),
     evaluated where the store lacks it; then the report."""
     from poslab.pretrained.loading import content_hash
-    from poslab.studies.pretrained_extension import checkpoint_source, source_path
+    from poslab.studies.kit.checkpoints import checkpoint_source, source_path
 
     start = time.perf_counter()
     m = settings(study)
@@ -341,7 +341,7 @@ def passkey_rows(model, config: dict, prefill: int) -> list[dict]:
     checkpoint's own rotary (cache and recompute agree there)."""
     from poslab.pretrained.model import decode_tokens, encode_text
     from poslab.probes import kv_cache as kv
-    from poslab.studies.pretrained_extension import passkey_prompt
+    from poslab.studies.kit.checkpoints import passkey_prompt
 
     rows = []
     device = next(model.parameters()).device

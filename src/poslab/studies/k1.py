@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from poslab import probes
+from poslab.experiments import Experiment
 from poslab.experiments.config import StudyConfig, quick
-from poslab.experiments.fixed_offset import length_rows
 from poslab.experiments.outputs import Column, Lines, Table, joined, select, write_outputs
-from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, Ref, at_least, is_, judge_all, mean, neg, probe, share, undecidable
 from poslab.probes.weights import content_covariance
+from poslab.studies.kit.fixed_offset import length_rows
 from poslab.tasks import eval_batch
 
 K1 = probe("member") & is_("K", 1)

@@ -15,12 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from poslab.errors import ConfigError
-from poslab.experiments.charlm import CPU_MODEL, recipe_train
-from poslab.experiments.checks import require_rotary
-from poslab.experiments.claims import Claim
+from poslab.experiments import Experiment
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, select, write_outputs
-from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import (
     ClaimSpec,
     above,
@@ -34,6 +31,9 @@ from poslab.experiments.spec import (
     share,
 )
 from poslab.probes import leakage as lk
+from poslab.studies.kit import leakage_rows as lr
+from poslab.studies.kit.charlm import CPU_MODEL, recipe_train
+from poslab.studies.kit.checks import require_rotary
 from poslab.tasks import eval_batch
 from poslab.train import TrainConfig, evaluate_loss
 
@@ -70,14 +70,7 @@ STANDARD = is_("model", "RoPE")
 KEY0 = ("the key-0 part of (b): its residual product on the pairs (i, 0), position 0 read by the queries, the "
         "abstract's mechanism")
 EVERY_KEY = "(b) over every key (the earlier reading): not the abstract's position-0 mechanism alone"
-SWAP = ClaimSpec(
-    name="standard RoPE: BOS swap changes early (b), all three replacements", paper="-40%",
-    where=probe("swap3") & STANDARD, measure=mean("swap_decisive", "the deciding replacement's change (mean over "
-                                                                   "seeds): farthest from -40% if all are within, "
-                                                                   "nearest if all are outside"),
-    op="~", threshold=lk.BOS_SWAP, tol=lk.BOS_SWAP_TOL, percent=True,
-    note="the abstract names no replacement: most frequent token, mean embedding, random vector of the BOS norm; "
-         "decided only where all three agree; each a mean over the seeds whose early (b) is >= PRESENT = 0.01")
+SWAP = lr.SWAP
 CLAIMS = [
     ClaimSpec(name="{model}: component (b) at key 0 present", paper="present in all three", where=MODEL,
               per=("model",), measure=lower_bound("component_b_key0", "seed mean of (b) at key 0 - 2 standard errors"),
@@ -223,7 +216,7 @@ def evaluate(ctx) -> list[dict]:
     batch = eval_batch(dataclasses.replace(ctx.task, split="val"), study.train.max_length, ev.n_sequences, ev.seed,
                        device=ctx.device)
     loss = evaluate_loss(ctx.model, batch, chunk=ev.chunk)
-    rows = lk.leakage_rows(ctx.model, batch, early=early_queries(study), chunk=ev.chunk,
+    rows = lr.leakage_rows(ctx.model, batch, early=early_queries(study), chunk=ev.chunk,
                            intervene=ctx.member.variant is None)  # a variant is read as is, no interventions
     return [dict(probe="member", val_loss=loss["loss"], val_accuracy=loss["accuracy"],
                  sink_heads=sum(r["sink"] for r in select(rows, "head")), early=early_queries(study)), *rows]
@@ -269,31 +262,16 @@ def three_swap_rows(swaps: list[dict]) -> list[dict]:
             got = [r["change"] for r in swaps if r["model"] == m and r["intervention"] == f"bos_{name}"
                    and r["change"] is not None]
             changes[name] = float(np.mean(got)) if got else None
-        out.append(dict(probe="swap3", model=m, seed=None, **lk.three_swaps(changes),
+        out.append(dict(probe="swap3", model=m, seed=None, **lr.three_swaps(changes),
                         **{f"swap_{k}": v for k, v in changes.items()},
                         **{f"swap_{k}_pct": None if v is None else 100 * v for k, v in changes.items()}))
     return out
 
 
 def derived_rows(rows: list[dict]) -> list[dict]:
-    models = lk.model_rows(rows)
-    swaps = lk.swap_rows(rows)
-    return models + swaps + three_swap_rows(swaps) + contrast_rows(models) + lk.pathway_rows(rows)
-
-
-def decided_when_agreed(claims: list[Claim], rows: list[dict], spec: ClaimSpec = SWAP) -> list[Claim]:
-    """``spec``'s claims left without a value because its three replacements disagree become n.a.
-    (undecidable) with the range of the three, the reason in the note; every other claim as is."""
-    group = [r for r in rows if spec.where(r) and r.get("swap_agree") is False]
-    if spec.op is None or not group:  # n.a. by declaration: its own reason stands
-        return claims
-    lo, hi = min(r["swap_min"] for r in group), max(r["swap_max"] for r in group)
-    why = (f"n.a. (the task cannot decide it: the three replacements disagree, {100 * lo:+.1f}% to {100 * hi:+.1f}%, "
-           f"some within {100 * lk.BOS_SWAP_TOL:g} points of {100 * lk.BOS_SWAP:g}% and some outside, and the "
-           "abstract names none)")
-    return [dataclasses.replace(c, na_kind="undecidable", measured=f"{100 * lo:+.1f}% to {100 * hi:+.1f}%",
-                                note=f"{why}; {c.note.split('; ', 1)[-1]}")
-            if c.name == spec.name and c.holds is None else c for c in claims]
+    models = lr.model_rows(rows)
+    swaps = lr.swap_change_rows(rows)
+    return models + swaps + three_swap_rows(swaps) + contrast_rows(models) + lr.pathway_rows(rows)
 
 
 # ----------------------------------------------------------------------------- report
@@ -308,7 +286,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"judged on (b) at key 0 (position 0 read by the queries, the abstract's mechanism), (b) over every "
              f"key as a control; present: seed mean less two standard errors over seeds above 0 (the abstract "
              f"gives no size); (a) > 0 holds by construction under a causal mask (a check).")
-    claims = decided_when_agreed(judge_all(CLAIMS, every), every)
+    claims = lr.decided_when_agreed(judge_all(CLAIMS, every), every)
     return write_outputs(out, title=EXPERIMENT.title, rows=every, csv_rows=rows, claims=claims,
                          intro=intro, tables=TABLES, figures=FIGURES)
 

@@ -4,7 +4,7 @@ One member per encoding x seed (default: learned APE and RoPE), trained by nanoG
 (``paper``: its CPU recipe, ``gpu``: its GPU recipe; ``quick`` runs in seconds, for the tests),
 scored by the validation loss over the whole split and the position-wise loss at ``eval.lengths``
 (streamed past the context), with each member's training wall time and throughput. The recipes,
-the evaluation and the timing fields are :mod:`poslab.experiments.charlm`; the claim on nanoGPT's
+the evaluation and the timing fields are :mod:`poslab.studies.kit.charlm`; the claim on nanoGPT's
 74.6 s reads ``machine_seconds_per_member``. Other studies reuse the recipe (:func:`lm_study`,
 :func:`validation_loss`); ``poslab sample`` reads stored members through :mod:`poslab.sampling`.
 """
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from poslab.experiments import charlm
-from poslab.experiments.charlm import NANOGPT, PRESETS, lm_study, table_length, validation_loss
+from poslab.experiments import Experiment
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, write_outputs
-from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import ClaimSpec, comparison_only, is_, judge_all, mean, probe
+from poslab.studies.kit import charlm
+from poslab.studies.kit.charlm import NANOGPT, PRESETS, lm_study, table_length, validation_loss
 
 name = "lm"
 title = "Character-level LM on TinyShakespeare (nanoGPT shakespeare_char recipe)"
@@ -37,7 +37,7 @@ def study(preset: str) -> StudyConfig:
 
 
 def check(study: StudyConfig) -> None:
-    charlm.check_lm(name, study)
+    charlm.check_lm(EXPERIMENT, study)
 
 
 def evaluate(ctx) -> list[dict]:

@@ -2,7 +2,7 @@
 "Morlet Positional Encoding"; arXiv 2606.01258, 2605.26355, 2605.21842).
 
 {RoPE, MoPE, sinusoidal} x {standard, energy-gated attention (EGA)} character LMs trained alike (the LM
-study's recipe, :func:`~poslab.experiments.charlm.lm_study`); improvement = loss(standard) - loss(cell),
+study's recipe, :func:`~poslab.studies.kit.charlm.lm_study`); improvement = loss(standard) - loss(cell),
 paired by seed, in nats per character (assumed), over standard attention read as RoPE (the ablation's
 own baseline) and as sinusoidal (the seed names both and says not which). MoPE's (omega, sigma) pairs
 are read against a common boundary omega sigma = c' (the median per model, c not assumed) and against
@@ -22,10 +22,9 @@ import numpy as np
 import torch
 
 from poslab.errors import ConfigError, check_choice
-from poslab.experiments.charlm import RECIPES, context_loss_rows, lm_study, validation_loss
+from poslab.experiments import Experiment
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, save, select, write_outputs
-from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import (
     ClaimSpec,
     above,
@@ -41,6 +40,7 @@ from poslab.experiments.spec import (
 )
 from poslab.models.transformer import gate_parameter_count
 from poslab.probes.mope import gate_rows, trajectory_rows
+from poslab.studies.kit.charlm import RECIPES, context_loss_rows, lm_study, validation_loss
 from poslab.train import group_names
 
 name = "mope"
@@ -221,7 +221,7 @@ def check(study: StudyConfig) -> None:
     """The three encodings and both attentions (the improvements are over RoPE, and over sinusoidal,
     without a gate), one training length, evaluation from it on, and parameter groups that name
     parameters of the model."""
-    from poslab.experiments.runner import members
+    from poslab.experiments import members
 
     if study.model_type != "transformer":
         raise ConfigError("model_type", study.model_type, "transformer")

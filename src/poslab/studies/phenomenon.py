@@ -15,10 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from poslab.experiments import fixed_offset as fo
+from poslab.experiments import Experiment
 from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, select, write_outputs
-from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import (
     ClaimSpec,
     abs_mean,
@@ -32,6 +31,7 @@ from poslab.experiments.spec import (
     share,
 )
 from poslab.probes.attention import SLOPE_MAX
+from poslab.studies.kit import fixed_offset as fo
 
 HEADLINE_INIT = 0.02  # the APE condition the headline claims use
 RELATIVE = ("rotary", "relative", "none")  # judged by the RoPE claims (no table to memorize)

@@ -36,7 +36,7 @@ TinyShakespeare's validation split (or ``--corpus``), without BOS:
   0): its ranking is marked "can rank: no" and judged n.a. for that reason.
 
 LongRoPE is searched on the checkpoint itself with the char-LM study's search code
-(:func:`poslab.experiments.longrope_search.search`, evolutionary, seeded with PI, NTK and YaRN's
+(:func:`poslab.studies.kit.longrope_search.search`, evolutionary, seeded with PI, NTK and YaRN's
 factors): long factors lambda_i in [1, 2F], non-decreasing in i, and n-hat among ``N_HATS`` (cut at
 L0 / 4), on the objective "mean next-token loss over ``model.search.windows`` windows of F L0 tokens
 of the *training* split" (evenly spaced over it; the evaluation reads the validation split). Its
@@ -77,14 +77,15 @@ from pathlib import Path
 import torch
 
 from poslab.errors import ConfigError, check_choice
+from poslab.experiments import Experiment, no_member_rows
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
-from poslab.experiments.ranking import rank_agreement
-from poslab.experiments.runner import Experiment, no_member_rows
 from poslab.experiments.spec import ClaimSpec, above, comparison_only, is_, judge_all, mean, probe, undecidable
 from poslab.experiments.stages import Stages
 from poslab.store import config_hash, git_revision
-from poslab.studies.context_extension import FINE_TUNING_METHODS
+from poslab.studies.kit.checkpoints import TINY, checkpoint_source, loaded, passkey_prompt, source_path
+from poslab.studies.kit.ranking import rank_agreement
+from poslab.studies.kit.rope_extension import FINE_TUNING_METHODS
 
 METHODS = ("none", "pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3", "longrope")
 SEARCHED = ("longrope",)  # methods whose schedule is searched on the checkpoint (the rest: method_scaling)
@@ -92,7 +93,6 @@ SEARCHED = ("longrope",)  # methods whose schedule is searched on the checkpoint
 N_HATS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
 SEARCH_KEYS = ("population", "generations", "survivors", "windows", "seed")
 PRESETS = ("quick", "cpu", "gpu")
-TINY = "tiny-llama"  # the quick preset's checkpoint: poslab.pretrained.tiny, seed 0
 FIRST_BUCKET = 16  # positions [0, 16) form the first bucket, then powers of two
 REASONING = ("multikey", "multivalue", "vartrack", "brackets", "code")  # poslab.tasks.reasoning.TASKS
 
@@ -283,21 +283,6 @@ def check_search(search) -> None:
                           f"fewer than model.search.population={search['population']}")
 
 
-def checkpoint_source(name: str):
-    from poslab.pretrained.loading import Source, resolve
-
-    if name == TINY:
-        import tempfile
-
-        from poslab.pretrained.tiny import tiny_checkpoint
-
-        path = Path(tempfile.gettempdir()) / "poslab-tiny-llama-seed0"
-        if not (path / "config.json").is_file():
-            tiny_checkpoint("llama", path)
-        return Source("dir", str(path), TINY)
-    return resolve(name)
-
-
 def check(study: StudyConfig) -> None:
     """Every refusal before any weights are read: settings, the checkpoint, the schedule, memory."""
     from poslab.pretrained.loading import read_causal_config, require_transformers
@@ -325,8 +310,8 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
     """Evaluate every (method, scale) member the store lacks, one job each on the executor
     (:func:`poslab.experiments.runner.evaluate_members`; LongRoPE's search first, here, a stored
     stage); then the report from the store."""
+    from poslab.experiments import evaluate_members
     from poslab.experiments.config import apply_point, grid_points
-    from poslab.experiments.runner import evaluate_members
     from poslab.pretrained.loading import content_hash, read_config
     from poslab.pretrained.table import entry_from_config
 
@@ -375,18 +360,6 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
                 seconds=time.perf_counter() - start, files=files)
 
 
-def source_path(source) -> str:
-    return str(source.path if source.kind != "hub" else source.name)
-
-
-@functools.lru_cache(maxsize=1)
-def loaded(path: str, dtype: str, device: str):
-    """The checkpoint at ``path``, loaded once per process (the driver's search and inline jobs share it)."""
-    from poslab.pretrained.model import load
-
-    return load(path, dtype=dtype, device=device)
-
-
 def member_job(config: dict, *, source: str, device: str, context: int, scaling: dict | None,
                extra: list[dict]) -> list[dict]:
     """One member's rows, in whichever process runs it: the checkpoint and the text's tokens are
@@ -397,7 +370,7 @@ def member_job(config: dict, *, source: str, device: str, context: int, scaling:
         return capability_rows(model, config)
     ids = _tokens(source, config["dtype"], device, json.dumps(config["text"], sort_keys=True))
     searched = config["method"] in SEARCHED
-    rows = evaluate_member(model, ids, dict(config, scaling=scaling) if searched else config, context)
+    rows = checkpoint_member_rows(model, ids, dict(config, scaling=scaling) if searched else config, context)
     labels = {k: config[k] for k in ("method", "scale", "length")}
     return rows + ([dict(r, **labels) for r in extra] if searched else [])
 
@@ -434,14 +407,14 @@ def n_hats(context: int) -> tuple[int, ...]:
 def search_space(model, context: int, factor: float):
     """LongRoPE's search space on a checkpoint: long factors for its r rotated channels, base and L0
     its own; seeds PI, NTK and YaRN's factors (SearchSpace.seeds)."""
-    from poslab.experiments.longrope_search import SearchSpace
+    from poslab.studies.kit.longrope_search import SearchSpace
 
     own = model.own_scaling()
     r = int(model.d_head * own.get("partial_rotary_factor", 1.0))
     return SearchSpace(L0=context, head_dim=r, base=own["rope_theta"], s=float(factor), n_hats=n_hats(context))
 
 
-def lm_objective(ids: torch.Tensor, L: int, windows: int):
+def token_objective(ids: torch.Tensor, L: int, windows: int):
     """model -> mean next-token loss over ``windows`` windows of L tokens of ``ids``, evenly spaced."""
     if ids.numel() < windows * L:
         raise ConfigError("model.search.windows", windows, f"at most {ids.numel() // L} windows of {L} tokens "
@@ -462,14 +435,14 @@ def scheduled(model, scaling: dict):
 
 
 def search_longrope(model, train_ids: torch.Tensor, context: int, factor: float, search: dict):
-    """LongRoPE's search on the checkpoint (:func:`poslab.experiments.longrope_search.search`) for
+    """LongRoPE's search on the checkpoint (:func:`poslab.studies.kit.longrope_search.search`) for
     target F, objective on training windows of F L0 tokens; the checkpoint's rotary is restored."""
-    from poslab.experiments.longrope_search import SearchConfig
-    from poslab.experiments.longrope_search import search as evolve
+    from poslab.studies.kit.longrope_search import SearchConfig
+    from poslab.studies.kit.longrope_search import search as evolve
 
     budget = SearchConfig(population=search["population"], generations=search["generations"],
                           survivors=search["survivors"])
-    objective = lm_objective(train_ids, int(round(factor * context)), search["windows"])
+    objective = token_objective(train_ids, int(round(factor * context)), search["windows"])
     try:
         return evolve(model, objective, search_space(model, context, factor), budget, seed=search["seed"],
                       rescale=scheduled)
@@ -479,7 +452,7 @@ def search_longrope(model, train_ids: torch.Tensor, context: int, factor: float,
 
 def searched_scaling(rows: list[dict], context: int) -> dict:
     """The longrope dict of a stored search: its factors rows (per pair) and n-hat."""
-    from poslab.experiments.longrope_search import longrope
+    from poslab.studies.kit.longrope_search import longrope
 
     result = next(r for r in rows if r.get("probe") == "search_result")
     factors = [r["factor"] for r in sorted((r for r in rows if r.get("probe") == "factors"), key=lambda r: r["pair"])]
@@ -495,7 +468,7 @@ def longrope_stage(model, study: StudyConfig, context: int, weights: str, *, sta
     if stored is not None:
         rows = stored[0]
         return searched_scaling(rows, context), rows
-    from poslab.experiments.longrope_search import SearchConfig
+    from poslab.studies.kit.longrope_search import SearchConfig
 
     search = m["search"]
     n = SearchConfig(population=search["population"], generations=search["generations"],
@@ -509,7 +482,7 @@ def longrope_stage(model, study: StudyConfig, context: int, weights: str, *, sta
     return searched_scaling(rows, context), rows
 
 
-def evaluate_member(model, ids: torch.Tensor, config: dict, context: int) -> list[dict]:
+def checkpoint_member_rows(model, ids: torch.Tensor, config: dict, context: int) -> list[dict]:
     """Rows of one member: loss per bucket, the summary, and the passkey grid."""
     L, windows = config["length"], config["windows"]
     if ids.numel() < windows * L + 1:
@@ -561,7 +534,7 @@ def reasoning(model, task: str, L: int, depth: float, trial: int) -> dict:
             return dict(exact=None, prompt_tokens=None, answer="", output="")
         ids, n_new = encode_text(model, ex.prompt), len(encode_text(model, ex.answer)) + 2
         if len(ids) + n_new <= L:
-            text = decode_tokens(model, greedy(model, ids[None], n_new))
+            text = decode_tokens(model, model.greedy(ids[None], n_new))
             return dict(exact=rs.score(ex, text), prompt_tokens=len(ids), answer=ex.answer.strip(), output=text[:40])
         chars = int(chars * (L - n_new) / len(ids) * 0.97)
     return dict(exact=None, prompt_tokens=None, answer="", output="")
@@ -585,32 +558,6 @@ def buckets(n: int) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in zip(edges, edges[1:], strict=False) if hi > lo]
 
 
-# The standard passkey prompt (Mohtashami & Jaggi 2023), as used by PI, YaRN and LongRoPE.
-PASSKEY_TASK = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
-                "I will quiz you about the important information there.")
-PASSKEY_FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-PASSKEY_NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
-PASSKEY_QUESTION = " What is the pass key? The pass key is"
-
-
-def passkey_prompt(model, L: int, depth: float, key: str) -> torch.Tensor:
-    """Token ids of a prompt of at most L tokens (filler repeated to fill it), needle at ``depth``;
-    None when the needle and the question alone are longer than L."""
-    from poslab.pretrained.model import encode_text
-
-    task, filler = encode_text(model, PASSKEY_TASK), encode_text(model, PASSKEY_FILLER)
-    needle, question = encode_text(model, PASSKEY_NEEDLE.format(key=key)), encode_text(model, PASSKEY_QUESTION)
-    if len(task) + len(needle) + len(question) > L:
-        task = task[:0]  # a window too short for the preamble: needle and question only
-    if len(needle) + len(question) > L:
-        return None
-    room = L - len(task) - len(needle) - len(question)
-    n_fill = max(room // len(filler), 0)
-    before = int(round(depth * n_fill))
-    parts = [task, filler.repeat(before), needle, filler.repeat(n_fill - before), question]
-    return torch.cat(parts)
-
-
 def passkey(model, L: int, depth: float, trial: int, digits: int) -> dict:
     from poslab.pretrained.model import decode_tokens, encode_text
 
@@ -622,26 +569,9 @@ def passkey(model, L: int, depth: float, trial: int, digits: int) -> dict:
         return dict(exact=None, key=key, answer="", prompt_tokens=None)
     prompt = prompt[None]
     n_new = len(encode_text(model, " " + key)) + 1
-    answer = greedy(model, prompt, n_new)
+    answer = model.greedy(prompt, n_new)
     text = decode_tokens(model, answer).strip()
     return dict(exact=float(text.startswith(key)), key=key, answer=text[:2 * digits], prompt_tokens=prompt.shape[1])
-
-
-@torch.no_grad()
-def greedy(model, prompt: torch.Tensor, n_new: int) -> list[int]:
-    """Greedy decoding with the checkpoint's KV cache (positions continue from the prompt); the
-    prefill reads out the last position only (no [L, vocabulary] logits)."""
-    out = model.hf(input_ids=prompt, use_cache=True, logits_to_keep=1)
-    cache, tokens = out.cache, []
-    nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-    for step in range(n_new):
-        tokens.append(int(nxt))
-        if step == n_new - 1:
-            break
-        pos = torch.tensor([[prompt.shape[1] + step]])
-        out = model.hf(input_ids=nxt, cache=cache, position_ids=pos, use_cache=True)
-        cache, nxt = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
-    return tokens
 
 
 # ----------------------------------------------------------------------------- derived rows and report
@@ -661,7 +591,7 @@ def derived_rows(rows: list[dict]) -> list[dict]:
         if scale == 1:
             row["retention_cost"] = r["loss_in"] - base["loss_in"]
         out.append(row)
-    return out + ranking_rows(rows) + search_rows(rows)
+    return out + scale_ranking_rows(rows) + search_rows(rows)
 
 
 def search_rows(rows: list[dict]) -> list[dict]:
@@ -677,7 +607,7 @@ def search_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
-def ranking_rows(rows: list[dict]) -> list[dict]:
+def scale_ranking_rows(rows: list[dict]) -> list[dict]:
     """probe="ranking" per (task, scale > 1): Kendall's tau between the methods ordered by mean
     exact match (higher first) and by loss past L0 (lower first), over methods with both."""
     loss = {(r["method"], r["scale"]): r["loss_out"] for r in rows

@@ -72,9 +72,9 @@ import numpy as np
 import torch
 
 from poslab.errors import ConfigError, check_choice
+from poslab.experiments import Experiment, no_member_rows
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, mean_std, write_outputs
-from poslab.experiments.runner import Experiment, no_member_rows
 from poslab.experiments.spec import (
     ClaimSpec,
     above,
@@ -89,12 +89,12 @@ from poslab.experiments.spec import (
     undecidable,
 )
 from poslab.probes import leakage as lk
-from poslab.probes.leakage import PRESENT
 from poslab.store import config_hash
-from poslab.studies import leakage as leakage_study
+from poslab.studies.kit import leakage_rows as lr
+from poslab.studies.kit.checkpoints import TINY, checkpoint_source, loaded, source_path
+from poslab.studies.kit.leakage_rows import PRESENT
 
 PRESETS = ("quick", "cpu")
-TINY = "tiny-llama"
 MODES = ("with BOS", "without BOS")
 SETTINGS = ("checkpoint", "length", "windows", "groups", "first_query", "dtype", "ntk_factor", "window")
 STANDARD, NTK, WINDOW = "standard", "NTK RoPE (inference)", "sliding window (inference)"
@@ -113,7 +113,7 @@ EVERY_KEY = "(b) over every key (the earlier reading): not the abstract's positi
 MODES_ROLES = (("without BOS", OWN, "paper", "the checkpoint's own set-up (content token at 0)"),
                ("with BOS (prepended explicitly)", PREPENDED, "control", BOS_LABEL))
 SWAP = dataclasses.replace(
-    leakage_study.SWAP, name="with BOS (prepended explicitly): BOS swap changes early (b), all three replacements",
+    lr.SWAP, name="with BOS (prepended explicitly): BOS swap changes early (b), all three replacements",
     where=probe("swap3"), role="control",
     note=BOS_LABEL + "; the abstract names no replacement: most frequent token, mean embedding, random vector of the "
          "BOS norm, each the mean change over the window groups; decided only where all three agree")
@@ -243,10 +243,9 @@ def settings(study: StudyConfig) -> dict:
 
 
 def check(study: StudyConfig) -> None:
-    from poslab.experiments.executors import MEMORY_FRACTION, memory_bytes
+    from poslab.machine import MEMORY_FRACTION, memory_bytes
     from poslab.pretrained.loading import read_causal_config, require_transformers
     from poslab.pretrained.model import require_attention_fits
-    from poslab.studies.pretrained_extension import checkpoint_source
 
     m = settings(study)
     require_transformers()
@@ -283,9 +282,8 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
     """Evaluate each mode the store lacks (keyed by the weights' hash and the settings), one job
     each on the executor (:func:`poslab.experiments.runner.evaluate_members`, as many side by side
     as fit in memory); then the report."""
-    from poslab.experiments.runner import evaluate_members
+    from poslab.experiments import evaluate_members
     from poslab.pretrained.loading import content_hash, read_config
-    from poslab.studies.pretrained_extension import checkpoint_source, source_path
 
     start = time.perf_counter()
     m = settings(study)
@@ -308,7 +306,6 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
 def mode_job(config: dict, *, source: str, device: str) -> list[dict]:
     """One mode's rows, in whichever process runs it (the checkpoint loaded once per process)."""
     from poslab.pretrained.model import encode_text
-    from poslab.studies.pretrained_extension import loaded
     from poslab.tasks.text import CharText
 
     model = loaded(source, config["dtype"], device)
@@ -352,7 +349,7 @@ def evaluate_mode(model, ids: torch.Tensor, config: dict) -> list[dict]:
     scratch: dict = {}  # the per-pair sums' memory, reused by every fit of this mode (gigabytes at 512 tokens)
 
     def heads(variant: str) -> list[dict]:
-        return per_group(lambda batch: head_rows(model, batch, config, variant, scratch))
+        return per_group(lambda batch: sink_head_rows(model, batch, config, variant, scratch))
 
     rows = heads(STANDARD)
     if config["bos"] != "with BOS":
@@ -369,7 +366,7 @@ def evaluate_mode(model, ids: torch.Tensor, config: dict) -> list[dict]:
     finally:
         model.set_window(None)
     swaps = replacements(model, tokens)  # one replacement vector for every group: the most frequent token of all
-    rows += per_group(lambda batch: swap_rows(model, batch, config, swaps))
+    rows += per_group(lambda batch: swap_intervention_rows(model, batch, config, swaps))
     content = windows(model, ids, dict(config, bos="without BOS"))  # the closed-system check, same windows
     cos = {name: position0_cosines(model, t) for name, t in (("bos_at_0", tokens), ("content_at_0", content))}
     rows += [dict(probe="closed", layer=k, bos_at_0=float(cos["bos_at_0"][k]),
@@ -383,10 +380,9 @@ MEANS = ("sink_share", "component_a", "component_b", "component_b_key0", "compon
          "early_component_b_key0")  # the model rows' means over layers and heads
 
 
-def head_rows(model, batch, config: dict, variant: str, scratch: dict | None = None) -> list[dict]:
+def sink_head_rows(model, batch, config: dict, variant: str, scratch: dict | None = None) -> list[dict]:
     """Per (layer, head): the share of attention on key 0 of queries >= first_query, sink or not,
     and the components (a), (b) (with its key-0 part and the rest), early (b) (and its key-0 part)."""
-    from poslab.probes import leakage as lk
 
     q0 = config["first_query"]
     comp = lk.leakage(model, batch, early=q0, chunk=2, scratch=scratch)
@@ -407,14 +403,13 @@ def replacements(model, tokens: torch.Tensor, seed: int = 0) -> dict[str, torch.
     return dict(token=W_E[token].clone(), random=r * W_bos.norm() / r.norm(), mean=W_E.mean(0))
 
 
-def swap_rows(model, batch, config: dict, swaps: dict[str, torch.Tensor] | None = None) -> list[dict]:
+def swap_intervention_rows(model, batch, config: dict, swaps: dict[str, torch.Tensor] | None = None) -> list[dict]:
     """Per replacement (probe "intervention"): per (layer, head) early (b) with it in place.
 
     Early (b) reads only the pairs of queries i < first_query, and under a causal mask their
     logits depend only on positions < first_query: the windows are cut there, which gives the same
     numbers (tested) at a small share of the cost."""
     from poslab.models.intervention import Intervention
-    from poslab.probes import leakage as lk
     from poslab.tasks.base import Batch
 
     q0 = config["first_query"]
@@ -484,7 +479,7 @@ def derived_rows(rows: list[dict]) -> list[dict]:
         for short, name in SWAPS.items():
             got = [r["change"] for r in swaps if r["intervention"] == name and r["change"] is not None]
             changes[short] = float(np.mean(got)) if got else None
-        out.append(dict(probe="swap3", seed=None, **lk.three_swaps(changes),
+        out.append(dict(probe="swap3", seed=None, **lr.three_swaps(changes),
                         **{f"swap_{k}": v for k, v in changes.items()}))
     return out
 
@@ -510,7 +505,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"{m.get('first_query')}, early (b) at queries < {m.get('first_query')}.")
     specs = claims_for(study)
     swap = next(c for c in specs if c.name == SWAP.name)
-    claims = leakage_study.decided_when_agreed(judge_all(specs, all_rows), all_rows, swap)
+    claims = lr.decided_when_agreed(judge_all(specs, all_rows), all_rows, swap)
     return write_outputs(out, title=EXPERIMENT.title, rows=all_rows, claims=claims, intro=intro, tables=TABLES,
                          figures=FIGURES)
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+from poslab.experiments import Experiment
 from poslab.experiments.config import EvalConfig, StudyConfig, quick
-from poslab.experiments.offset_rows import shift_rows
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_outputs
-from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import (
     ClaimSpec,
     at_most,
@@ -26,6 +25,7 @@ from poslab.experiments.spec import (
     share,
     undecidable,
 )
+from poslab.studies.kit.offset_rows import shift_rows
 from poslab.train import TrainConfig
 
 WIDTHS = {"d_head=64": {"model.d_model": 256}, "d_head=16": {"model.d_model": 64}}  # four heads each

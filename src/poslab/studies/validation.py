@@ -13,11 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from poslab import probes
-from poslab.experiments.checks import require_rotary
+from poslab.experiments import Experiment
 from poslab.experiments.config import StudyConfig, quick
-from poslab.experiments.fixed_offset import carrier_vs_untrained, dilution_fit_rows, length_rows, tag
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, groups, means, select, write_outputs
-from poslab.experiments.runner import Experiment
 from poslab.experiments.spec import (
     ClaimSpec,
     Ref,
@@ -33,6 +31,8 @@ from poslab.experiments.spec import (
 )
 from poslab.probes.carriers import dilution_exponent
 from poslab.probes.random_direction import N_DIRECTIONS, random_directions
+from poslab.studies.kit.checks import require_rotary
+from poslab.studies.kit.fixed_offset import carrier_vs_untrained, dilution_fit_rows, length_rows, tag
 from poslab.tasks import eval_batch
 
 PAPER = dict(carrier_k=0.80, carrier_cos=0.83, baseline=0.016, carrier_range=(0.72, 0.86), peak_at_48=0.69)

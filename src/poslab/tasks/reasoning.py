@@ -4,7 +4,7 @@ The survey's long-context evaluation goes past the single passkey (``poslab.task
 tasks that need more than one lookup. Each task here is defined once over *text*: a generator
 returns an :class:`Example` (a prompt and its expected answer), so the same example runs on a
 character-level model (its characters) and on a pretrained model (through its tokenizer,
-:func:`evaluate_pretrained`). Scoring is exact match of a greedy continuation (:func:`score`).
+:func:`poslab.pretrained.zero_shot.zero_shot_rows`). Scoring is exact match of a greedy continuation (:func:`score`).
 
 Tasks (``TASKS``), each ``generate(task, length, depth, seed, **params)``:
 
@@ -58,8 +58,6 @@ import random
 import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import torch
 
 from poslab.errors import ConfigError, check_choice
 
@@ -327,32 +325,3 @@ def score(answer: str | Example, generated: str) -> float:
         return 0.0
     rest = got[len(want):]
     return float(not (rest and rest[0].isalnum()))
-
-
-# ----------------------------------------------------------------------------- pretrained evaluation
-
-@torch.no_grad()
-def greedy_text(model, prompt_ids: torch.Tensor, n_new: int) -> list[int]:
-    """Greedy decoding through ``model(tokens) -> logits`` (no cache: each step reruns the window)."""
-    tokens = prompt_ids[None]
-    out = []
-    for _ in range(n_new):
-        nxt = model(tokens)[0, -1].argmax()
-        out.append(int(nxt))
-        tokens = torch.cat([tokens, nxt.view(1, 1)], dim=1)
-    return out
-
-
-def evaluate_pretrained(model, examples: list[Example], *, extra_tokens: int = 2) -> list[dict]:
-    """Zero-shot exact match of each example on a pretrained model (greedy, its tokenizer, no BOS):
-    one row per example with the prompt's token count, the continuation and ``exact``."""
-    from poslab.pretrained.model import decode_tokens, encode_text
-
-    rows = []
-    for ex in examples:
-        ids = encode_text(model, ex.prompt)
-        n_new = len(encode_text(model, ex.answer)) + extra_tokens
-        text = decode_tokens(model, greedy_text(model, ids, n_new))
-        rows.append(dict(task=ex.task, length=ex.length, depth=ex.depth, seed=ex.seed, prompt_tokens=len(ids),
-                         answer=ex.answer.strip(), output=text, exact=score(ex, text)))
-    return rows

@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from poslab.experiments.longrope_search import rope_encoding, swap, with_scaling
 from poslab.positional.scaling_laws import critical_dimension, extrapolation_bound, full_period_pairs
 from poslab.probes.passkey_eval import cell_seed
+from poslab.studies.kit.longrope_search import rope_encoding, swap, with_scaling
 from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.text import CharText
+
+FINE_TUNING_METHODS = ("pi",)  # published with fine-tuning: their training-free use is a control
 
 
 @dataclass

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from poslab import probes
+from poslab.experiments import MemberContext
 from poslab.experiments.outputs import group_stats, save
-from poslab.experiments.runner import MemberContext
 from poslab.positional import encoding_class
 from poslab.tasks import eval_batch
 

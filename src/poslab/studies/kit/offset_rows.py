@@ -1,4 +1,4 @@
-"""Per-member rows of fixed-offset studies beyond :func:`poslab.experiments.fixed_offset.length_rows`.
+"""Per-member rows of fixed-offset studies beyond :func:`poslab.studies.kit.fixed_offset.length_rows`.
 
 A single retrieval head (the seed paper's Fig. 4 protocol): the margin and its bound at each
 length (:func:`margin_length_rows`), carriers, rank and table norms of the trained and untrained
@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 
 from poslab import probes
-from poslab.experiments.runner import MemberContext
+from poslab.experiments import MemberContext
 from poslab.probes.layer_heads import accuracy_split, head_rows, retrieving_head
 from poslab.probes.weights import table_row_norms
 from poslab.tasks import eval_batch

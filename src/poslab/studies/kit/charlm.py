@@ -63,6 +63,7 @@ import torch
 
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments.config import EvalConfig, StudyConfig
+from poslab.experiments.experiment import Experiment, members, variant_members
 from poslab.probes.positionwise import loss_rows, position_losses
 from poslab.tasks.text import CharText
 from poslab.train import TrainConfig, evaluate_loss, lm_recipe
@@ -117,11 +118,10 @@ def lm_study(preset: str = "paper", encodings: tuple[str, ...] | None = None, **
     return dataclasses.replace(study, **changes)
 
 
-def check_lm(name: str, study: StudyConfig) -> None:
+def check_lm(experiment: Experiment, study: StudyConfig) -> None:
     """A character-level task trained on one context length; eval lengths that fit the corpus, and
-    past the context, members of experiment ``name`` whose model streams
+    past the context, members of ``experiment`` whose model streams
     (:func:`~poslab.probes.lm_streaming.check_streamable`)."""
-    from poslab.experiments.runner import members, variant_members
     from poslab.probes.lm_streaming import check_streamable, text_window
     from poslab.tasks import TASKS
 
@@ -137,8 +137,8 @@ def check_lm(name: str, study: StudyConfig) -> None:
         else:
             text_window(study.task.get("corpus"), L, field="eval.lengths")
     if max(study.eval.lengths) > context:
-        trained = members(name, study)
-        for member in trained + [variant for variant, _ in variant_members(name, study, trained)]:
+        trained = members(experiment, study)
+        for member in trained + [variant for variant, _ in variant_members(study, trained)]:
             check_streamable(member.model_config)
 
 
