@@ -402,6 +402,19 @@ def bench_pretrained(model, lengths, threads):
     run_bench(model=model, lengths=parsed, threads=threads, echo=click.echo)
 
 
+@bench.command("leakage-memory")
+@click.option("--model", default="smollm2-135m", show_default=True, help="smollm2-135m, gemma3-270m, a directory")
+@click.option("--length", type=int, default=512, show_default=True, help="tokens a window")
+@click.option("--windows", type=int, default=4, show_default=True)
+@click.option("--groups", type=int, default=2, show_default=True)
+@click.option("--bos", type=click.Choice(["with BOS", "without BOS"]), default="with BOS", show_default=True)
+def bench_leakage_memory(model, length, windows, groups, bos):
+    """Peak RSS of one pretrained-leakage worker (one checkpoint and mode, every variant), in a fresh process."""
+    from poslab.bench import bench_leakage_memory as run_bench
+
+    run_bench(model=model, length=length, windows=windows, groups=groups, bos=bos, echo=click.echo)
+
+
 @main.command()
 @click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
 @click.option("--run", "key", default=None, help="a run key (default: the latest member of --experiment)")

@@ -74,7 +74,7 @@ def test_derived_rows_count_sink_heads_per_mode():
                  early_component_b_key0=0.2) for m, shares in (("with BOS", (0.9, 0.1, 0.5)),
                                                                ("without BOS", (0.0, 0.2, 0.1)))
             for h, s in enumerate(shares)]
-    got = {r["bos"]: r for r in derived_rows(rows)}
+    got = {r["bos"]: r for r in derived_rows(rows) if r["probe"] == "model"}
     assert got["with BOS"]["sink_heads"] == 2 and got["without BOS"]["sink_heads"] == 0
     assert got["with BOS"]["sink_share"] == pytest.approx(0.5)
 
@@ -100,25 +100,32 @@ def test_derived_rows_order_the_variants_and_relate_each_swap_to_the_standard_mo
     assert (three["swap_min"], three["swap_max"]) == pytest.approx((-0.5, -0.36))
 
 
-def test_the_with_bos_claims_are_labelled_controls_and_the_bos_swap_needs_all_three():
+def test_claims_in_the_checkpoints_own_set_up_are_paper_and_the_bos_swap_needs_all_three():
     from poslab.studies import pretrained_leakage as plk
-    from poslab.studies.kit.leakage_rows import decided_when_agreed
+    from poslab.studies.kit.leakage_rows import three_swaps
 
     specs = {c.name: c for c in plk.CLAIMS}
-    assert all(c.role in ("control", "check") for n, c in specs.items() if n.startswith("with BOS"))
-    assert specs["without BOS: component (b) at key 0 present"].role == "paper"
-    assert specs["BOS swap changes early (b) (the checkpoint's set-up)"].na.kind == "undecidable"
+    assert all(c.role in ("control", "check") for n, c in specs.items() if "not its set-up" in n)
+    assert specs["{label}, {bos}, its own set-up: component (b) at key 0 present"].role == "paper"
+    assert specs["{label}: BOS swap changes early (b) (the checkpoint's set-up)"].na.kind == "undecidable"
 
-    def swap_claim(changes):
-        from poslab.studies.kit.leakage_rows import three_swaps
-        rows = [dict(probe="swap3", seed=None, **three_swaps(changes))]
-        claims = decided_when_agreed(plk.judge_all(plk.CLAIMS, rows), rows, plk.SWAP)
-        return next(c for c in claims if c.name == plk.SWAP.name)
+    def swap_claims(changes, setup):
+        rows = [dict(probe="swap3", seed=None, label="M", setup=setup, **three_swaps(changes))]
+        study = dataclasses.replace(EXP.study("cpu"))
+        claims = [c for c in plk.judge_all(plk.claims_for(study), rows)]
+        for spec in (plk.SWAP, plk.SWAP_OTHER):
+            claims = plk.lr.decided_when_agreed(claims, rows, dataclasses.replace(
+                spec, name=spec.name.format(label="M"), where=spec.where & plk.is_("label", "M"), per=()))
+        return {c.name: c for c in claims}
 
-    assert swap_claim(dict(token=-0.45, mean=-0.3, random=-0.5)).holds is True
-    assert swap_claim(dict(token=0.168, mean=0.051, random=0.5)).holds is False
-    split = swap_claim(dict(token=0.168, mean=0.051, random=-0.263))  # the stored cpu run's three
-    assert split.holds is None and split.na_kind == "undecidable" and split.measured == "-26.3% to +16.8%"
+    own = "M, with BOS, its own set-up: BOS swap changes early (b), all three replacements"
+    got = swap_claims(dict(token=-0.45, mean=-0.3, random=-0.5), "own")
+    assert got[own].holds is True and got[own].role == "paper"
+    assert swap_claims(dict(token=0.168, mean=0.051, random=0.5), "own")[own].holds is False
+    split = swap_claims(dict(token=0.168, mean=0.051, random=-0.263), "other")  # the stored SmolLM2 run's three
+    other = split["M, with BOS, not its set-up: BOS swap changes early (b), all three replacements"]
+    assert other.holds is None and other.na_kind == "undecidable" and other.measured == "-26.3% to +16.8%"
+    assert other.role == "control" and split["M: BOS swap changes early (b) (the checkpoint's set-up)"].holds is None
 
 
 def test_replacements_have_the_published_definitions(tiny):
@@ -165,11 +172,11 @@ def test_quick_runs_stores_resumes_and_judges_the_architectural_claims(tmp_path)
         again = run_study(EXP, study, store=store, out=tmp_path / "out", progress=False)
         assert again["trained"] == 0 and again["reused"] == 2
     text = (tmp_path / "out" / "table.md").read_text()
-    assert ("| check | with BOS (prepended explicitly): position-0 residual identical across inputs | constant "
+    assert ("| check | tiny Llama, with BOS: position-0 residual identical across inputs | constant "
             "fingerprint with BOS | 1.000 | > 0.9999 | yes |") in text
-    assert "with BOS (prepended explicitly): sink heads exist" in text
+    assert "| control | tiny Llama, with BOS, not its set-up: sink heads exist" in text
     assert "n.a. (not run: a trained checkpoint (the cpu preset)" in text
-    assert "| paper | content token at 0: position-0 residual varies with it at every layer |" in text
+    assert "| paper | tiny Llama, content token at 0: position-0 residual varies with it at every layer |" in text
 
 
 @pytest.mark.parametrize("model, field", [(dict(first_query=64), "model.first_query"),
@@ -189,14 +196,18 @@ def test_bad_mode_is_refused():
     assert e.value.field == "model.bos"
 
 
-def test_a_length_whose_leakage_fit_cannot_fit_in_memory_is_refused_with_the_estimate():
+def test_a_length_whose_leakage_fit_cannot_fit_in_memory_is_refused_with_the_estimate(monkeypatch):
+    import poslab.machine
     from poslab.probes.leakage import leakage_bytes
 
     study = EXP.study("quick")
+    monkeypatch.setattr(poslab.machine, "memory_bytes", lambda: 2**20)
     with pytest.raises(ConfigError, match="leakage fit fits in memory") as e:
-        validate(dataclasses.replace(study, model={**study.model, "length": 4000}), "cpu", EXP)
+        validate(study, "cpu", EXP)
     assert e.value.field == "model.length" and "GiB" in str(e.value)
     assert 3.5 < leakage_bytes(1024, 30, 9) / leakage_bytes(512, 30, 9) < 4.5  # the per-pair sums grow as n^2
+    # without the earlier definitions, streamed: 2 of the 9 [l, h, n, n] arrays, no per-layer collect
+    assert leakage_bytes(512, 30, 9, old=False) < 0.25 * leakage_bytes(512, 30, 9)
 
 
 @pytest.mark.parametrize("bad, field", [(dict(ntk_factor=1.0), "model.ntk_factor"), (dict(window=0), "model.window")])
@@ -242,11 +253,13 @@ def test_groups_must_divide_the_windows_into_cross_fittable_groups():
 
 def test_modes_run_side_by_side_only_where_their_fits_fit_in_memory():
     from poslab.experiments.executors import workers_that_fit
-    from poslab.probes.leakage import leakage_bytes
-    from poslab.studies.pretrained_leakage import PROCESS_OVER_FIT
+    from poslab.studies.pretrained_leakage import worker_bytes
 
-    need = PROCESS_OVER_FIT * leakage_bytes(512, 30, 9)  # a SmolLM2 worker at 512 tokens
-    assert workers_that_fit(2, need, 0.8 * 23 * 2**30) == 1  # the 23 GiB machine whose two workers were killed
+    smollm2 = dict(vocab_size=49152, hidden_size=576, num_hidden_layers=30, intermediate_size=1536,
+                   num_attention_heads=9)
+    need = worker_bytes(512, smollm2)  # a SmolLM2 worker at 512 tokens: lean sums, streamed layers
+    assert need < 4 * 2**30
+    assert workers_that_fit(2, need, 0.8 * 23 * 2**30) == 2  # two side by side on the 23 GiB machine now
     assert workers_that_fit(2, need, 2 * need) == 2
     assert workers_that_fit(4, need, 0.5 * need) == 1  # never fewer than one: check() refuses what cannot fit
     assert workers_that_fit(3, None) == 3  # no estimate, no cap

@@ -577,6 +577,43 @@ class PretrainedLM(nn.Module):
         inter.logits, inter.lengths, inter.prefix = logits, batch.lengths, 0
         return inter
 
+    def stream(self, batch: Batch, on_layer: Callable[[int, Tensor, Tensor], None], intervention=None) -> None:
+        """Run the checkpoint's body (no readout) and hand layer i's ``attn_scores`` and ``pattern``
+        [b, h, s, s] to ``on_layer(i, attn_scores, pattern)`` as the forward passes it. Nothing is
+        kept: memory holds one layer's attention, not every layer's (:meth:`collect`), and never the
+        [b, s, vocabulary] logits (0.5 GiB a sequence for Gemma 3 at 512 tokens). Same mask, window
+        and ``intervention`` (``bos_embedding`` only) as :meth:`collect`."""
+        require_transformers()
+        _register_attention()
+        handles, attn_modules = [], []
+        if intervention is not None:
+            handles.append(self.hf.get_input_embeddings().register_forward_hook(
+                _replace_position0(self._check_intervention(intervention, batch.tokens.shape[0]))))
+        for i, layer in enumerate(self.layers):
+            attention = next(m for m in layer.modules() if m.__class__.__name__.endswith("Attention"))
+            attention._poslab_record = _HandOn(i, on_layer)
+            attention._poslab_window = self.inference_window
+            attn_modules.append(attention)
+        body = getattr(self.hf, "base_model", None) or self.hf
+        previous = self.config._attn_implementation
+        try:
+            self.hf.set_attn_implementation(ATTN)
+            with torch.no_grad():
+                body(input_ids=batch.tokens, use_cache=False)
+        finally:
+            self.hf.set_attn_implementation(previous)
+            for handle in handles:
+                handle.remove()
+            for module in attn_modules:
+                del module._poslab_record, module._poslab_window
+
+    @property
+    def attended_windows(self) -> list[int | None]:
+        """Per layer, the keys a query attends back (None: all): the layer's own window
+        (:attr:`layer_windows`) or :meth:`set_window`'s, whichever is shorter."""
+        extra = self.inference_window
+        return [extra if w is None else (w if extra is None else min(w, extra)) for w in self.layer_windows]
+
     def _check_intervention(self, intervention, b: int) -> Tensor:
         """The position-0 embedding [b, D] of an intervention that sets bos_embedding and nothing else."""
         others = [f for f in ("resid0", "drop_key0") if getattr(intervention, f, None) is not None]
@@ -654,6 +691,18 @@ def parity(model: PretrainedLM, lengths: tuple[int, ...] | None = None, *, seed:
         rows.append(dict(length=L, forward=float((ours - own).abs().max()),
                          collect=float((recorded - own).abs().max()), logit_scale=float(own.abs().max())))
     return rows
+
+
+class _HandOn(dict):
+    """A recording-attention record (:func:`_recording_attention`) that hands a layer's scores and
+    pattern to a callback and keeps nothing (:meth:`PretrainedLM.stream`)."""
+
+    def __init__(self, layer: int, on_layer: Callable[[int, Tensor, Tensor], None]):
+        super().__init__()
+        self.layer, self.on_layer = layer, on_layer
+
+    def update(self, *args, **kwargs) -> None:  # type: ignore[override]
+        self.on_layer(self.layer, kwargs["attn_scores"], kwargs["pattern"])
 
 
 def _replace_position0(x0: Tensor):

@@ -91,6 +91,10 @@ FITS = {  # the position features of each regression (the saturated fit is the p
     "key": ("offset", "query", "key"),  # f(i - j) + g(i) + h(j)
 }
 QUANTITIES = ("centred", "logits", "log_weights")  # what is summed per pair
+SUMS = ("fit_sum", "test_sum", "test_sq")  # the sums of each quantity (PairSums)
+# without the earlier definitions (LeakageSums(old=False)): no logits, and per query only what is read
+# as a total over pairs (the centred logits' held-out squares, the log-weights' held-out sums)
+LEAN = {"centred": ("test_sq",), "log_weights": SUMS}
 
 
 # ----------------------------------------------------------------------------- pairs and features
@@ -199,19 +203,30 @@ class PairSums:
     test_sq: Tensor  # sum over held-out sequences of y_bij^2
     n_fit: int
     n_test: int
+    # sums held per query, [..., n] (the row sums over j): only their totals over a pair set are read,
+    # and every pair set here is whole rows of kept pairs (pairs()), so a row sum is all they need
+    per_query: tuple[str, ...] = ()
     # gathers of the three sums on a pair set, kept only inside ``reading()`` (the pair tensors alive)
     _gathered: dict | None = field(default=None, repr=False, compare=False)
 
     def on(self, i: Tensor, j: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(fit_sum, test_sum, test_sq) on pairs (i, j), [..., C] each; gathered once per pair set
-        while :meth:`reading` is open (a result reads each set a dozen times), else every call."""
+        """(fit_sum, test_sum, test_sq) on pairs (i, j), [..., C] each (None for a per-query sum);
+        gathered once per pair set while :meth:`reading` is open (a result reads each set a dozen
+        times), else every call."""
         key = (id(i), id(j))
         if self._gathered is not None and key in self._gathered:
             return self._gathered[key]
-        got = (self.fit_sum[..., i, j], self.test_sum[..., i, j], self.test_sq[..., i, j])
+        got = tuple(None if name in self.per_query else getattr(self, name)[..., i, j] for name in SUMS)
         if self._gathered is not None:
             self._gathered[key] = got
-        return got
+        return got  # type: ignore[return-value]
+
+    def total(self, name: str, i: Tensor, j: Tensor) -> Tensor:
+        """The sum ``name`` summed over the pairs (i, j), [...]: over the rows of i for a per-query
+        sum (the pair set must then be whole rows of kept pairs, as every set of :func:`pairs` is)."""
+        if name in self.per_query:
+            return getattr(self, name)[..., torch.unique(i)].sum(-1)
+        return self.on(i, j)[SUMS.index(name)].sum(-1)
 
     @contextlib.contextmanager
     def reading(self):
@@ -224,7 +239,12 @@ class PairSums:
 
     def __add__(self, other: PairSums) -> PairSums:
         return PairSums(self.fit_sum + other.fit_sum, self.test_sum + other.test_sum, self.test_sq + other.test_sq,
-                        self.n_fit + other.n_fit, self.n_test + other.n_test)
+                        self.n_fit + other.n_fit, self.n_test + other.n_test, self.per_query)
+
+    def block(self, lo: int, hi: int) -> PairSums:
+        """The sums of leading slots lo .. hi - 1 (views, no copy)."""
+        return PairSums(self.fit_sum[lo:hi], self.test_sum[lo:hi], self.test_sq[lo:hi], self.n_fit, self.n_test,
+                        self.per_query)
 
     def add_(self, slot: int, other: PairSums) -> None:
         """Add one layer's sums into slot ``slot`` of the leading axis, in place (counts are the caller's)."""
@@ -237,12 +257,15 @@ class PairSums:
             raise ConfigError("sequences", self.n_fit + self.n_test, "at least 2 (one to fit, one held out)")
 
 
-def pair_sums(y: Tensor, held_out: Tensor) -> PairSums:
+def pair_sums(y: Tensor, held_out: Tensor, per_query: tuple[str, ...] = ()) -> PairSums:
     """y [b, ..., n, n] and held_out [b] bool -> per-pair sums (masked pairs may hold anything
-    finite: they are never read)."""
+    finite: they are never read); the sums named in ``per_query`` summed over j too, [..., n]
+    (y must then be 0 off the kept pairs, as centred logits and log-weights are)."""
     y = torch.nan_to_num(y.double(), nan=0.0, posinf=0.0, neginf=0.0)
     fit, test = y[~held_out], y[held_out]
-    return PairSums(fit.sum(0), test.sum(0), test.square().sum(0), int(fit.shape[0]), int(test.shape[0]))
+    got = dict(fit_sum=fit.sum(0), test_sum=test.sum(0), test_sq=test.square().sum(0))
+    got = {k: v.sum(-1) if k in per_query else v for k, v in got.items()}
+    return PairSums(**got, n_fit=int(fit.shape[0]), n_test=int(test.shape[0]), per_query=per_query)
 
 
 def held_out_sequences(b: int, first: int = 0) -> Tensor:
@@ -267,8 +290,8 @@ def r_squared(sums: PairSums, i: Tensor, j: Tensor, fit: str) -> Tensor:
     gives without building p."""
     lead = sums.fit_sum.shape[:-2]
     mean = fit_means(sums, i, j)  # [lead, C]
-    _, test, sq = sums.on(i, j)
-    s1, s2, N = test.reshape(-1, len(i)), sq.sum(-1).reshape(-1), sums.n_test
+    test = sums.on(i, j)[1]
+    s1, s2, N = test.reshape(-1, len(i)), sums.total("test_sq", i, j).reshape(-1), sums.n_test
     if fit == "pair":
         cross, power = (mean * s1).sum(-1), mean.square().sum(-1)
     else:
@@ -306,9 +329,9 @@ def component_b(sums: PairSums, i: Tensor, j: Tensor) -> dict[str, Tensor]:
     sums.check()
     lead = sums.fit_sum.shape[:-2]
     m_fit = fit_means(sums, i, j)  # [lead, C]
-    _, test, sq = sums.on(i, j)
+    test = sums.on(i, j)[1]
     m_test = (test / sums.n_test).reshape(-1, len(i))
-    s1, s2, N = test.sum(-1), sq.sum(-1), sums.n_test * len(i)
+    s1, s2, N = test.sum(-1), sums.total("test_sq", i, j), sums.n_test * len(i)
     var = (s2 / N - (s1 / N).square()).reshape(-1)  # V, [lead]
     out = {}
     both = (m_fit * m_test).sum(-1)
@@ -371,8 +394,7 @@ def component_a(log_w: PairSums, lam: Tensor, i: Tensor, j: Tensor) -> Tensor:
     log_w.check()
     li = lam[..., i]  # [..., C]
     var_lam = li.square().mean(-1) - li.mean(-1).square()
-    _, test, sq = log_w.on(i, j)
-    s1, s2, N = test.sum(-1), sq.sum(-1), log_w.n_test * len(i)
+    s1, s2, N = log_w.total("test_sum", i, j), log_w.total("test_sq", i, j), log_w.n_test * len(i)
     var_w = s2 / N - (s1 / N).square()
     small = var_w <= 1e-12
     return torch.where(small, torch.zeros_like(var_w), var_lam.clamp_min(0) / torch.where(small, 1.0, var_w))
@@ -426,123 +448,203 @@ def mean_cosine(x: Tensor) -> float:
 
 # ----------------------------------------------------------------------------- any model's intermediates
 
-def leakage_bytes(n: int, layers: int, heads: int, batch: int = 2) -> int:
+def leakage_bytes(n: int, layers: int, heads: int, batch: int = 2, old: bool = True) -> int:
     """Bytes :func:`leakage` holds at its peak on windows of n internal positions (an estimate):
     the per-pair sums (3 quantities x 3 arrays x layers x heads x n^2 float64), one chunk's
     intermediates from ``collect`` (float32 scores and pattern of every layer), one layer's float64
     copies and derived logits (about 8 x batch x heads x n^2), and the fits' gathered sums and
     per-pair means (at most 8 x layers x heads x C float64, C = n (n + 1) / 2 causal pairs; the
     fits no longer build predictions or residuals, so this part is an upper bound) with the one-hot
-    fit's Gram matrix and its pseudo-inverse (3 x (3n)^2)."""
+    fit's Gram matrix and its pseudo-inverse (3 x (3n)^2).
+
+    Without ``old`` (:class:`LeakageSums`), on a model that streams its layers: 2 [l, h, n, n]
+    arrays of sums, one layer's float32 scores and pattern, and the fits one layer at a time."""
     pairs_ = n * (n + 1) // 2
+    if not old:
+        return 8 * (2 * layers * heads * n * n + batch * heads * n * n + 8 * batch * heads * n * n
+                    + 8 * heads * pairs_ + 3 * (3 * n) ** 2)
     return 8 * (9 * layers * heads * n * n + batch * layers * heads * n * n + 8 * batch * heads * n * n
                 + 8 * layers * heads * pairs_ + 3 * (3 * n) ** 2)
 
 
 @dataclass
 class LeakageSums:
-    """Leakage sums of any model's intermediates, added chunk by chunk.
+    """Leakage sums of any model's intermediates, added chunk by chunk (or layer by layer as a
+    forward passes them: :meth:`start`, :meth:`add_layer`, :meth:`finish`).
 
-    ``window``: the heads' sliding window (None: full causal); ``layers``: which layers to read
+    ``window``: the heads' sliding window (None: full causal), one for every layer or a sequence
+    with one per model layer (Gemma's sliding and full layers); ``layers``: which layers to read
     (None: all), so a large model's layers can be taken a few at a time; ``check_softmax``: the
     first chunk's weights must be the kept-key softmax of its logits (ConfigError otherwise;
-    switch it off for an intervention that changes the mask).
+    switch it off for an intervention that changes the mask); ``old``: keep what the earlier
+    definitions (``old_component_a`` / ``old_component_b``) need; without them the logits are not
+    summed and the sums read only as totals are kept per query (:data:`LEAN`): 2 [l, h, n, n]
+    float64 arrays instead of 9, and :meth:`result` works one layer at a time.
     """
 
-    window: int | None = None
+    window: int | None | Sequence[int | None] = None
     layers: Sequence[int] | None = None
     check_softmax: bool = True
     # zeroed buffers to reuse, by shape (:func:`leakage`'s ``scratch``): a large model's sums are
     # gigabytes, and a fresh allocation's page faults cost ten times a pass over warm memory
     scratch: dict | None = None
+    old: bool = True
     sums: dict[str, PairSums] = field(default_factory=dict)
     log_z: Tensor | None = None  # sum over sequences of log Z_i, [l, h, n]
     received: Tensor | None = None  # sum over sequences of the weight received, [l, h, n]
     to_key0: Tensor | None = None  # sum over sequences of each query's weight on key 0, [l, h, n]
     seen: int = 0  # sequences added
-    keep: Tensor | None = None  # [n, n]
+    keep: Tensor | None = None  # [n, n], the first chosen layer's
+    keeps: list[Tensor] = field(default_factory=list)  # per chosen layer, [n, n] each
+    slot_windows: list[int | None] = field(default_factory=list)  # per chosen layer
+    _slots: dict[int, int] = field(default_factory=dict)  # model layer -> slot
+    _chunk: tuple | None = None  # (b, held) of the chunk being added
 
     def add(self, inter: Intermediates) -> None:
         """Add one chunk's intermediates (sequences ``seen`` .. ``seen + b``, full windows)."""
         chosen = range(len(inter.layers)) if self.layers is None else self.layers
         if not chosen or any(not 0 <= k < len(inter.layers) for k in chosen):
             raise ConfigError("layers", list(chosen), f"layer indices in [0, {len(inter.layers) - 1}]")
-        n = inter.layers[chosen[0]].attn_scores.shape[-1]
+        first = inter.layers[chosen[0]].attn_scores
+        self.start(len(inter.layers), *first.shape[:2], first.shape[-1])
+        for k in chosen:
+            self.add_layer(k, inter.layers[k].attn_scores, inter.layers[k].pattern)
+        self.finish()
+
+    def start(self, n_layers: int, b: int, h: int, n: int) -> None:
+        """Begin a chunk of b sequences of n positions of a model with ``n_layers`` layers of h heads."""
+        chosen = list(range(n_layers) if self.layers is None else self.layers)
+        if not chosen or any(not 0 <= k < n_layers for k in chosen):
+            raise ConfigError("layers", chosen, f"layer indices in [0, {n_layers - 1}]")
         if self.keep is None:
-            self.keep = keep_mask(n, self.window)
-        b = inter.layers[chosen[0]].attn_scores.shape[0]
-        held = held_out_sequences(b, self.seen)
+            windows = (list(self.window) if isinstance(self.window, Sequence) else [self.window] * n_layers)
+            if len(windows) != n_layers:
+                raise ConfigError("window", windows, f"one window (or None) per layer, {n_layers} of them")
+            masks: dict = {}
+            self._slots = {k: slot for slot, k in enumerate(chosen)}
+            self.slot_windows = [windows[k] for k in chosen]
+            self.keeps = [masks.setdefault(w, keep_mask(n, w)) for w in self.slot_windows]
+            self.keep = self.keeps[0]
         if not self.sums:  # per-pair sums over every chosen layer, added to in place layer by layer
-            h = inter.layers[chosen[0]].attn_scores.shape[1]
-            kept = list(self.scratch.get((len(chosen), h, n), ())) if self.scratch is not None else []
+            shapes = {(q, name): (len(chosen), h, n) + (() if name in self._per_query(q) else (n,))
+                      for q in self._quantities() for name in SUMS}
+            kept = {shape: list(self.scratch.get(shape, ())) for shape in set(shapes.values())} \
+                if self.scratch is not None else {}
 
-            def zeros() -> Tensor:
-                return kept.pop().zero_() if kept else torch.zeros(len(chosen), h, n, n, dtype=torch.float64)
+            def zeros(shape) -> Tensor:
+                return kept[shape].pop().zero_() if kept.get(shape) else torch.zeros(shape, dtype=torch.float64)
 
-            self.sums = {q: PairSums(zeros(), zeros(), zeros(), 0, 0) for q in QUANTITIES}
+            made = {key: zeros(shape) for key, shape in shapes.items()}
+            self.sums = {q: PairSums(*(made[q, name] for name in SUMS), 0, 0, per_query=self._per_query(q))
+                         for q in self._quantities()}
             if self.scratch is not None:
-                self.scratch[len(chosen), h, n] = [t for q in QUANTITIES for t in (
-                    self.sums[q].fit_sum, self.sums[q].test_sum, self.sums[q].test_sq)]
+                for shape in set(shapes.values()):
+                    self.scratch[shape] = [made[key] for key, s in shapes.items() if s == shape]
             self.log_z, self.received, self.to_key0 = (torch.zeros(len(chosen), h, n, dtype=torch.float64)
                                                        for _ in range(3))
-        assert self.log_z is not None and self.received is not None and self.to_key0 is not None
-        for slot, k in enumerate(chosen):  # one layer at a time: float64 copies of one layer's [b, h, n, n] only
-            scores = inter.layers[k].attn_scores.double().cpu()  # [b, h, n, n]
-            pattern = inter.layers[k].pattern.double().cpu()
-            log_z = log_partition(scores, self.keep)  # [b, h, n]
-            log_w = log_weights(scores, self.keep, log_z)
-            if self.check_softmax and self.seen == 0:  # the kept-key softmax is exp(log a) there, 0 elsewhere
-                got = (pattern - log_w.exp().masked_fill(~self.keep, 0.0)).abs().max()
-                if not bool(got <= SOFTMAX_TOL):
-                    raise ConfigError("model", f"weights off the causal softmax of the logits by {float(got):.2g}",
-                                      f"causal softmax attention (window {self.window}) whose pattern is the "
-                                      "softmax of attn_scores over the kept keys")
-            ys = dict(centred=centred(scores, self.keep), logits=scores, log_weights=log_w)
-            for q, y in ys.items():
-                self.sums[q].add_(slot, pair_sums(y, held))
-            self.log_z[slot] += log_z.sum(0)  # [h, n]
-            self.received[slot] += received_attention(pattern, self.keep) * b
-            self.to_key0[slot] += pattern[..., 0].sum(0)
-        for q in QUANTITIES:
+        self._chunk = (b, held_out_sequences(b, self.seen))
+
+    def _quantities(self) -> tuple[str, ...]:
+        return QUANTITIES if self.old else tuple(LEAN)
+
+    def _per_query(self, q: str) -> tuple[str, ...]:
+        return () if self.old else LEAN[q]
+
+    def add_layer(self, k: int, scores: Tensor, pattern: Tensor) -> None:
+        """Add model layer k's logits and weights of the current chunk, [b, h, n, n] each (a layer
+        not chosen is skipped)."""
+        if k not in self._slots:
+            return
+        assert self._chunk is not None and self.log_z is not None and self.received is not None \
+            and self.to_key0 is not None  # set by start()
+        slot, (b, held) = self._slots[k], self._chunk
+        keep = self.keeps[slot]
+        scores, pattern = scores.double().cpu(), pattern.double().cpu()  # [b, h, n, n]: one layer's copies only
+        log_z = log_partition(scores, keep)  # [b, h, n]
+        log_w = log_weights(scores, keep, log_z)
+        if self.check_softmax and self.seen == 0:  # the kept-key softmax is exp(log a) there, 0 elsewhere
+            got = (pattern - log_w.exp().masked_fill(~keep, 0.0)).abs().max()
+            if not bool(got <= SOFTMAX_TOL):
+                raise ConfigError("model", f"weights off the causal softmax of the logits by {float(got):.2g}",
+                                  f"causal softmax attention (window {self.slot_windows[slot]}) whose pattern is "
+                                  "the softmax of attn_scores over the kept keys")
+        ys = dict(centred=centred(scores, keep), logits=scores, log_weights=log_w)
+        for q in self._quantities():
+            self.sums[q].add_(slot, pair_sums(ys[q], held, self._per_query(q)))
+        self.log_z[slot] += log_z.sum(0)  # [h, n]
+        self.received[slot] += received_attention(pattern, keep) * b
+        self.to_key0[slot] += pattern[..., 0].sum(0)
+
+    def finish(self) -> None:
+        """End the chunk begun by :meth:`start`."""
+        assert self._chunk is not None
+        b, held = self._chunk
+        for q in self._quantities():
             self.sums[q].n_fit += int((~held).sum())
             self.sums[q].n_test += int(held.sum())
         self.seen += b
+        self._chunk = None
 
     def result(self, early: int | None = None) -> dict[str, np.ndarray]:
         """Every number per layer and head ([l, h] arrays; ``early_`` keys over queries i < ``early``).
 
         ``component_a``, ``component_b``, ``component_b_key``, ``component_b_interaction``,
         ``component_b_key0``, ``component_b_rest``,
-        ``r2_baseline``; the earlier definitions ``old_component_a``, ``old_component_b``;
-        ``log_z`` [l, h, n] mean log Z_i; ``received`` [l, h, n]; ``received_0``; ``sink`` bool;
-        ``to_key0`` [l, h, n] each query's mean weight on key 0.
+        ``r2_baseline``; the earlier definitions ``old_component_a``, ``old_component_b`` (with
+        ``old``); ``log_z`` [l, h, n] mean log Z_i; ``received`` [l, h, n]; ``received_0``; ``sink``
+        bool; ``to_key0`` [l, h, n] each query's mean weight on key 0.
+
+        Layers of one window are fitted together (one pair set); without ``old``, one layer at a
+        time, so the gathers of a pair set are [h, C] and not [l, h, C].
         """
         if self.keep is None:
             raise ConfigError("sequences", 0, "at least 2 (one to fit, one held out)")
         n = self.keep.shape[0]
         if early is not None and (not isinstance(early, int) or not 1 <= early <= n):
             raise ConfigError("early", early, f"an integer in [1, {n}] (queries i < early), or None")
-        sets = {"": pairs(self.keep)}
-        if early is not None:
-            sets["early_"] = pairs(self.keep, early)
+        slots = len(self.keeps)
+        runs = []  # (lo, hi) of consecutive slots with one window, cut to one layer without ``old``
+        for slot in range(slots):
+            if runs and self.old and self.slot_windows[slot] == self.slot_windows[runs[-1][0]]:
+                runs[-1] = (runs[-1][0], slot + 1)
+            else:
+                runs.append((slot, slot + 1))
         out: dict[str, np.ndarray] = {}
-        for prefix, (i, j) in sets.items():  # one quantity's gathers at a time (each [l, h, C] x 3)
-            with self.sums["centred"].reading() as centred_:
-                for key, value in component_b(centred_, i, j).items():
-                    out[prefix + key] = value.numpy()
-                lam = log_normaliser(offset_profile(centred_, i, j), self.keep)
-            with self.sums["logits"].reading() as logits:
-                old_b = delta_r2(logits, i, j)["delta"]
-            out[prefix + "old_component_b"] = old_b.numpy()
-            with self.sums["log_weights"].reading() as log_w:
-                out[prefix + "component_a"] = component_a(log_w, lam, i, j).numpy()
-                out[prefix + "old_component_a"] = (delta_r2(log_w, i, j)["delta"] - old_b).numpy()
+        for lo, hi in runs:
+            for key, value in self._block_result(lo, hi, early).items():
+                if key not in out:
+                    out[key] = np.zeros((slots,) + value.shape[1:], dtype=value.dtype)
+                out[key][lo:hi] = value
         assert self.log_z is not None and self.received is not None and self.to_key0 is not None  # set by add()
         out["log_z"] = (self.log_z / self.seen).numpy()
         out["to_key0"] = (self.to_key0 / self.seen).numpy()
         out["received"] = (self.received / self.seen).numpy()
         out["received_0"] = out["received"][..., 0]
         out["sink"] = sink_heads(out["received_0"])
+        return out
+
+    def _block_result(self, lo: int, hi: int, early: int | None) -> dict[str, np.ndarray]:
+        """:meth:`result`'s fitted numbers of slots lo .. hi - 1, which share one window."""
+        keep = self.keeps[lo]
+        sets = {"": pairs(keep)}
+        if early is not None:
+            sets["early_"] = pairs(keep, early)
+        sums = {q: s.block(lo, hi) for q, s in self.sums.items()}
+        out: dict[str, np.ndarray] = {}
+        for prefix, (i, j) in sets.items():  # one quantity's gathers at a time (each [l, h, C] x 3)
+            with sums["centred"].reading() as centred_:
+                for key, value in component_b(centred_, i, j).items():
+                    out[prefix + key] = value.numpy()
+                lam = log_normaliser(offset_profile(centred_, i, j), keep)
+            with sums["log_weights"].reading() as log_w:
+                out[prefix + "component_a"] = component_a(log_w, lam, i, j).numpy()
+            if not self.old:
+                continue
+            with sums["logits"].reading() as logits:
+                old_b = delta_r2(logits, i, j)["delta"]
+            out[prefix + "old_component_b"] = old_b.numpy()
+            with sums["log_weights"].reading() as log_w:
+                out[prefix + "old_component_a"] = (delta_r2(log_w, i, j)["delta"] - old_b).numpy()
         return out
 
 
@@ -579,10 +681,17 @@ def _check_batch(batch: Batch) -> None:
 
 def leakage(model, batch: Batch, *, intervention: Intervention | None = None, early: int | None = None,
             layers: Sequence[int] | None = None, window: int | None = None,
-            chunk: int = CHUNK, scratch: dict | None = None) -> dict[str, np.ndarray]:
+            chunk: int = CHUNK, scratch: dict | None = None, old: bool = True) -> dict[str, np.ndarray]:
     """Every leakage number of a model on ``batch``, per layer and head ([l, h] arrays; see
-    :meth:`LeakageSums.result`). The window is ``model.cfg.window`` when the model has one,
-    else ``window``; early queries are internal positions i < ``early`` (BOS included).
+    :meth:`LeakageSums.result`). The window is per layer, ``model.attended_windows``, for a model
+    that has them (a pretrained checkpoint: Gemma's sliding and full layers), else
+    ``model.cfg.window`` when the model has one, else ``window``; early queries are internal
+    positions i < ``early`` (BOS included). ``old``: the earlier definitions too (see
+    :class:`LeakageSums`).
+
+    A model with ``stream(batch, on_layer, intervention)`` (a pretrained checkpoint) hands each
+    layer's logits and weights over as its forward passes them, reduced to the sums at once;
+    any other is read through ``collect``.
 
     Log-weights are log_softmax of the logits over the unmodified causal/window mask; under an
     intervention that removes key 0 the weights differ from them, so the softmax check is off
@@ -597,16 +706,18 @@ def leakage(model, batch: Batch, *, intervention: Intervention | None = None, ea
     if early is not None and (not isinstance(early, int) or not 1 <= early <= n):
         raise ConfigError("early", early, f"an integer in [1, {n}] (queries i < early), or None")
     cfg: Any = getattr(model, "cfg", None)
-    acc = LeakageSums(window=cfg.window if hasattr(cfg, "window") else window, layers=layers,
-                      check_softmax=intervention is None, scratch=scratch)
+    per_layer = getattr(model, "attended_windows", None)
+    acc = LeakageSums(window=per_layer if per_layer is not None else cfg.window if hasattr(cfg, "window") else window,
+                      layers=layers, check_softmax=intervention is None, scratch=scratch, old=old)
     b = batch.tokens.shape[0]
     for part in split_batch(batch, chunk, model_device(model)):
-        if intervention is None:
-            inter = model.collect(part)
+        rows = None if intervention is None else rows_of(intervention, acc.seen, acc.seen + part.tokens.shape[0], b)
+        if callable(getattr(model, "stream", None)):
+            acc.start(model.n_layers, part.tokens.shape[0], model.n_heads, n)
+            model.stream(part, acc.add_layer, intervention=rows)
+            acc.finish()
         else:
-            rows = rows_of(intervention, acc.seen, acc.seen + part.tokens.shape[0], b)
-            inter = model.collect(part, intervention=rows)
-        acc.add(inter)
+            acc.add(model.collect(part) if rows is None else model.collect(part, intervention=rows))
     return acc.result(early)
 
 

@@ -82,6 +82,7 @@ from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.spec import ClaimSpec, above, comparison_only, is_, judge_all, mean, probe, undecidable
 from poslab.experiments.stages import Stages
+from poslab.pretrained.model import SCHEDULE_LAYERS
 from poslab.store import config_hash, git_revision
 from poslab.studies.kit.checkpoints import TINY, checkpoint_source, loaded, passkey_prompt, source_path
 from poslab.studies.kit.ranking import rank_agreement
@@ -180,7 +181,8 @@ def study(preset: str) -> StudyConfig:
     check_choice("preset", preset, PRESETS)
     common = dict(dtype="float32", digits=5)
     if preset == "quick":
-        model = dict(common, checkpoint=TINY, factor=2.0, windows=2, depths=[0.1, 0.5, 0.9], trials=2,
+        # context_cap: L0 at most 128 tokens, so windows of 128 and 256 whatever the model (--model)
+        model = dict(common, checkpoint=TINY, factor=2.0, windows=2, depths=[0.1, 0.5, 0.9], trials=2, context_cap=128,
                      reasoning=list(REASONING), capability=dict(length=64, trials=2),
                      search=dict(population=6, generations=3, survivors=2, windows=2, seed=0))
         scales = (1, 2)
@@ -226,11 +228,21 @@ def settings(study: StudyConfig) -> dict:
     m.setdefault("reasoning", [])
     m.setdefault("search", None)
     m.setdefault("capability", None)
+    m.setdefault("context_cap", None)
+    m.setdefault("schedule_layers", list(SCHEDULE_LAYERS))
     for key in m:
         if key not in ("checkpoint", "factor", "windows", "depths", "trials", "digits", "dtype",
-                       "method", "scale", "reasoning", "search", "capability"):
+                       "method", "scale", "reasoning", "search", "capability", "context_cap", "schedule_layers"):
             raise ConfigError(f"model.{key}", key, "checkpoint, factor, windows, depths, trials, digits, dtype, "
-                                                   "method, scale, reasoning, search, capability")
+                                                   "method, scale, reasoning, search, capability, context_cap, "
+                                                   "schedule_layers")
+    cap = m["context_cap"]
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 16):
+        raise ConfigError("model.context_cap", cap, "null or an integer >= 16 (the quick preset's L0 at most)")
+    layers = m["schedule_layers"]
+    if layers != "all" and (not isinstance(layers, (list, tuple)) or not layers
+                            or not all(isinstance(t, str) for t in layers)):
+        raise ConfigError("model.schedule_layers", layers, '"all" or a list of layer types, e.g. ["full_attention"]')
     check_capability(m["capability"])
     if any(x in SEARCHED for x in study.axis("model.method")):
         check_search(m["search"])
@@ -300,7 +312,12 @@ def check(study: StudyConfig) -> None:
                                                       f"{m['checkpoint']} uses {entry['encoding']})")
     heads = cfg.get("num_attention_heads") or cfg.get("n_head")
     for scale in study.axis("model.scale"):
-        require_attention_fits("model.scale", scale, int(round(scale * entry["context"])), heads, what="mask")
+        L = int(round(scale * capped(entry["context"], m)))
+        if entry["encoding"] == "learned" and L > entry["context"]:  # past the table: an IndexError in the forward
+            raise ConfigError("model.scale", scale, f"at most {entry['context'] / capped(entry['context'], m):g} "
+                                                    f"({L} tokens run past the checkpoint's learned position table "
+                                                    f"of {entry['context']} rows)")
+        require_attention_fits("model.scale", scale, L, heads, what="mask")
 
 
 # ----------------------------------------------------------------------------- the run
@@ -318,7 +335,8 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
     start = time.perf_counter()
     m = settings(study)
     source = checkpoint_source(m["checkpoint"])
-    context = entry_from_config(read_config(source))["context"]
+    context = capped(entry_from_config(read_config(source))["context"], m)
+    layers = {} if m["schedule_layers"] == list(SCHEDULE_LAYERS) else {"schedule_layers": m["schedule_layers"]}
     weights = content_hash(source)
     members = []
     for point in grid_points(study):
@@ -328,7 +346,7 @@ def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: boo
         scaling = None if searched else method_scaling(cfg["method"], m["factor"], context)
         config = dict(experiment=EXPERIMENT.name, checkpoint=weights, scaling=scaling, method=cfg["method"],
                       scale=cfg["scale"], length=L, windows=m["windows"], depths=list(m["depths"]),
-                      trials=m["trials"], digits=m["digits"], dtype=m["dtype"], text=dict(study.task),
+                      trials=m["trials"], digits=m["digits"], dtype=m["dtype"], text=dict(study.task), **layers,
                       **({"reasoning": list(m["reasoning"])} if m["reasoning"] else {}),
                       **({"search": dict(m["search"])} if searched else {}))
         members.append((config_hash(config), config))
@@ -397,7 +415,9 @@ def stage_config(weights: str, m: dict, context: int, text: dict) -> dict:
     """What the LongRoPE search stage is keyed by: the checkpoint, F, L0, the budget, the text."""
     return dict(experiment=EXPERIMENT.name, stage="longrope-search", checkpoint=weights, factor=m["factor"],
                 context=context, search=m["search"], n_hats=list(n_hats(context)), dtype=m["dtype"],
-                text={**text, "split": "train"})
+                text={**text, "split": "train"},
+                **({} if list(m.get("schedule_layers", SCHEDULE_LAYERS)) == list(SCHEDULE_LAYERS)
+                   else {"schedule_layers": m["schedule_layers"]}))
 
 
 def n_hats(context: int) -> tuple[int, ...]:
@@ -428,13 +448,28 @@ def token_objective(ids: torch.Tensor, L: int, windows: int):
     return objective
 
 
-def scheduled(model, scaling: dict):
-    """``model`` under ``scaling`` (the search's rescale: the checkpoint's weights stay, its rotary changes)."""
-    model.set_schedule(scaling)
+def scheduled(model, scaling: dict, layer_types=SCHEDULE_LAYERS):
+    """``model`` under ``scaling`` on the layers of ``layer_types`` (the search's rescale: the
+    checkpoint's weights stay, its rotary changes)."""
+    model.set_schedule(scaling, layer_types=layer_types)
     return model
 
 
-def search_longrope(model, train_ids: torch.Tensor, context: int, factor: float, search: dict):
+def capped(context: int, m: dict) -> int:
+    """The L0 the study reads: the checkpoint's context, or ``model.context_cap`` where that is
+    smaller (the quick preset: a few hundred tokens whatever the model, 32k-context ones included)."""
+    cap = m.get("context_cap")
+    return context if cap is None else min(context, cap)
+
+
+def schedule_layers(config: dict):
+    """``set_schedule``'s layer_types from a config's ``schedule_layers`` (default: full attention only)."""
+    layers = config.get("schedule_layers", SCHEDULE_LAYERS)
+    return layers if layers == "all" else tuple(layers)
+
+
+def search_longrope(model, train_ids: torch.Tensor, context: int, factor: float, search: dict,
+                    layer_types=SCHEDULE_LAYERS):
     """LongRoPE's search on the checkpoint (:func:`poslab.studies.kit.longrope_search.search`) for
     target F, objective on training windows of F L0 tokens; the checkpoint's rotary is restored."""
     from poslab.studies.kit.longrope_search import SearchConfig
@@ -445,7 +480,7 @@ def search_longrope(model, train_ids: torch.Tensor, context: int, factor: float,
     objective = token_objective(train_ids, int(round(factor * context)), search["windows"])
     try:
         return evolve(model, objective, search_space(model, context, factor), budget, seed=search["seed"],
-                      rescale=scheduled)
+                      rescale=partial(scheduled, layer_types=layer_types))
     finally:
         model.restore()
 
@@ -476,7 +511,8 @@ def longrope_stage(model, study: StudyConfig, context: int, weights: str, *, sta
     if progress:
         print(f"pretrained-extension: LongRoPE search, {n} evaluations of {search['windows']} training window(s) "
               f"of {int(round(m['factor'] * context))} tokens", flush=True)
-    result = search_longrope(model, corpus_ids(model, study, "train"), context, m["factor"], search)
+    result = search_longrope(model, corpus_ids(model, study, "train"), context, m["factor"], search,
+                             layer_types=schedule_layers(m))
     rows = result.rows("long")
     stages.put(config, rows, seconds=result.seconds)
     return searched_scaling(rows, context), rows
@@ -494,7 +530,7 @@ def checkpoint_member_rows(model, ids: torch.Tensor, config: dict, context: int)
         if table is not None and L > table:  # GPT-J's own table stops at n_positions: the same angles, by poslab
             model.set_schedule(None)
     else:
-        model.set_schedule(config["scaling"])
+        model.set_schedule(config["scaling"], layer_types=schedule_layers(config))
     ids_ = {"method": config["method"], "scale": config["scale"], "length": L}
     t0 = time.perf_counter()
     losses = torch.stack([model.token_losses(ids[k * L:(k + 1) * L][None])[0] for k in range(windows)])  # [w, L-1]

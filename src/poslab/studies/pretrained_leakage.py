@@ -1,26 +1,46 @@
-"""Positional leakage where attention sinks exist: a pretrained checkpoint (seed 001, third abstract).
+"""Positional leakage where attention sinks exist: pretrained checkpoints (seed 001, third abstract).
 
-The leakage study (``poslab.studies.leakage``) trains small models; this one reads a pretrained
-checkpoint, where sinks are known to form, through its own ``collect`` (poslab.pretrained), on
-``windows`` windows of ``length`` tokens of the checkpoint's tokenization of TinyShakespeare's
+The leakage study (``poslab.studies.leakage``) trains small models; this one reads pretrained
+checkpoints, where sinks are known to form, through their own modules (poslab.pretrained), on
+``windows`` windows of ``length`` tokens of each checkpoint's tokenization of TinyShakespeare's
 validation split, in two input modes (the ``bos`` column):
 
     "with BOS"      the checkpoint's BOS token, then length - 1 text tokens
     "without BOS"   length text tokens (a content token at position 0)
 
-The cpu preset's checkpoint is SmolLM2-135M-Instruct, quantised Q4_1 in a GGUF file (``smollm2-135m``,
-poslab.pretrained.loading), dequantised to float32. Its tokenizer sets add_bos_token=False: "without
-BOS" is its own set-up, and the abstract's auto-prepended BOS is not. Claims in that mode are
-``paper``; claims "with BOS" (prepended explicitly here) are ``control``, labelled so in their names.
+The cpu preset reads two checkpoints side by side (grid axis ``model.checkpoint``; ``--model``
+names one instead), both dequantised to float32:
+
+- SmolLM2-135M-Instruct, Q4_1 GGUF (``smollm2-135m``): 30 full-attention layers of 9 heads. Its
+  tokenizer sets add_bos_token=False: "without BOS" is its own set-up;
+- Gemma 3 270M, Q4_K_M GGUF (``gemma3-270m``): 18 layers of 4 heads, 5 sliding-window layers
+  (512 keys, theta 10^4) : 1 full-attention layer (theta 10^6), three times (full layers 5, 11,
+  17). Its tokenizer prepends BOS (id 2): "with BOS" is its own set-up, the abstract's.
+
+Each row carries ``setup``: "own" in the checkpoint's own mode (the one its tokenizer gives), else
+"other". Claims in the own set-up are ``paper``, in the other ``control`` (SmolLM2's "with BOS" is a
+BOS prepended explicitly, Gemma 3's "without BOS" one removed), labelled so in their names.
 
 Per layer and head, in each mode:
 
 - ``sink_share``: the mean attention weight on key 0 of queries i >= ``first_query`` (16); a head
   is a sink head when it is >= 0.3 (``probes.leakage.SINK_THRESHOLD``, the leakage study's bar);
+  ``layer_type`` is the layer's (``sliding_attention`` / ``full_attention``), and sink heads are
+  counted per type;
 - components (a) and (b), and (b) at early queries i < ``first_query``, with the corrected
-  decomposition of ``probes/leakage.py`` (centred logits, cross-fitted halves; the checkpoint's own
-  sliding window if it has one); (b) is split into its key-0 part (the residual product on the pairs
-  (i, 0): position 0 read by the queries, the abstract's mechanism, judged) and the rest.
+  decomposition of ``probes/leakage.py`` (centred logits, cross-fitted halves), over the pairs each
+  layer attends: its own window read from the model (``model.attended_windows``: Gemma's sliding
+  layers keep 512 keys, its full layers all); (b) is split into its key-0 part (the residual
+  product on the pairs (i, 0): position 0 read by the queries, the abstract's mechanism, judged)
+  and the rest.
+
+"Accumulates with depth" (the abstract: sliding-window attention lets the residual-stream
+component accumulate with depth): the least-squares slope of the per-layer mean over heads of (b)
+at key 0 on the layer index, per window group, over a set of layers: Gemma 3's sliding layers,
+its full layers, SmolLM2's (full-attention) layers. Judged: the sliding layers' slope > 0, and
+above the full layers' slope of the same model (paired within each group) -- ``paper``; above
+SmolLM2's slope -- ``control`` (two checkpoints differ in more than the attention span: depth,
+width, data, theta). Each model in its own set-up.
 
 The closed-system check (``probe="closed"``): per layer (0: the embedding, l: leaving layer l),
 the mean pairwise cosine of the position-0 residual across the windows, with BOS at 0 (the same
@@ -28,37 +48,41 @@ token everywhere: 1 by causality) and with each window's own first token at 0.
 
 With BOS, the same windows are also read (the ``variant`` column):
 
-- under two inference-time variants of the one checkpoint, standing in for the abstract's three
-  architectures: NTK-scaled RoPE (``set_schedule``, factor ``ntk_factor``) and a sliding-window mask
-  of ``window`` keys (``set_window``). They are the same weights under another position map or
-  mask, not models trained that way: they show how (a) and (b) of these weights respond to the
-  change, not what a model trained with NTK scaling or a window would learn;
+- under inference-time variants of the one checkpoint, standing in for the abstract's three
+  architectures: NTK-scaled RoPE (``set_schedule``, factor ``ntk_factor``) on the layers of
+  ``schedule_layers`` (default the full-attention layers only, as the checkpoints' own
+  long-context configs do: every layer of SmolLM2, layers 5, 11 and 17 of Gemma 3; on a model with
+  several layer types also on every layer, a control), and, on a model without sliding layers of
+  its own, a sliding-window mask of ``window`` keys (``set_window``). They are the same weights
+  under another position map or mask, not models trained that way;
 - under the three BOS replacements of the leakage study (``probe="intervention"``): the most
   frequent token of the windows, a random vector of the BOS embedding's norm, and the mean token
   embedding, each put in place of the input embedding at position 0; the change of the mean early
   (b) is judged against the published -40% only where all three agree (all within 20 points, or all
-  outside), else n.a. with their range: the abstract names no replacement.
+  outside), else n.a. with their range: the abstract names no replacement. It is ``paper`` on a
+  checkpoint whose tokenizer prepends BOS (Gemma 3), a ``control`` on SmolLM2.
 
 Replicates: the windows are split into ``groups`` disjoint groups of consecutive windows, and every
 per-head quantity above is computed on each group on its own (its own cross-fit), with the group
-index in the ``seed`` column. One checkpoint has no training seeds; the groups are what another
+index in the ``seed`` column. A checkpoint has no training seeds; the groups are what another
 sample of text would change, so tables give mean ± std over groups, and a quantity whose estimate
 is 0 when absent is judged present when its group mean less two standard errors is above 0
-(``lower_bound``, as the leakage study judges over seeds): (b) at key 0 and over every key, NTK's
-suppression of (b) and the ordering margin, the last two paired within each group (the same windows
-under each variant). (a) > 0 holds by construction under a causal mask (the leakage study's note):
-a check. Removing key 0 in the sink heads (the leakage study's ``drop_key0``) is not run here:
-the pretrained ``collect`` takes a BOS replacement only.
+(``lower_bound``). (a) > 0 holds by construction under a causal mask: a check. Removing key 0 in
+the sink heads is not run here: the pretrained model takes a BOS replacement only.
 
-Presets: quick = a tiny random Llama built in code (64-token context; windows of 48 tokens; the
+Memory: the forward hands each layer's logits and weights to the leakage sums as it passes them
+(``PretrainedLM.stream``: one layer's [b, h, L, L] at a time, no vocabulary logits), the sums keep
+only what the abstract's definitions read (``LeakageSums(old=False)``: two [l, h, L, L] float64
+arrays), and the fit is solved one layer at a time. Measured peak RSS of one worker: see
+docs/reasoning-leakage.md (``poslab bench leakage-memory``). Settings that differ by checkpoint
+(``length``, ``windows``, ``groups``) may be given as {checkpoint: value}.
+
+Presets: quick = a tiny random Llama built in code (or ``--model``), windows of 48 tokens (the
 sink and (b) claims are n.a. on random weights, the closed-system check is architectural and
-judged; 8 windows in 2 groups); cpu = SmolLM2-135M-Instruct Q4_1 (``smollm2-135m``), 16 windows of
-512 tokens in 4 groups of 4. The leakage fit holds per-pair sums and solves its one-hot least
-squares through the Gram matrix (:class:`poslab.probes.leakage.OneHotFit`), about 8 GiB at 512
-tokens for 30 layers x 9 heads (:func:`poslab.probes.leakage.leakage_bytes`; the dense design and
-pseudo-inverse it replaced needed about 22 GiB there, and a run was killed for memory on this
-23 GiB machine, so the earlier cpu preset read 4 windows of 256 tokens). The BOS swaps read
-windows cut at ``first_query``: their early (b) sees nothing later.
+judged; 8 windows in 2 groups); cpu = both checkpoints, 16 windows in 4 groups of 4: 512 tokens
+for SmolLM2 and 640 for Gemma 3 (past its 512-key window, so the sliding layers' window binds for
+the last 128 queries). The BOS swaps read windows cut at ``first_query``: their early (b) sees
+nothing later.
 """
 
 from __future__ import annotations
@@ -74,10 +98,11 @@ import torch
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments import Experiment, no_member_rows
 from poslab.experiments.config import StudyConfig
-from poslab.experiments.outputs import Column, Lines, Table, mean_std, write_outputs
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
     above,
+    comparison_only,
     is_,
     judge_all,
     lower_bound,
@@ -96,110 +121,185 @@ from poslab.studies.kit.leakage_rows import PRESENT
 
 PRESETS = ("quick", "cpu")
 MODES = ("with BOS", "without BOS")
-SETTINGS = ("checkpoint", "length", "windows", "groups", "first_query", "dtype", "ntk_factor", "window")
-STANDARD, NTK, WINDOW = "standard", "NTK RoPE (inference)", "sliding window (inference)"
+SETTINGS = ("checkpoint", "length", "windows", "groups", "first_query", "dtype", "ntk_factor", "window",
+            "schedule_layers")
+PER_CHECKPOINT = ("length", "windows", "groups")  # a value, or {checkpoint: value}
+STANDARD, NTK, NTK_ALL, WINDOW = ("standard", "NTK RoPE (inference)", "NTK RoPE (inference, all layers)",
+                                  "sliding window (inference)")
+VARIANTS = (STANDARD, NTK, NTK_ALL, WINDOW)
+SLIDING, FULL = "sliding_attention", "full_attention"
 CHECKPOINT_NAMES = {"smollm2-135m": "SmolLM2-135M-Instruct, Q4_1 GGUF, dequantised; its tokenizer adds no BOS",
+                    "gemma3-270m": "Gemma 3 270M, Q4_K_M GGUF, dequantised; its tokenizer prepends BOS (id 2); "
+                                   "5 sliding (512 keys) : 1 full layers, three times",
                     TINY: "a tiny random Llama built in code"}
+LABELS = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma 3 270M", TINY: "tiny Llama"}
 SWAPS = {"token": "bos_token", "random": "bos_random", "mean": "bos_mean"}
 
 MODEL = probe("model") & is_("variant", STANDARD)  # derived: one row per mode, variant and group, means over heads
-OWN = is_("bos", "without BOS")  # the checkpoint's own set-up: its tokenizer adds no BOS
-PREPENDED = is_("bos", "with BOS")
-BOS_LABEL = "BOS prepended explicitly (the tokenizer sets add_bos_token=False)"
+OWN = is_("setup", "own")  # the checkpoint's own set-up: the mode its tokenizer gives
+OTHER = is_("setup", "other")
 GROUPS = "{seeds} window groups (mean - 2 standard errors over them)"
 KEY0 = ("(b) at key 0: its residual product on the pairs (i, 0), position 0 read by the queries (the abstract's "
         "mechanism)")
 EVERY_KEY = "(b) over every key (the earlier reading): not the abstract's position-0 mechanism alone"
-MODES_ROLES = (("without BOS", OWN, "paper", "the checkpoint's own set-up (content token at 0)"),
-               ("with BOS (prepended explicitly)", PREPENDED, "control", BOS_LABEL))
+OTHER_WHY = ("not the checkpoint's set-up: BOS prepended explicitly where the tokenizer adds none (SmolLM2), removed "
+             "where it prepends one (Gemma 3)")
+MODES_ROLES = (("{bos}, its own set-up", OWN, "paper", "the mode the checkpoint's tokenizer gives"),
+               ("{bos}, not its set-up", OTHER, "control", OTHER_WHY))
+SLOPE = ("slope of the per-layer mean (b) at key 0 on the layer index (least squares, per window group), "
+         "{seeds} groups, mean - 2 standard errors")
+SWAP_NOTE = ("the abstract names no replacement: most frequent token, mean embedding, random vector of the BOS norm, "
+             "each the mean change over the window groups; decided only where all three agree")
 SWAP = dataclasses.replace(
-    lr.SWAP, name="with BOS (prepended explicitly): BOS swap changes early (b), all three replacements",
-    where=probe("swap3"), role="control",
-    note=BOS_LABEL + "; the abstract names no replacement: most frequent token, mean embedding, random vector of the "
-         "BOS norm, each the mean change over the window groups; decided only where all three agree")
+    lr.SWAP, name="{label}, with BOS, its own set-up: BOS swap changes early (b), all three replacements",
+    where=probe("swap3") & OWN, per=("label",), role="paper", note="the tokenizer prepends BOS; " + SWAP_NOTE)
+SWAP_OTHER = dataclasses.replace(
+    lr.SWAP, name="{label}, with BOS, not its set-up: BOS swap changes early (b), all three replacements",
+    where=probe("swap3") & OTHER, per=("label",), role="control", note=OTHER_WHY + "; " + SWAP_NOTE)
 CLAIMS = [
-    *[ClaimSpec(name=f"{mode}: sink heads exist", paper="sinks read downstream by sink-reading heads",
-                where=MODEL & where, measure=minimum("sink_heads", "fewest sink heads (key-0 share >= 0.3) of a "
-                                                                   "window group"),
-                op=">=", threshold=1.0, role=role, note="queries i >= first_query; {seeds} window groups; " + why)
+    *[ClaimSpec(name=f"{{label}}, {mode}: sink heads exist", paper="sinks read downstream by sink-reading heads",
+                where=MODEL & where, per=("label", "bos"), role=role,
+                measure=minimum("sink_heads", "fewest sink heads (key-0 share >= 0.3) of a window group"),
+                op=">=", threshold=1.0, note="queries i >= first_query; {seeds} window groups; " + why)
       for mode, where, role, why in MODES_ROLES],
-    *[ClaimSpec(name=f"{mode}: component (b) at key 0 present", paper="present in all three architectures",
-                where=MODEL & where, measure=lower_bound("component_b_key0", "group mean of (b) at key 0 - 2 "
-                                                                             "standard errors"),
-                op=">", threshold=0.0, role=role, note=GROUPS + "; " + KEY0 + "; " + why)
+    *[ClaimSpec(name=f"{{label}}, {mode}: component (b) at key 0 present", paper="present in all three architectures",
+                where=MODEL & where, per=("label", "bos"), role=role,
+                measure=lower_bound("component_b_key0", "group mean of (b) at key 0 - 2 standard errors"),
+                op=">", threshold=0.0, note=GROUPS + "; " + KEY0 + "; " + why)
       for mode, where, role, why in MODES_ROLES],
-    *[ClaimSpec(name=f"{mode}: component (b) over every key present", paper="present in all three architectures",
-                where=MODEL & where, measure=lower_bound("component_b", "group mean of (b) - 2 standard errors"),
-                op=">", threshold=0.0, role="control", note=GROUPS + "; " + EVERY_KEY + "; " + why)
+    *[ClaimSpec(name=f"{{label}}, {mode}: component (b) over every key present",
+                paper="present in all three architectures", where=MODEL & where, per=("label", "bos"),
+                measure=lower_bound("component_b", "group mean of (b) - 2 standard errors"), op=">", threshold=0.0,
+                role="control", note=GROUPS + "; " + EVERY_KEY + "; " + why)
       for mode, where, _, why in MODES_ROLES],
-    *[ClaimSpec(name=f"{mode}: component (a) present", paper="present in all three architectures (by construction: "
-                "the causal mask's per-query denominator)", where=MODEL & where,
+    *[ClaimSpec(name=f"{{label}}, {mode}: component (a) present", paper="present in all three architectures (by "
+                "construction: the causal mask's per-query denominator)", where=MODEL & where, per=("label", "bos"),
                 measure=lower_bound("component_a", "group mean of (a) - 2 standard errors"), op=">", threshold=0.0,
                 role="check", note=GROUPS + "; > 0 by construction under a causal mask (the leakage study's note)")
       for mode, where, _, _ in MODES_ROLES],
-    *[ClaimSpec(name=f"with BOS (prepended explicitly): NTK scaling (at inference) suppresses (b) {part}",
-                paper="(b) smaller under NTK than standard RoPE", where=probe("contrast"), role="control",
+    ClaimSpec(name="{label}, {bos}, its own set-up: (b) at key 0 accumulates with depth in the sliding-window layers",
+              paper="sliding-window attention allows it to accumulate with depth",
+              where=probe("depth") & OWN & above("sliding_layers", 0), per=("label", "bos"),
+              measure=lower_bound("slope_sliding", "group mean of the sliding layers' slope - 2 standard errors"),
+              op=">", threshold=0.0, note=SLOPE),
+    ClaimSpec(name="{label}, {bos}, its own set-up: (b) at key 0 accumulates faster with depth in the sliding-window "
+                   "layers than in the full-attention layers",
+              paper="sliding-window attention allows it to accumulate with depth (standard RoPE sits between)",
+              where=probe("depth") & OWN & above("sliding_layers", 0) & above("full_layers", 1), per=("label", "bos"),
+              measure=lower_bound("slope_sliding_minus_full", "group mean of the sliding layers' slope less the full "
+                                                              "layers' - 2 standard errors"),
+              op=">", threshold=0.0, note="the same model and windows, paired within each group; " + SLOPE),
+    ClaimSpec(name="{label} sliding-window layers accumulate (b) at key 0 faster with depth than {other}'s "
+                   "full-attention layers (each in its own set-up)",
+              paper="sliding-window attention allows it to accumulate with depth (standard RoPE sits between)",
+              where=probe("depth_cross"), per=("label", "other"), role="control",
+              measure=lower_bound("slope_difference", "mean over groups of the difference of slopes - 2 standard "
+                                                      "errors (groups paired by index: independent samples)"),
+              op=">", threshold=0.0,
+              note="two checkpoints differ in more than the attention span (depth, width, data, theta); " + SLOPE),
+    ClaimSpec(name="{label}, {bos}, its own set-up: slope of (b) at key 0 with depth, full-attention layers",
+              paper="(no number: standard RoPE sits between NTK and a sliding window)",
+              where=probe("depth") & OWN & above("full_layers", 1), per=("label", "bos"),
+              measure=mean("slope_full", "group mean of the full-attention layers' slope"),
+              na=comparison_only("the abstract states no slope or criterion for full-attention layers; shown beside "
+                                 "the sliding layers' slope")),
+    *[ClaimSpec(name=f"{{label}}, with BOS: NTK scaling (at inference, {where_}) suppresses (b) {part}",
+                paper="(b) smaller under NTK than standard RoPE", where=probe("contrast") & is_(flag, True),
+                per=("label",), role="control",
                 measure=lower_bound(column, f"group mean of (b) {part}, standard - NTK (inference), - 2 standard "
                                             "errors"),
-                op=">", threshold=0.0, note="one checkpoint, NTK applied at inference; " + GROUPS + ", paired; " + why)
-      for part, column, why in (("at key 0", "standard_minus_ntk_key0", KEY0),
-                                ("over every key", "standard_minus_ntk", EVERY_KEY))],
-    *[ClaimSpec(name="with BOS (prepended explicitly): standard RoPE sits between NTK and a sliding window, "
-                     f"(b) {part}",
-                paper="NTK < standard < sliding window", where=probe("contrast"), role="control",
+                op=">", threshold=0.0,
+                note="one checkpoint, NTK applied at inference, not trained; " + GROUPS + ", paired; " + why)
+      for where_, flag, part, column, why in (
+          ("schedule_layers", "ntk_run", "at key 0", "standard_minus_ntk_key0", KEY0),
+          ("schedule_layers", "ntk_run", "over every key", "standard_minus_ntk", EVERY_KEY),
+          ("every layer", "ntk_all_run", "at key 0", "standard_minus_ntk_all_key0", KEY0))],
+    *[ClaimSpec(name=f"{{label}}, with BOS: standard RoPE sits between NTK and a sliding window, (b) {part}",
+                paper="NTK < standard < sliding window", where=probe("contrast") & is_("window_run", True),
+                per=("label",), role="control",
                 measure=lower_bound(column, f"group mean of min(standard - NTK, window - standard) of (b) {part} - 2 "
                                             "standard errors"),
                 op=">", threshold=0.0,
                 note="one checkpoint, both variants applied at inference; " + GROUPS + "; " + why)
       for part, column, why in (("at key 0", "margin_key0", KEY0), ("over every key", "margin", EVERY_KEY))],
-    ClaimSpec(name="BOS swap changes early (b) (the checkpoint's set-up)", paper="-40%", where=probe("swap3"),
+    SWAP,
+    ClaimSpec(name="{label}: BOS swap changes early (b) (the checkpoint's set-up)", paper="-40%",
+              where=probe("swap3") & OTHER, per=("label",),
               measure=mean("swap_decisive", "the deciding replacement's change"),
               na=undecidable("its tokenizer adds no BOS (add_bos_token=False), so the abstract's auto-prepended BOS "
                              "is not this checkpoint's set-up; the control below prepends one explicitly")),
-    SWAP,
-    ClaimSpec(name="with BOS (prepended explicitly): position-0 residual identical across inputs",
-              paper="constant fingerprint with BOS", where=probe("closed"),
+    SWAP_OTHER,
+    ClaimSpec(name="{label}, with BOS: position-0 residual identical across inputs",
+              paper="constant fingerprint with BOS", where=probe("closed"), per=("label",),
               measure=minimum("bos_at_0", "min cosine over layers"), op=">", threshold=0.9999, role="check",
               note="follows from causality: position 0 sees only itself, the same token in every window"),
-    ClaimSpec(name="content token at 0: position-0 residual varies with it at every layer",
-              paper="varies with the token otherwise", where=probe("closed") & above("layer", 0),
+    ClaimSpec(name="{label}, content token at 0: position-0 residual varies with it at every layer",
+              paper="varies with the token otherwise", where=probe("closed") & above("layer", 0), per=("label",),
               measure=maximum("content_at_0", "highest cosine over layers 1 on", by=("layer",)), op="<",
-              threshold=0.99, note="each window's own first token at 0 (the checkpoint's set-up); the least varying "
-                                   "layer decides"),
+              threshold=0.99, note="each window's own first token at 0; the least varying layer decides"),
 ]
-ARCHITECTURAL = ("content token at 0: position-0 residual varies with it at every layer",)  # judged on random weights
+ARCHITECTURAL = ("{label}, content token at 0: position-0 residual varies with it at every layer",)  # random weights
 
+SIDE = {  # the side-by-side table: quantity -> (derived probe, column, where on it)
+    "sink heads, own set-up": ("model", "sink_heads", OWN),
+    "sink heads, other mode": ("model", "sink_heads", OTHER),
+    "share of sink heads, own set-up": ("model", "sink_head_share", OWN),
+    "(b) at key 0, own set-up": ("model", "component_b_key0", OWN),
+    "(b) at key 0, other mode": ("model", "component_b_key0", OTHER),
+    "early (b), with BOS": ("model", "early_component_b", is_("bos", "with BOS")),
+    "slope of (b) at key 0, sliding layers": ("depth", "slope_sliding", OWN),
+    "slope of (b) at key 0, full layers": ("depth", "slope_full", OWN),
+    "BOS swap, most frequent token (%)": ("swap", "change_pct", is_("intervention", "bos_token")),
+    "BOS swap, random vector (%)": ("swap", "change_pct", is_("intervention", "bos_random")),
+    "BOS swap, mean embedding (%)": ("swap", "change_pct", is_("intervention", "bos_mean")),
+    "NTK (schedule_layers): standard - NTK, (b) at key 0": ("contrast", "standard_minus_ntk_key0",
+                                                             is_("ntk_run", True)),
+}
 TABLES = [
-    Table("Sinks and components per mode and variant", by=("bos", "variant"), where=probe("model"),
+    Table("The checkpoints side by side", by=("order", "quantity"), where=probe("side"),
+          pivot=Pivot("label", "value"),
+          intro="Mean ± std over the window groups, per checkpoint. Own set-up: with BOS for a checkpoint whose "
+                "tokenizer prepends it (Gemma 3), without for one that adds none (SmolLM2). Slopes: of the per-layer "
+                "mean (b) at key 0 on the layer index, standard variant, own set-up. BOS swaps: change of early (b), "
+                "with BOS, standard."),
+    Table("Sinks and components per mode and variant", by=("label", "bos", "variant"), where=probe("model"),
           intro="Means over layers and heads in each window group, then mean ± std over the groups. Sink share: mean "
                 "weight on key 0 of queries i >= first_query.",
-          columns=(Column("sink heads", "sink_heads", 0), Column("sink share", "sink_share"),
-                   Column("(a)", "component_a"), Column("(b)", "component_b"),
+          columns=(Column("setup", lambda g: g[0]["setup"]), Column("sink heads", "sink_heads", 0),
+                   Column("sink share", "sink_share"), Column("(a)", "component_a"), Column("(b)", "component_b"),
                    Column("(b) at key 0", "component_b_key0"),
                    Column("(b) other keys", "component_b_rest"), Column("early (b)", "early_component_b"),
                    Column("early (b) at key 0", "early_component_b_key0"))),
-    Table("BOS replacements: early (b)", by=("intervention",), where=probe("swap"),
-          intro="With BOS (prepended explicitly), standard RoPE: the input embedding at position 0 replaced; early "
-                "(b) = (b) at queries < first_query, mean over layers and heads. The abstract's -40% is judged only "
-                "where all three changes are within 20 points of it, or all three outside.",
-          columns=(Column("early (b)", "early_component_b"), Column("as is", "base"),
+    Table("Sink heads and (b) at key 0 per layer type", by=("label", "bos", "variant", "layer_type"),
+          where=probe("layer_type"),
+          intro="Sink heads: heads with key-0 share >= 0.3 among the layers of the type (of the type's heads); "
+                "slope: of the per-layer mean (b) at key 0 on the layer index over the type's layers.",
+          columns=(Column("layers", lambda g: g[0]["layers"]), Column("sink heads", "sink_heads", 1),
+                   Column("of heads", lambda g: g[0]["heads"]), Column("sink share", "sink_share"),
+                   Column("(b) at key 0", "component_b_key0"), Column("slope of (b) at key 0", "slope", 4))),
+    Table("BOS replacements: early (b)", by=("label", "intervention"), where=probe("swap"),
+          intro="With BOS, standard RoPE: the input embedding at position 0 replaced; early (b) = (b) at queries < "
+                "first_query, mean over layers and heads. The abstract's -40% is judged only where all three changes "
+                "are within 20 points of it, or all three outside.",
+          columns=(Column("setup", lambda g: g[0]["setup"]), Column("early (b)", "early_component_b"),
+                   Column("as is", "base"),
                    Column("change (%)", lambda g: mean_std([100 * r["change"] for r in g if r["change"] is not None],
                                                            1, signed=True, empty="n.a.")))),
-    Table("By layer", by=("bos", "variant", "layer"), where=probe("head"),
+    Table("By layer", by=("label", "bos", "variant", "layer"), where=probe("head"),
           intro="Mean ± std over heads and window groups.",
-          columns=(Column("sink share", "sink_share"), Column("share of sink heads", "sink"),
+          columns=(Column("type", lambda g: g[0].get("layer_type", FULL).split("_")[0]),
+                   Column("sink share", "sink_share"), Column("share of sink heads", "sink"),
                    Column("(a)", "component_a"), Column("(b)", "component_b"),
                    Column("(b) at key 0", "component_b_key0"),
                    Column("early (b)", "early_component_b"))),
-    Table("Closed-system check: position-0 residual across inputs", by=("layer",), where=probe("closed"),
+    Table("Closed-system check: position-0 residual across inputs", by=("label", "layer"), where=probe("closed"),
           intro="Mean pairwise cosine of the position-0 residual over the windows (layer 0: the embedding).",
           columns=(Column("BOS at 0", "bos_at_0", 6), Column("content token at 0", "content_at_0", 6))),
 ]
-FIGURES = [Lines(f"fig_{y}_by_layer.png", x="layer", y=y, series=("bos", "variant"), where=probe("head"),
-                 hline=0.0,
-                 ylabel=label, title=label)
+FIGURES = [Lines(f"fig_{y}_by_layer.png", x="layer", y=y, series=("label", "bos", "variant"), where=probe("head"),
+                 hline=0.0, ylabel=label, title=label)
            for y, label in (("sink_share", "attention on key 0 (queries >= first_query)"),
-                            ("component_a", "(a) causal-mask normaliser share"),
+                            ("component_b_key0", "(b) at key 0"),
                             ("component_b", "(b) key position and interactions"))]
 
 
@@ -207,17 +307,36 @@ def study(preset: str) -> StudyConfig:
     check_choice("preset", preset, PRESETS)
     if preset == "quick":
         model = dict(checkpoint=TINY, length=48, windows=8, groups=2, first_query=16, dtype="float32",
-                     ntk_factor=4.0, window=8)
-    else:
-        model = dict(checkpoint="smollm2-135m", length=512, windows=16, groups=4, first_query=16, dtype="float32",
-                     ntk_factor=4.0, window=64)
+                     ntk_factor=4.0, window=8, schedule_layers=[FULL])
+        return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
+                           grid={"model.bos": MODES}, seeds=1)
+    # checkpoint None: the grid axis decides (``--model`` sets one checkpoint instead)
+    model = dict(checkpoint=None, length={"smollm2-135m": 512, "gemma3-270m": 640}, windows=16, groups=4,
+                 first_query=16, dtype="float32", ntk_factor=4.0, window=64, schedule_layers=[FULL])
     return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
-                       grid={"model.bos": MODES}, seeds=1)
+                       grid={"model.checkpoint": ("smollm2-135m", "gemma3-270m"), "model.bos": MODES}, seeds=1)
 
 
 # ----------------------------------------------------------------------------- checks (before any work)
 
-def settings(study: StudyConfig) -> dict:
+def checkpoints(study: StudyConfig) -> tuple[str, ...]:
+    """The checkpoints a run reads: ``model.checkpoint`` where set (``--model``), else its grid axis."""
+    name = study.model.get("checkpoint")
+    return (name,) if name is not None else tuple(study.grid.get("model.checkpoint", ()))
+
+
+def of(m: dict, key: str, name: str):
+    """Setting ``key`` for checkpoint ``name``: the value, or its entry in a {checkpoint: value} dict."""
+    value = m[key]
+    if isinstance(value, dict):
+        if name not in value:
+            raise ConfigError(f"model.{key}", value, f"a value, or one per checkpoint (missing {name!r})")
+        return value[name]
+    return value
+
+
+def settings(study: StudyConfig, name: str | None = None) -> dict:
+    """The model settings, checked; with ``name``, those of that checkpoint (per-checkpoint values resolved)."""
     m = dict(study.model)
     for key in m:
         if key not in (*SETTINGS, "bos"):
@@ -225,21 +344,38 @@ def settings(study: StudyConfig) -> dict:
     for key in SETTINGS:
         if key not in m:
             raise ConfigError(f"model.{key}", None, "set by the preset")
-    for key, lo in (("length", 8), ("windows", 4), ("first_query", 1), ("window", 1)):
+    names = checkpoints(study)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError("model.checkpoint", m["checkpoint"], "a checkpoint name or path (--model), or a grid axis "
+                                                               "of them")
+    for each in names:
+        for key in PER_CHECKPOINT:
+            of(m, key, each)
+    for key, lo in (("first_query", 1), ("window", 1)):
         if not isinstance(m[key], int) or isinstance(m[key], bool) or m[key] < lo:
             raise ConfigError(f"model.{key}", m[key], f"an integer >= {lo}")
-    if not isinstance(m["groups"], int) or isinstance(m["groups"], bool) or m["groups"] < 1 or \
-            m["windows"] % m["groups"] or m["windows"] // m["groups"] < 2:
-        raise ConfigError("model.groups", m["groups"], f"a divisor of model.windows ({m['windows']}) leaving at least "
-                                                       "2 windows a group (each group is cross-fitted in halves)")
-    if m["first_query"] >= m["length"]:
-        raise ConfigError("model.first_query", m["first_query"], f"an integer below model.length ({m['length']})")
     check_choice("model.dtype", m["dtype"], ("float32",))
     if not isinstance(m["ntk_factor"], (int, float)) or isinstance(m["ntk_factor"], bool) or m["ntk_factor"] <= 1:
         raise ConfigError("model.ntk_factor", m["ntk_factor"], "a number > 1 (the NTK variant's scale factor)")
+    layers = m["schedule_layers"]
+    if layers != "all" and (not isinstance(layers, (list, tuple)) or not layers
+                            or not all(isinstance(t, str) for t in layers)):
+        raise ConfigError("model.schedule_layers", layers, '"all" or a list of layer types, e.g. ["full_attention"]')
     for mode in study.axis("model.bos"):
         check_choice("model.bos", mode, MODES)
-    return m
+    for each in names:
+        length, n, groups = (of(m, k, each) for k in PER_CHECKPOINT)
+        for key, value, lo in (("length", length, 8), ("windows", n, 4)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+                raise ConfigError(f"model.{key}", value, f"an integer >= {lo}")
+        if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or n % groups or n // groups < 2:
+            raise ConfigError("model.groups", groups, f"a divisor of model.windows ({n}) leaving at least 2 windows "
+                                                      "a group (each group is cross-fitted in halves)")
+        if m["first_query"] >= length:
+            raise ConfigError("model.first_query", m["first_query"], f"an integer below model.length ({length})")
+    if name is None:
+        return m
+    return dict(m, checkpoint=name, **{k: of(m, k, name) for k in PER_CHECKPOINT})
 
 
 def check(study: StudyConfig) -> None:
@@ -247,68 +383,81 @@ def check(study: StudyConfig) -> None:
     from poslab.pretrained.loading import read_causal_config, require_transformers
     from poslab.pretrained.model import require_attention_fits
 
-    m = settings(study)
+    settings(study)
     require_transformers()
-    cfg = read_causal_config(checkpoint_source(m["checkpoint"]))
-    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
-    layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
-    require_attention_fits("model.length", m["length"], m["length"], heads, layers, batch=2,
-                           what="scores and patterns (collect, with and without BOS)")
-    need, have = fit_bytes(m["length"], cfg), memory_bytes() * MEMORY_FRACTION
-    if need > have:
-        raise ConfigError("model.length", m["length"], f"a length whose leakage fit fits in memory: about "
-                                                       f"{need / 2**30:.1f} GiB for {layers} layers x {heads} heads, "
-                                                       f"{have / 2**30:.1f} GiB available")
+    for name in checkpoints(study):
+        m = settings(study, name)
+        cfg = read_causal_config(checkpoint_source(name))
+        heads = cfg.get("num_attention_heads") or cfg.get("n_head")
+        context = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+        if context and m["length"] > context:
+            raise ConfigError("model.length", m["length"], f"at most the checkpoint's context ({context}, {name})")
+        require_attention_fits("model.length", m["length"], m["length"], heads, 1, batch=2,
+                               what="scores and patterns of one layer (stream, two windows)")
+        need, have = worker_bytes(m["length"], cfg), memory_bytes() * MEMORY_FRACTION
+        if need > have:
+            raise ConfigError("model.length", m["length"], f"a length whose leakage fit fits in memory: about "
+                                                           f"{need / 2**30:.1f} GiB for {name}, "
+                                                           f"{have / 2**30:.1f} GiB available")
 
 
 def fit_bytes(length: int, cfg: dict) -> int:
-    """Bytes one mode's leakage fit holds at its peak."""
-    from poslab.probes.leakage import leakage_bytes
-
+    """Bytes one mode's leakage fit holds at its peak (the lean sums, one layer streamed at a time)."""
     heads = cfg.get("num_attention_heads") or cfg.get("n_head")
     layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
-    return leakage_bytes(length, layers, heads)
+    return lk.leakage_bytes(length, layers, heads, old=False)
 
 
-# a worker's peak over fit_bytes: 11.5-12.3 GB measured (SmolLM2, 512 tokens) at 8.9 GB; two such
-# workers were killed for memory on a 23 GiB machine, so modes run side by side only where they fit
-PROCESS_OVER_FIT = 1.5
+def worker_bytes(length: int, cfg: dict) -> int:
+    """A worker's peak: the fit, the float32 weights twice (the de-quantised checkpoint and what loading keeps
+    while it builds it) and the interpreter with torch and transformers (PROCESS_BYTES)."""
+    vocab, width = cfg.get("vocab_size") or 0, cfg.get("hidden_size") or cfg.get("n_embd") or 0
+    layers = cfg.get("num_hidden_layers") or cfg.get("n_layer") or 0
+    inter = cfg.get("intermediate_size") or 4 * width
+    params = vocab * width + layers * (4 * width * width + 3 * width * inter)  # an upper estimate
+    return fit_bytes(length, cfg) + 2 * 4 * params + PROCESS_BYTES
+
+
+PROCESS_BYTES = 1 << 30  # python, torch, transformers and the tokenizer in one worker
 
 
 # ----------------------------------------------------------------------------- the run
 
 def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: bool = False, progress: bool = True,
         workers: int = 1, executor=None) -> dict:
-    """Evaluate each mode the store lacks (keyed by the weights' hash and the settings), one job
-    each on the executor (:func:`poslab.experiments.runner.evaluate_members`, as many side by side
-    as fit in memory); then the report."""
+    """Evaluate each (checkpoint, mode) the store lacks (keyed by the weights' hash and the
+    settings), one job each on the executor (:func:`poslab.experiments.evaluate_members`, as many
+    side by side as fit in memory); then the report."""
     from poslab.experiments import evaluate_members
     from poslab.pretrained.loading import content_hash, read_config
 
     start = time.perf_counter()
-    m = settings(study)
-    source = checkpoint_source(m["checkpoint"])
-    worker_bytes = PROCESS_OVER_FIT * fit_bytes(m["length"], read_config(source))
-    members = []
-    for mode in study.axis("model.bos"):
-        config = dict(experiment=EXPERIMENT.name, checkpoint=content_hash(source), bos=mode,
-                      **{k: m[k] for k in SETTINGS if k != "checkpoint"}, text=dict(study.task))
-        members.append((config_hash(config), config))
-    evaluated = evaluate_members(EXPERIMENT.name, members, partial(mode_job, source=source_path(source), device=device),
+    settings(study)
+    members, sources, need = [], {}, 0
+    for name in checkpoints(study):
+        m = settings(study, name)
+        source = checkpoint_source(name)
+        sources[name] = source_path(source)
+        need = max(need, worker_bytes(m["length"], read_config(source)))
+        for mode in study.axis("model.bos"):
+            config = dict(experiment=EXPERIMENT.name, checkpoint=content_hash(source), name=name, bos=mode,
+                          **{k: m[k] for k in SETTINGS if k != "checkpoint"}, text=dict(study.task))
+            members.append((config_hash(config), config))
+    evaluated = evaluate_members(EXPERIMENT.name, members, partial(mode_job, sources=sources, device=device),
                                  store=store, force=force, executor=executor, workers=workers, device=device,
-                                 progress=progress, worker_bytes=worker_bytes)
+                                 progress=progress, worker_bytes=need)
     rows = store.rows(keys=[k for k, _ in members])
     files = report(rows, study, out)
     return dict(members=len(members), trained=evaluated, reused=len(members) - evaluated, variants=0, evaluated=0,
                 seconds=time.perf_counter() - start, files=files)
 
 
-def mode_job(config: dict, *, source: str, device: str) -> list[dict]:
-    """One mode's rows, in whichever process runs it (the checkpoint loaded once per process)."""
+def mode_job(config: dict, *, sources: dict[str, str], device: str) -> list[dict]:
+    """One (checkpoint, mode)'s rows, in whichever process runs it (the checkpoint loaded once per process)."""
     from poslab.pretrained.model import encode_text
     from poslab.tasks.text import CharText
 
-    model = loaded(source, config["dtype"], device)
+    model = loaded(sources[config["name"]], config["dtype"], device)
     return evaluate_mode(model, encode_text(model, CharText(**config["text"]).text), config)
 
 
@@ -332,45 +481,61 @@ def windows(model, ids: torch.Tensor, config: dict) -> torch.Tensor:
     return out
 
 
+def schedule_layers(config: dict):
+    layers = config.get("schedule_layers", [FULL])
+    return layers if layers == "all" else tuple(layers)
+
+
 def evaluate_mode(model, ids: torch.Tensor, config: dict) -> list[dict]:
-    """Rows of one mode: per (layer, head) sinks and components; with BOS also under the two
-    inference-time variants and the three BOS replacements, and per layer the closed-system check."""
+    """Rows of one mode: per (layer, head) sinks and components; with BOS also under the
+    inference-time variants and the three BOS replacements, and per layer the closed-system check.
+    Every row carries the checkpoint's ``name``, ``label`` and ``setup`` (own / other)."""
     from poslab.tasks.base import Batch
 
+    model.check_length(config["length"], intermediates=True)
     tokens = windows(model, ids, config)
     n, L = tokens.shape
     size = n // config.get("groups", 1)
     batches = [Batch(tokens=t, targets=t, lengths=torch.full((len(t),), L),
                      loss_mask=torch.ones_like(t, dtype=torch.bool)) for t in tokens.split(size)]  # seed = group
+    name = config.get("name", "checkpoint")
+    with_bos = config["bos"] == "with BOS"
+    tags = dict(name=name, label=LABELS.get(name, Path(str(name)).name),
+                setup="own" if with_bos == model.prepends_bos else "other")
 
     def per_group(rows_of) -> list[dict]:
-        return [dict(r, seed=g) for g, batch in enumerate(batches) for r in rows_of(batch)]
+        return [dict(r, seed=g, **tags) for g, batch in enumerate(batches) for r in rows_of(batch)]
 
-    scratch: dict = {}  # the per-pair sums' memory, reused by every fit of this mode (gigabytes at 512 tokens)
+    scratch: dict = {}  # the sums' memory, reused by every fit of this mode
 
     def heads(variant: str) -> list[dict]:
         return per_group(lambda batch: sink_head_rows(model, batch, config, variant, scratch))
 
     rows = heads(STANDARD)
-    if config["bos"] != "with BOS":
+    if not with_bos:
         return rows
     if model.encoding == "rotary":
-        model.set_schedule({"rope_type": "ntk", "factor": float(config["ntk_factor"])})
+        ntk = {"rope_type": "ntk", "factor": float(config["ntk_factor"])}
+        layers = schedule_layers(config)
+        runs = [(NTK, layers)] + ([(NTK_ALL, "all")] if len(model.rope_types) > 1 and layers != "all" else [])
+        for variant, where in runs:
+            model.set_schedule(ntk, layer_types=where)
+            try:
+                rows += heads(variant)
+            finally:
+                model.restore()
+    if all(w is None for w in model.layer_windows):  # a model with sliding layers of its own keeps its own
+        model.set_window(config["window"])
         try:
-            rows += heads(NTK)
+            rows += heads(WINDOW)
         finally:
-            model.restore()
-    model.set_window(config["window"])
-    try:
-        rows += heads(WINDOW)
-    finally:
-        model.set_window(None)
+            model.set_window(None)
     swaps = replacements(model, tokens)  # one replacement vector for every group: the most frequent token of all
     rows += per_group(lambda batch: swap_intervention_rows(model, batch, config, swaps))
     content = windows(model, ids, dict(config, bos="without BOS"))  # the closed-system check, same windows
-    cos = {name: position0_cosines(model, t) for name, t in (("bos_at_0", tokens), ("content_at_0", content))}
+    cos = {key: position0_cosines(model, t) for key, t in (("bos_at_0", tokens), ("content_at_0", content))}
     rows += [dict(probe="closed", layer=k, bos_at_0=float(cos["bos_at_0"][k]),
-                  content_at_0=float(cos["content_at_0"][k])) for k in range(model.n_layers + 1)]
+                  content_at_0=float(cos["content_at_0"][k]), **tags) for k in range(model.n_layers + 1)]
     return rows
 
 
@@ -383,11 +548,11 @@ MEANS = ("sink_share", "component_a", "component_b", "component_b_key0", "compon
 def sink_head_rows(model, batch, config: dict, variant: str, scratch: dict | None = None) -> list[dict]:
     """Per (layer, head): the share of attention on key 0 of queries >= first_query, sink or not,
     and the components (a), (b) (with its key-0 part and the rest), early (b) (and its key-0 part)."""
-
     q0 = config["first_query"]
-    comp = lk.leakage(model, batch, early=q0, chunk=2, scratch=scratch)
+    comp = lk.leakage(model, batch, early=q0, chunk=2, scratch=scratch, old=False)
     sink_share = comp["to_key0"][..., q0:].mean(-1)  # mean weight on key 0 of queries i >= first_query, [l, h]
-    return [dict(probe="head", bos=config["bos"], variant=variant, layer=layer, head=head,
+    types = getattr(model, "layer_types", [FULL] * model.n_layers)
+    return [dict(probe="head", bos=config["bos"], variant=variant, layer=layer, head=head, layer_type=types[layer],
                  sink_share=float(sink_share[layer, head]), sink=float(sink_share[layer, head] >= lk.SINK_THRESHOLD),
                  **{k: float(comp[k][layer, head]) for k in HEAD_KEYS})
             for layer in range(model.n_layers) for head in range(model.n_heads)]
@@ -418,7 +583,7 @@ def swap_intervention_rows(model, batch, config: dict, swaps: dict[str, torch.Te
                   loss_mask=torch.ones_like(tokens, dtype=torch.bool))
     rows = []
     for name, x0 in (swaps if swaps is not None else replacements(model, batch.tokens)).items():
-        comp = lk.leakage(model, early, intervention=Intervention(bos_embedding=x0), early=q0, chunk=2)
+        comp = lk.leakage(model, early, intervention=Intervention(bos_embedding=x0), early=q0, chunk=2, old=False)
         rows += [dict(probe="intervention", intervention=SWAPS[name], layer=layer, head=head,
                       early_component_b=float(comp["early_component_b"][layer, head]))
                  for layer in range(model.n_layers) for head in range(model.n_heads)]
@@ -438,31 +603,95 @@ def position0_cosines(model, tokens: torch.Tensor) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- derived rows and report
 
+def depth_slope(heads: list[dict], layers: set[int]) -> float | None:
+    """The least-squares slope of the per-layer mean (over heads) of (b) at key 0 on the layer
+    index, over ``layers`` (None with fewer than two)."""
+    chosen = sorted(layers)
+    if len(chosen) < 2:
+        return None
+    means = [np.mean([r["component_b_key0"] for r in heads if r["layer"] == k]) for k in chosen]
+    return float(np.polyfit(chosen, means, 1)[0])
+
+
 def derived_rows(rows: list[dict]) -> list[dict]:
-    """Per window group (``seed``): probe="model" per mode and variant (means over layers and heads,
-    the count of sink heads); probe="contrast" (the abstract's ordering on (b), paired within the
-    group) and probe="swap" (each replacement's change of the mean early (b), relative to the
-    standard model with BOS on the same windows; None where that is below PRESENT); over the groups,
-    probe="swap3" (each replacement's mean change and :func:`poslab.probes.leakage.three_swaps`)."""
+    """Per checkpoint (``label``), :func:`checkpoint_rows`; across checkpoints, probe "depth_cross"
+    (a sliding-layer slope less another checkpoint's full-layer slope, each in its own set-up, the
+    groups paired by index) and probe "side" (the side-by-side table)."""
     out = []
-    for seed in sorted({r.get("seed", 0) for r in rows if r.get("probe") == "head"}):
+    for label in dict.fromkeys(r.get("label") for r in rows if r.get("probe") == "head"):
+        out += [dict(r, label=label) for r in checkpoint_rows([r for r in rows if r.get("label") == label])]
+    depth = [r for r in out if r["probe"] == "depth" and r["setup"] == "own"]
+    for a in {r["label"] for r in depth if r.get("slope_sliding") is not None}:
+        for b in {r["label"] for r in depth if r["label"] != a and r.get("sliding_layers") == 0
+                  and r.get("slope_full") is not None}:
+            mine = sorted((r for r in depth if r["label"] == a), key=lambda r: r["seed"])
+            theirs = sorted((r for r in depth if r["label"] == b), key=lambda r: r["seed"])
+            out += [dict(probe="depth_cross", label=a, other=b, seed=x["seed"],
+                         slope_difference=x["slope_sliding"] - y["slope_full"])
+                    for x, y in zip(mine, theirs, strict=False)]  # the shorter list's groups
+    order = {q: k for k, q in enumerate(SIDE)}
+    for quantity, (source, column, where) in SIDE.items():
+        for r in out:
+            if r["probe"] == source and where(r) and r.get(column) is not None \
+                    and r.get("variant", STANDARD) == STANDARD:
+                out.append(dict(probe="side", order=order[quantity], quantity=quantity, label=r["label"],
+                                seed=r.get("seed"), value=float(r[column])))
+    return out
+
+
+def checkpoint_rows(rows: list[dict]) -> list[dict]:
+    """One checkpoint's derived rows. Per window group (``seed``): probe="model" per mode and
+    variant (means over layers and heads, the count of sink heads), probe="layer_type" (the same per
+    layer type, with the depth slope over the type's layers), probe="depth" per mode (standard: the
+    slopes over the sliding, full and all layers), probe="contrast" (NTK's suppression of (b) and
+    the ordering margin, paired within the group) and probe="swap" (each replacement's change of
+    the mean early (b), relative to the standard model with BOS on the same windows; None where
+    that is below PRESENT); over the groups, probe="swap3" (:func:`leakage_rows.three_swaps`)."""
+    out = []
+    heads_all = [r for r in rows if r.get("probe") == "head"]
+    setup = {r["bos"]: r.get("setup") for r in heads_all}
+    for seed in sorted({r.get("seed", 0) for r in heads_all}):
         mine = [r for r in rows if r.get("seed", 0) == seed]
         model = []
         for mode in MODES:
-            for variant in (STANDARD, NTK, WINDOW):
+            for variant in VARIANTS:
                 heads = [r for r in mine if r.get("probe") == "head" and r.get("bos") == mode
                          and r.get("variant", STANDARD) == variant]
-                if heads:
-                    model.append(dict(probe="model", bos=mode, variant=variant, seed=seed,
-                                      sink_heads=float(sum(r["sink"] for r in heads)),
-                                      **{k: float(np.mean([r[k] for r in heads])) for k in MEANS}))
+                if not heads:
+                    continue
+                tags = dict(bos=mode, variant=variant, seed=seed, setup=setup.get(mode))
+                model.append(dict(probe="model", **tags, sink_heads=float(sum(r["sink"] for r in heads)),
+                                  sink_head_share=float(np.mean([r["sink"] for r in heads])),
+                                  **{k: float(np.mean([r[k] for r in heads])) for k in MEANS}))
+                types = {r.get("layer_type", FULL) for r in heads}
+                by_type = {t: {r["layer"] for r in heads if r.get("layer_type", FULL) == t} for t in types}
+                for t, layers in sorted(by_type.items()):
+                    got = [r for r in heads if r["layer"] in layers]
+                    out.append(dict(probe="layer_type", **tags, layer_type=t, layers=len(layers),
+                                    heads=len(got), sink_heads=float(sum(r["sink"] for r in got)),
+                                    sink_share=float(np.mean([r["sink_share"] for r in got])),
+                                    component_b_key0=float(np.mean([r["component_b_key0"] for r in got])),
+                                    slope=depth_slope(got, layers)))
+                if variant == STANDARD:
+                    sliding = set().union(*(v for t, v in by_type.items() if t != FULL))
+                    full = by_type.get(FULL, set())
+                    s, f = depth_slope(heads, sliding), depth_slope(heads, full)
+                    out.append(dict(probe="depth", **tags, sliding_layers=len(sliding), full_layers=len(full),
+                                    slope_sliding=s, slope_full=f, slope_all=depth_slope(heads, sliding | full),
+                                    slope_sliding_minus_full=None if s is None or f is None else s - f))
         out += model
         b = {r["variant"]: r for r in model if r["bos"] == "with BOS"}
-        if STANDARD in b and NTK in b and WINDOW in b:
-            contrast = dict(probe="contrast", seed=seed)
+        if STANDARD in b and len(b) > 1:
+            contrast = dict(probe="contrast", seed=seed, setup=b[STANDARD]["setup"], ntk_run=NTK in b,
+                            ntk_all_run=NTK_ALL in b, window_run=WINDOW in b)
             for suffix, column in (("", "component_b"), ("_key0", "component_b_key0")):
-                s, nt, w = (b[v][column] for v in (STANDARD, NTK, WINDOW))
-                contrast.update({f"standard_minus_ntk{suffix}": s - nt, f"margin{suffix}": min(s - nt, w - s)})
+                s = b[STANDARD][column]
+                if NTK in b:
+                    contrast[f"standard_minus_ntk{suffix}"] = s - b[NTK][column]
+                if NTK_ALL in b:
+                    contrast[f"standard_minus_ntk_all{suffix}"] = s - b[NTK_ALL][column]
+                if NTK in b and WINDOW in b:
+                    contrast[f"margin{suffix}"] = min(s - b[NTK][column], b[WINDOW][column] - s)
             out.append(contrast)
         if STANDARD in b:
             base = b[STANDARD]["early_component_b"]
@@ -471,15 +700,17 @@ def derived_rows(rows: list[dict]) -> list[dict]:
                        and r["intervention"] == name]
                 if got:
                     value = float(np.mean(got))
-                    out.append(dict(probe="swap", intervention=name, seed=seed, early_component_b=value, base=base,
-                                    change=(value - base) / base if base >= PRESENT else None))
+                    change = (value - base) / base if base >= PRESENT else None
+                    out.append(dict(probe="swap", intervention=name, seed=seed, setup=b[STANDARD]["setup"],
+                                    early_component_b=value, base=base, change=change,
+                                    change_pct=None if change is None else 100 * change))
     swaps = [r for r in out if r["probe"] == "swap"]
     if swaps:
         changes = {}
         for short, name in SWAPS.items():
             got = [r["change"] for r in swaps if r["intervention"] == name and r["change"] is not None]
             changes[short] = float(np.mean(got)) if got else None
-        out.append(dict(probe="swap3", seed=None, **lr.three_swaps(changes),
+        out.append(dict(probe="swap3", seed=None, setup=swaps[0]["setup"], **lr.three_swaps(changes),
                         **{f"swap_{k}": v for k, v in changes.items()}))
     return out
 
@@ -498,17 +729,23 @@ def claims_for(study: StudyConfig) -> list[ClaimSpec]:
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     all_rows = rows + derived_rows(rows)
     m = study.model
-    name = CHECKPOINT_NAMES.get(m.get("checkpoint"), m.get("checkpoint"))
-    intro = (f"Checkpoint `{m.get('checkpoint')}` ({name}), {m.get('windows')} windows of {m.get('length')} tokens of "
-             f"TinyShakespeare ({study.task.get('split', 'val')} split) in {m.get('groups', 1)} groups of consecutive "
-             f"windows, each fitted on its own: mean ± std over the groups; sinks at queries >= "
-             f"{m.get('first_query')}, early (b) at queries < {m.get('first_query')}.")
+    names = checkpoints(study)
+    described = "; ".join(f"`{n}` ({CHECKPOINT_NAMES.get(n, n)}): {of(m, 'windows', n)} windows of "
+                          f"{of(m, 'length', n)} tokens in {of(m, 'groups', n)} groups" for n in names)
+    layers = m.get("schedule_layers")
+    intro = (f"Checkpoints {described}; TinyShakespeare ({study.task.get('split', 'val')} split), consecutive "
+             f"windows, each group fitted on its own: mean ± std over the groups; sinks at queries >= "
+             f"{m.get('first_query')}, early (b) at queries < {m.get('first_query')}; NTK (factor "
+             f"{m.get('ntk_factor')}) on the layers of type {layers if layers == 'all' else ', '.join(layers or [])}.")
     specs = claims_for(study)
-    swap = next(c for c in specs if c.name == SWAP.name)
-    claims = lr.decided_when_agreed(judge_all(specs, all_rows), all_rows, swap)
+    claims = judge_all(specs, all_rows)
+    for spec in (s for s in specs if s.name in (SWAP.name, SWAP_OTHER.name)):
+        for label in sorted({r["label"] for r in all_rows if r.get("probe") == "swap3" and spec.where(r)}):
+            claims = lr.decided_when_agreed(claims, all_rows, dataclasses.replace(
+                spec, name=spec.name.format(label=label), where=spec.where & is_("label", label), per=()))
     return write_outputs(out, title=EXPERIMENT.title, rows=all_rows, claims=claims, intro=intro, tables=TABLES,
                          figures=FIGURES)
 
 
-EXPERIMENT = Experiment(name="pretrained-leakage", title="Positional leakage on a pretrained model (seed 001)",
+EXPERIMENT = Experiment(name="pretrained-leakage", title="Positional leakage on pretrained models (seed 001)",
                         study=study, evaluate=no_member_rows, report=report, presets=PRESETS, check=check, run=run)
