@@ -31,9 +31,10 @@ test: $(STAMP)  # everything but the tests marked slow (a pretrained checkpoint'
 test-all: $(STAMP)  # every test, the slow ones too
 	$(BIN)/python -m pytest -n auto --dist loadgroup
 
-lint: $(STAMP)  # ruff (rules and line length in pyproject.toml) and mypy on the library layers
-	$(BIN)/ruff check src tests
+lint: $(STAMP)  # ruff (rules, complexity limits, line length), mypy over every package, the layers contract
+	$(BIN)/ruff check src tests scripts
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 browser:  # the headless browser the report test renders the page in (skipped without one)
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || \

@@ -25,6 +25,7 @@ import json
 import math
 import types
 import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from poslab.errors import ConfigError
@@ -132,7 +133,7 @@ def get_path(obj, path: str):
 
 # ----------------------------------------------------------------------------- --set
 
-def apply_overrides(cfg, overrides: list[str] | tuple[str, ...], fixed: dict[str, str] | None = None):
+def apply_overrides(cfg, overrides: Sequence[str], fixed: Mapping[str, str] | None = None):
     """Return ``cfg`` with each ``path=value`` applied (frozen dataclasses, nested by dots).
 
     ``fixed`` maps paths the experiment sets itself to the reason; they, the study-owned model
@@ -154,7 +155,7 @@ def apply_overrides(cfg, overrides: list[str] | tuple[str, ...], fixed: dict[str
     return cfg
 
 
-def _refuse_owned(cfg: StudyConfig, path: str, fixed: dict[str, str]) -> None:
+def _refuse_owned(cfg: StudyConfig, path: str, fixed: Mapping[str, str]) -> None:
     owned = {**STUDY_OWNED, **fixed}
     for prefix in _prefixes(path):
         if prefix in cfg.grid:

@@ -74,7 +74,8 @@ class Member:
         return dict(experiment=self.experiment, point=[[p, v] for p, v in self.point], seed=self.seed,
                     variant=self.variant, model_type=s.model_type,
                     model=model_fields(self.model_config), task_type=s.task_type,
-                    task=dataclasses.asdict(self.task), train=train_fields(s.train),
+                    task=dataclasses.asdict(self.task),  # type: ignore[call-overload]  # every Task is a dataclass
+                    train=train_fields(s.train),
                     eval=dataclasses.asdict(s.eval))
 
     @cached_property

@@ -31,6 +31,16 @@ def validate(study: StudyConfig, device: str, experiment: Experiment | None = No
         if experiment.check is not None:
             experiment.check(study)
         return []
+    check_settings(study)
+    trained = members(experiment if experiment is not None else "study", study)
+    check_members(study, trained, lengths=experiment is None or not experiment.checks_eval_lengths)
+    if experiment is not None and experiment.check is not None:
+        experiment.check(study)
+    return trained
+
+
+def check_settings(study: StudyConfig) -> None:
+    """The study's own settings: seeds, training, evaluation, grid axes and encoding options."""
     if not isinstance(study.seeds, int) or study.seeds < 1:
         raise ConfigError("seeds", study.seeds, "a positive integer")
     study.train.validate()
@@ -47,12 +57,16 @@ def validate(study: StudyConfig, device: str, experiment: Experiment | None = No
         if name not in encodings:
             raise ConfigError("encoding_options", name, f"options for one of the study's encodings: "
                                                         f"{', '.join(sorted(encodings))}")
-    trained = members(experiment if experiment is not None else "study", study)
+
+
+def check_members(study: StudyConfig, trained: list[Member], *, lengths: bool = True) -> None:
+    """Every member's task at its lengths (``lengths``: the eval lengths too) and one small real model
+    per group; each variant's model keeps its trained member's parameter names and shapes."""
     shapes: dict[str, dict] = {}
     for member in trained:
         member.task.validate(member.study.train.min_length)
         for L in member.study.eval.lengths:
-            if experiment is None or not experiment.checks_eval_lengths:  # else its check() does (lm: whole corpus)
+            if lengths:  # else the experiment's check() does (lm: the whole corpus)
                 member.task.validate(L)
         if member.group_key() not in shapes:
             shapes[member.group_key()] = _check_model(member)
@@ -62,9 +76,6 @@ def validate(study: StudyConfig, device: str, experiment: Experiment | None = No
         if got != shapes[base.group_key()]:
             raise ConfigError(f"variants.{variant.variant}", dict(study.variants[variant.variant]),
                               "changes that keep the trained parameters' names and shapes (evaluate-only)")
-    if experiment is not None and experiment.check is not None:
-        experiment.check(study)
-    return trained
 
 
 def _check_model(member: Member) -> dict:

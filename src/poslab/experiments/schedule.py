@@ -58,9 +58,10 @@ def split_groups(groups: list[list[Member]], slots: int, costs: list[float] | No
         out = split
     best, candidate = out, out
     for _ in range(2 * slots if slots > 1 else 0):
-        candidate = halve_largest(candidate, MIN_SPLIT, by=cost)
-        if candidate is None:
+        halved = halve_largest(candidate, MIN_SPLIT, by=cost)
+        if halved is None:
             break
+        candidate = halved
         if wall_estimate(candidate, slots, cost) < wall_estimate(best, slots, cost):
             best = candidate
     return [part for _, part in sorted(best, key=cost, reverse=True)]

@@ -28,7 +28,7 @@ from poslab.train import PhaseTimer, TrainResult, build_member, spans, train_ens
 class MemberResult:
     member: Member
     rows: list[dict]
-    weights: dict[str, torch.Tensor]
+    weights: dict[str, torch.Tensor] | None  # None: an evaluate-only variant (its weights are its base's)
     diverged_at: int | None
     timings: dict
 
@@ -133,7 +133,7 @@ def evaluate_members(experiment: str, members: list[tuple[str, dict]], job: Call
     if isinstance(executor, str) or executor is None:
         wanted = min(workers, len(todo))
         fit = workers_that_fit(wanted, worker_bytes)
-        if fit < wanted:
+        if fit < wanted and worker_bytes is not None:
             print(f"{experiment}: each job peaks at about {worker_bytes / 2**30:.1f} GiB of the "
                   f"{memory_bytes() * MEMORY_FRACTION / 2**30:.1f} GiB a run may plan for: {fit} worker(s)",
                   file=sys.stderr, flush=True)

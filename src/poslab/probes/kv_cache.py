@@ -68,7 +68,7 @@ def cached_model(model: nn.Module) -> nn.Module:
     """A copy of a poslab model (its ``encoding`` a length-dependent RoPE) that computes what a
     KV-cached decoder computes (:class:`OwnStepRotary`)."""
     cached = copy.deepcopy(model)
-    cached.encoding = OwnStepRotary(cached.encoding)
+    cached.encoding = OwnStepRotary(cached.encoding)  # type: ignore[arg-type]  # a RoPE: the caller's model has one
     return cached
 
 

@@ -49,7 +49,7 @@ PASSKEY_NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
 PASSKEY_QUESTION = " What is the pass key? The pass key is"
 
 
-def passkey_prompt(model, L: int, depth: float, key: str) -> torch.Tensor:
+def passkey_prompt(model, L: int, depth: float, key: str) -> torch.Tensor | None:
     """Token ids of a prompt of at most L tokens (filler repeated to fill it), needle at ``depth``;
     None when the needle and the question alone are longer than L."""
     from poslab.pretrained.model import encode_text
