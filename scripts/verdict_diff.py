@@ -2,8 +2,9 @@
 
     python scripts/verdict_diff.py OLD/claims.json NEW/claims.json [--page docs/x.md] >> NEW/table.md
 
-Claims are matched by name. A claim whose role, verdict or n.a. kind changed is listed old -> new;
-claims only in the new file or only in the old one are listed apart. The reasons are on the study's
+Claims are matched by name. A claim whose role, verdict or n.a. kind changed is listed old -> new
+(a claim stored before claims had roles counts as ``paper``); a claim only in the new file or only
+in the old one is listed with "-" on the other side. The reasons are on the study's
 docs page (``--page`` links it)."""
 
 from __future__ import annotations
@@ -24,13 +25,20 @@ def label(c: dict | None) -> str:
     return f"{c.get('role', 'paper (no role)')}: {v}"
 
 
+def moved(o: dict, n: dict) -> bool:
+    """Role (a claim stored before roles counts as ``paper``), verdict, or n.a. kind where both have one."""
+    if (o.get("role", "paper"), o["holds"]) != (n.get("role", "paper"), n["holds"]):
+        return True
+    return "na_kind" in o and o.get("na_kind") != n.get("na_kind")
+
+
 def diff(old: list[dict], new: list[dict]) -> list[tuple[str, str, str]]:
     before = {c["name"]: c for c in old}
     after = {c["name"]: c for c in new}
     rows = []
     for name in list(after) + [n for n in before if n not in after]:
         o, n = before.get(name), after.get(name)
-        if o is None or n is None or label(o) != label(n):
+        if o is None or n is None or moved(o, n):
             rows.append((name, label(o), label(n)))
     return rows
 
