@@ -265,7 +265,8 @@ def pair_sums(y: Tensor, held_out: Tensor, per_query: tuple[str, ...] = ()) -> P
     fit, test = y[~held_out], y[held_out]
     got = dict(fit_sum=fit.sum(0), test_sum=test.sum(0), test_sq=test.square().sum(0))
     got = {k: v.sum(-1) if k in per_query else v for k, v in got.items()}
-    return PairSums(**got, n_fit=int(fit.shape[0]), n_test=int(test.shape[0]), per_query=per_query)
+    return PairSums(**got, n_fit=int(fit.shape[0]), n_test=int(test.shape[0]),  # type: ignore[arg-type]
+                    per_query=per_query)  # (mypy reads **got as the optional cache field)
 
 
 def held_out_sequences(b: int, first: int = 0) -> Tensor:
@@ -506,7 +507,7 @@ class LeakageSums:
         if not chosen or any(not 0 <= k < len(inter.layers) for k in chosen):
             raise ConfigError("layers", list(chosen), f"layer indices in [0, {len(inter.layers) - 1}]")
         first = inter.layers[chosen[0]].attn_scores
-        self.start(len(inter.layers), *first.shape[:2], first.shape[-1])
+        self.start(len(inter.layers), *first.shape[:2], first.shape[-1])  # type: ignore[call-arg]  # shape[:2]: b, h
         for k in chosen:
             self.add_layer(k, inter.layers[k].attn_scores, inter.layers[k].pattern)
         self.finish()
@@ -535,7 +536,8 @@ class LeakageSums:
                 return kept[shape].pop().zero_() if kept.get(shape) else torch.zeros(shape, dtype=torch.float64)
 
             made = {key: zeros(shape) for key, shape in shapes.items()}
-            self.sums = {q: PairSums(*(made[q, name] for name in SUMS), 0, 0, per_query=self._per_query(q))
+            self.sums = {q: PairSums(*(made[q, name] for name in SUMS), 0, 0,  # type: ignore[arg-type,misc,call-arg]
+                                     per_query=self._per_query(q))  # (mypy cannot count a starred generator)
                          for q in self._quantities()}
             if self.scratch is not None:
                 for shape in set(shapes.values()):
@@ -603,7 +605,8 @@ class LeakageSums:
         if early is not None and (not isinstance(early, int) or not 1 <= early <= n):
             raise ConfigError("early", early, f"an integer in [1, {n}] (queries i < early), or None")
         slots = len(self.keeps)
-        runs = []  # (lo, hi) of consecutive slots with one window, cut to one layer without ``old``
+        # (lo, hi) of consecutive slots with one window, cut to one layer without ``old``
+        runs: list[tuple[int, int]] = []
         for slot in range(slots):
             if runs and self.old and self.slot_windows[slot] == self.slot_windows[runs[-1][0]]:
                 runs[-1] = (runs[-1][0], slot + 1)
