@@ -151,7 +151,7 @@ def test_ensemble_scaling_fits_fixed_plus_marginal_cost_and_repeats_members_past
 def test_scaling_report_predicts_the_shares_and_caps_the_engine_at_its_marginal_cost(monkeypatch):
     """Parts go costliest first to the least loaded worker (fixed + marginal x members each); the
     cap is every member at its marginal cost, shared by the workers, with no fixed cost."""
-    from poslab import bench
+    from poslab.bench import train as bench
 
     class Member:
         def __init__(self, key: str):
