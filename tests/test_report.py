@@ -44,8 +44,9 @@ def test_markdown_has_claims_budgets_figures(page):
     assert claims
     for c in claims:  # every structured claim, paper beside measured
         assert f"| {c.name} | {c.paper} | {c.measured_text()} |" in md
-    held = sum(c.holds is True for c in claims)
-    failed = sum(c.holds is False for c in claims)
+    verdicts = [c for c in claims if c.role != "check"]  # checks are shown, never counted
+    held = sum(c.holds is True for c in verdicts)
+    failed = sum(c.holds is False for c in verdicts)
     assert re.search(rf"\| all \|  \| {held} \| {failed} \|", md)
     assert "| seeds | 0, 1 |" in md and "| train steps | 10 |" in md and "| eval lengths | 12, 20 |" in md
     pngs = sorted(p.name for p in (page / "results" / "phenomenon").glob("*.png"))
@@ -69,7 +70,9 @@ PROBE = """<script>
 window.addEventListener('load', () => {
   const imgs = [...document.images];
   const ok = imgs.filter(i => i.complete && i.naturalWidth > 0).length;
-  document.title = 'PROBE ' + JSON.stringify({images: imgs.length, loaded: ok});
+  const body = document.body.clientWidth;
+  const narrow = imgs.filter(i => i.getBoundingClientRect().width < 0.9 * body).length;
+  document.title = 'PROBE ' + JSON.stringify({images: imgs.length, loaded: ok, narrow: narrow, body: body});
 });
 </script>"""
 
@@ -91,14 +94,27 @@ def test_renders_in_headless_chromium(page, tmp_path):
     counts = json.loads(found.group(1))
     assert counts["images"] == len(list((page / "results" / "phenomenon").glob("*.png"))) > 0
     assert counts["loaded"] == counts["images"]
+    assert counts["narrow"] == 0 and counts["body"] > 500, counts  # every figure at the page's full width
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert console == [], console
 
 
-def test_html_opens_with_contents_and_puts_the_headline_figure_beside_the_claims(page):
+def test_html_opens_with_the_counts_then_contents_and_groups_claims_by_role(page):
     text = (page / "page" / "report.html").read_text()
     nav = text.index("<nav>")
-    assert nav < text.index("Which published claims reproduced")
+    assert text.index("Which published claims reproduced") < nav
     assert '<a href="#phenomenon">phenomenon</a>' in text[nav:text.index("</nav>")] and 'id="phenomenon"' in text
     study = text[text.index('<div class="study">'):]
-    assert study.index("The paper beside this run") < study.index("</div><figure>") < study.index("</figure></div>")
+    assert study.index("The paper beside this run") < study.index("<h4>paper</h4>") < study.index("<figure>")
+    claims = read_claims(page / "results" / "phenomenon" / "claims.json")
+    roles = [r for r in ("paper", "control", "external", "check") if any(c.role == r for c in claims)]
+    assert [study.index(f"<h4>{r}</h4>") for r in roles] == sorted(study.index(f"<h4>{r}</h4>") for r in roles)
+
+
+def test_long_notes_fold():
+    from poslab.report import NOTE_FOLD, _cell
+
+    assert _cell("short note", fold=True) == "short note"
+    long = "word " * 40
+    folded = _cell(long, fold=True)
+    assert folded.startswith("<details><summary>") and long.strip() in folded and NOTE_FOLD < len(long)

@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from poslab.experiments.claims import Claim, by_role, claims_markdown, counts_text, markdown_table, read_claims, summary
+from poslab.experiments.claims import ROLES, Claim, claims_markdown, counts_text, markdown_table, read_claims, summary
 from poslab.experiments.stages import is_stage
 from poslab.store import Store
 
@@ -129,12 +129,25 @@ def render_markdown(secs: list[Section], store: Path, out: Path) -> str:
 
 _CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #bbb;padding:3px 7px;text-align:left;
-font-size:0.9em}th{background:#eee}td.no{color:#b00;font-weight:bold}td.yes{color:#070}
-img{max-width:100%;display:block;margin:0.5em 0 1.5em}nav li{margin:0.2em 0}
-.study{display:flex;gap:1.5em;align-items:flex-start}.study>div{flex:3;min-width:0}.study>figure{flex:2;margin:0}"""
+font-size:0.9em;vertical-align:top}th{background:#eee}td.no{color:#b00;font-weight:bold}td.yes{color:#070}
+img{width:100%;height:auto;display:block;margin:0.5em 0 1.5em}figure{margin:0}nav li{margin:0.2em 0}
+details summary{cursor:pointer;color:#555}"""
 
 
-def _html_table(header: list[str], body: list[list], verdict_col: int | None = None) -> str:
+NOTE_FOLD = 90  # characters of a note shown before it folds
+VERDICT = {True: "yes", False: "no", None: "n.a."}
+
+
+def _cell(text: str, fold: bool) -> str:
+    """A cell's HTML: escaped, and a long note folded behind its first words."""
+    text = html.escape(str(text))
+    if not fold or len(text) <= NOTE_FOLD:
+        return text
+    return f"<details><summary>{text[:NOTE_FOLD].rsplit(' ', 1)[0]} …</summary>{text}</details>"
+
+
+def _html_table(header: list[str], body: list[list], verdict_col: int | None = None,
+                fold_col: int | None = None) -> str:
     e = lambda x: html.escape(str(x))  # noqa: E731
     head = "".join(f"<th>{e(h)}</th>" for h in header)
     rows = []
@@ -142,24 +155,24 @@ def _html_table(header: list[str], body: list[list], verdict_col: int | None = N
         cells = []
         for i, c in enumerate(row):
             cls = f' class="{c}"' if i == verdict_col and c in ("yes", "no") else ""
-            cells.append(f"<td{cls}>{e(c)}</td>")
+            cells.append(f"<td{cls}>{_cell(c, i == fold_col)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 def render_html(secs: list[Section], store: Path) -> str:
+    """The verdict counts first, then the contents, then per study its claims grouped by role
+    (long notes folded) and its figures at the page's full width."""
     e = html.escape
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>poslab report</title>",
-             f"<style>{_CSS}</style></head><body>", "<h1>poslab report</h1>",
-             f"<p>Store: <code>{e(str(store))}</code></p>",
-             "<h2>Which published claims reproduced</h2>", _html_table(SUMMARY_HEADER, _totals(secs))]
     contents = []
     for s in secs:
-        c = summary(s.claims) if s.claims is not None else None
-        tally = (f" ({c['held']} met, {c['failed']} not met, {c['not_judged']} n.a.)" if c else " (no claims yet)")
+        tally = f" ({counts_text(s.claims)})" if s.claims is not None else " (no claims yet)"
         contents.append(f'<li><a href="#{e(s.name)}">{e(s.name)}</a>: {e(s.title)}{e(tally)}</li>')
-    parts.insert(parts.index("<h2>Which published claims reproduced</h2>"),
-                 "<nav><h2>Contents</h2><ul>" + "".join(contents) + "</ul></nav>")
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>poslab report</title>",
+             f"<style>{_CSS}</style></head><body>", "<h1>poslab report</h1>",
+             "<h2>Which published claims reproduced</h2>", _html_table(SUMMARY_HEADER, _totals(secs)),
+             f"<p>Store: <code>{e(str(store))}</code>. Checks hold by construction and are not counted as "
+             "verdicts.</p>", "<nav><h2>Contents</h2><ul>" + "".join(contents) + "</ul></nav>"]
     for s in secs:
         parts += [f'<h2 id="{e(s.name)}">{e(s.name)}: {e(s.title)}</h2>',
                   "<p>Runs: " + e(", ".join(f"{n} {status}" for status, n in s.statuses.items())) + "</p>",
@@ -168,13 +181,15 @@ def render_html(secs: list[Section], store: Path) -> str:
         headline = _headline(s.name, figures)
         claims_html = "<p>No claims.json yet: run the study to write it.</p>"
         if s.claims is not None:
-            body = [[c.role, c.name, c.paper, c.measured_text(), c.criterion,
-                     {True: "yes", False: "no", None: "n.a."}[c.holds], c.note] for c in by_role(s.claims)]
-            claims_html = "<h3>The paper beside this run</h3>" + _html_table(
-                ["role", "claim", "paper", "measured", "criterion", "met", "note"], body, verdict_col=5)
-        parts.append(f'<div class="study"><div>{claims_html}</div>'
-                     + (_figure(headline) if headline is not None else "") + "</div>")
-        parts += [_figure(f) for f in figures if f != headline]
+            claims_html = "<h3>The paper beside this run</h3>" + "".join(
+                f"<h4>{role}</h4>" + _html_table(
+                    ["claim", "paper", "measured", "criterion", "met", "note"],
+                    [[c.name, c.paper, c.measured_text(), c.criterion, VERDICT[c.holds],
+                      c.note] for c in s.claims if c.role == role], verdict_col=4, fold_col=5)
+                for role in ROLES if any(c.role == role for c in s.claims))
+        parts.append(f'<div class="study">{claims_html}</div>')
+        ordered = ([headline] if headline is not None else []) + [f for f in figures if f != headline]
+        parts += [_figure(f) for f in ordered]
     parts.append("</body></html>")
     return "\n".join(parts)
 
