@@ -58,6 +58,7 @@ Notation: b batch, h query head, s/i/j position, d head dim, r rotated channels,
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -550,17 +551,8 @@ class PretrainedLM(nn.Module):
             attention._poslab_window = self.inference_window
             attn_modules.append(attention)
             handles.append(attention.register_forward_pre_hook(_keep_rotation(records[i]), with_kwargs=True))
-        previous = self.config._attn_implementation
-        try:
-            self.hf.set_attn_implementation(ATTN)
-            with torch.no_grad():
-                logits = self(batch.tokens)
-        finally:
-            self.hf.set_attn_implementation(previous)
-            for handle in handles:
-                handle.remove()
-            for module in attn_modules:
-                del module._poslab_record, module._poslab_window
+        with self._recording(handles, attn_modules):
+            logits = self(batch.tokens)
         s = batch.tokens.shape[1]
         inter = Intermediates(embed=records[0]["resid_pre"], positions=torch.arange(s))
         for i, rec in enumerate(records):
@@ -595,11 +587,18 @@ class PretrainedLM(nn.Module):
             attention._poslab_window = self.inference_window
             attn_modules.append(attention)
         body = getattr(self.hf, "base_model", None) or self.hf
+        with self._recording(handles, attn_modules):
+            body(input_ids=batch.tokens, use_cache=False)
+
+    @contextlib.contextmanager
+    def _recording(self, handles: list, attn_modules: list):
+        """poslab's recording attention for one no-grad forward; the checkpoint's own attention, the
+        hooks' removal and the modules' recording slots restored after it, whatever happens."""
         previous = self.config._attn_implementation
         try:
             self.hf.set_attn_implementation(ATTN)
             with torch.no_grad():
-                body(input_ids=batch.tokens, use_cache=False)
+                yield
         finally:
             self.hf.set_attn_implementation(previous)
             for handle in handles:
