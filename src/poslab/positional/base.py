@@ -171,6 +171,14 @@ def relative_positions(q_pos: Tensor, k_pos: Tensor) -> Tensor:
     return rel.unsqueeze(-3)
 
 
+def heads_first(per_pair: Tensor) -> Tensor:
+    """A function of :func:`relative_positions` with one output per head, [1 | b, 1, i, j, h], as a
+    score bias [1 | b, h, i, j] (the head axis moved before i, j; the relative grid's own head axis
+    dropped for batched positions)."""
+    bias = per_pair.movedim(-1, -3)  # [1, h, i, j] | [b, 1, h, i, j]
+    return bias.squeeze(1) if bias.dim() == 5 else bias
+
+
 def head_axis(pos: Tensor) -> Tensor:
     """[s] -> [1, s]; [b, s] -> [b, 1, s]: positions that broadcast against [b, h, s, ...]."""
     return pos.unsqueeze(-2)

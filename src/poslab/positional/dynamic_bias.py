@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError, require_positive_int
-from poslab.positional.base import PositionalEncoding, relative_positions
+from poslab.positional.base import PositionalEncoding, heads_first, relative_positions
 
 
 class DynamicPositionBias(PositionalEncoding):
@@ -49,5 +49,4 @@ class DynamicPositionBias(PositionalEncoding):
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         rel = relative_positions(q_pos, k_pos).to(q.dtype)  # i - j, [1 | b, 1, i, j]
         u = torch.sign(rel) * torch.log1p(rel.abs()) if self.log_distance else rel
-        bias = self.mlp(u[..., None]).movedim(-1, -3)  # [1, h, i, j] | [b, 1, h, i, j]
-        return bias.squeeze(1) if bias.dim() == 5 else bias  # [1 | b, h, i, j]
+        return heads_first(self.mlp(u[..., None]))  # [1 | b, h, i, j]

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError, require_positive_int
-from poslab.positional.base import PositionalEncoding, relative_positions
+from poslab.positional.base import PositionalEncoding, heads_first, relative_positions
 
 
 class FIRE(PositionalEncoding):
@@ -60,5 +60,4 @@ class FIRE(PositionalEncoding):
         i = q_pos.to(q.dtype)[..., None, :, None]  # [1, i, 1] | [b, 1, i, 1]
         norm = self.psi(torch.maximum(self.log_L.exp(), i))  # psi(max(L, i))
         x = (self.psi(rel) / norm)[..., None]  # [1 | b, 1, i, j, 1]
-        bias = self.out(F.relu(self.hidden(x))).movedim(-1, -3)  # [1, h, i, j] | [b, 1, h, i, j]
-        return bias.squeeze(1) if bias.dim() == 5 else bias  # [1 | b, h, i, j] (a shape, not a value)
+        return heads_first(self.out(F.relu(self.hidden(x))))  # [1 | b, h, i, j]

@@ -72,7 +72,7 @@ from poslab.machine import MEMORY_FRACTION, memory_bytes
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.loss import masked_cross_entropy
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies, unscaled_positions
-from poslab.pretrained.loading import Source, content_hash, read_config, require_causal, require_transformers, resolve
+from poslab.pretrained.loading import Source, content_hash, read_causal_config, require_transformers, resolve
 from poslab.tasks.base import Batch
 
 FULL = "full_attention"  # the layer type of a model without layer types
@@ -805,14 +805,10 @@ def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | No
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", device, "cpu (no CUDA device is available here)")
     source = resolve(spec)
-    if source.kind == "config":
-        raise ConfigError("--model", source.name, "a checkpoint with weights (a directory with config.json and "
-                                                  "weights, or a GGUF file); a config alone can only be inspected")
+    config = read_causal_config(source)  # a config alone, an encoder, an unsupported GGUF stop here
     require_transformers()
-    config = read_config(source)  # a GGUF of an unsupported architecture stops here
     if "rope_parameters" not in config and "rope_scaling" not in config and config.get("model_type") is None:
         raise ConfigError("--model", source.name, "a causal language model config")
-    require_causal(config, source.name)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = getattr(torch, dtype)
