@@ -27,7 +27,7 @@ import torch
 from poslab import plugins
 from poslab.errors import ConfigError
 from poslab.positional.alibi import ALiBi, alibi_slopes
-from poslab.positional.base import SITES, Metadata, PositionalEncoding, overridden_hooks
+from poslab.positional.base import KINDS, SITES, Metadata, PositionalEncoding, overridden_hooks
 from poslab.positional.cope import CoPE
 from poslab.positional.dynamic_bias import DynamicPositionBias
 from poslab.positional.fire import FIRE
@@ -151,6 +151,29 @@ def small_encoding(name: str, **options) -> PositionalEncoding:
         return build_encoding(name, **SMALL_GEOMETRY, **options)
 
 
+def registered(kind: str | tuple[str, ...] | None = None, causal: bool | None = None) -> tuple[str, ...]:
+    """Names of every registered encoding, plugins' included, in registry order, optionally filtered.
+
+    ``kind`` keeps the entries whose class ``kind`` is that one (or one of those, given a tuple) of
+    ``KINDS``; ``causal`` is the attention of the model that will use them: ``False`` (bidirectional)
+    drops the ``causal_only`` entries, ``True`` (causal) and ``None`` keep every entry. Read from the
+    classes, nothing is built. A study that takes encodings by kind calls this, so an encoding added to
+    ``ENCODINGS`` or by an installed plugin joins it without a line changed in the study::
+
+        >>> registered("none")
+        ('nope',)
+        >>> "xpos" in registered("rotary") and "xpos" not in registered("rotary", causal=False)
+        True
+    """
+    kinds = (kind,) if isinstance(kind, str) else kind
+    for k in kinds or ():
+        if k not in KINDS:
+            raise ConfigError("kind", k, KINDS)
+    return tuple(name for name in ENCODINGS
+                 if (kinds is None or encoding_class(name).kind in kinds)
+                 and (causal is not False or not encoding_class(name).causal_only))
+
+
 def rotary_encodings() -> list[str]:
     """Names of the registry entries that rotate queries and keys (``is_rotary``), in registry order."""
     return [name for name in ENCODINGS if small_encoding(name).is_rotary]
@@ -158,4 +181,5 @@ def rotary_encodings() -> list[str]:
 
 __all__ = ["ENCODINGS", "ROPE_SCHEDULES", "SITES", "SMALL_GEOMETRY", "Metadata", "PositionalEncoding",
            "alibi_slopes", "build_encoding", "check_encoding", "encoding_class", "encoding_options",
-           "overridden_hooks", "rope_frequencies", "rotary_encodings", "small_encoding", "t5_relative_bucket"]
+           "overridden_hooks", "registered", "rope_frequencies", "rotary_encodings", "small_encoding",
+           "t5_relative_bucket"]
