@@ -15,6 +15,7 @@ from poslab.errors import ConfigError
 from poslab.tasks.base import Batch, Length, Task, eval_batch, eval_seed, length_range
 from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.retrieval import ContentConditioned, FixedOffset
+from poslab.tasks.scan import Scan
 from poslab.tasks.shift import Shift
 from poslab.tasks.text import CharText
 
@@ -24,6 +25,7 @@ TASKS: dict[str, type] = {
     "shift": Shift,
     "text": CharText,
     "passkey": PasskeyText,
+    "scan": Scan,
 }
 
 
