@@ -7,11 +7,15 @@ from poslab.errors import ConfigError
 from poslab.tasks import TASKS, build_task, eval_batch, eval_seed
 
 
+# tasks whose length is their token count; the benchmark tasks (issue 39) declare another length_unit
+TOKEN_LENGTH_TASKS = sorted(name for name in TASKS if not hasattr(TASKS[name], "length_unit"))
+
+
 def gen(seed=0):
     return torch.Generator().manual_seed(seed)
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
+@pytest.mark.parametrize("name", TOKEN_LENGTH_TASKS)
 def test_lengths_in_range_and_padding_masked(name):
     task = build_task(name)
     batch = task.sample(gen(), 256, (6, 12))
@@ -25,7 +29,7 @@ def test_lengths_in_range_and_padding_masked(name):
         assert not batch.loss_mask[pad].any()
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
+@pytest.mark.parametrize("name", TOKEN_LENGTH_TASKS)
 def test_fixed_length(name):
     batch = build_task(name).sample(gen(), 8, 10)
     assert batch.tokens.shape == (8, 10) and (batch.lengths == 10).all()
