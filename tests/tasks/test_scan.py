@@ -148,14 +148,19 @@ def test_samples_decode_to_commands_and_their_meanings(length):
         assert batch.targets[r, L - 2] == EOS and batch.tokens[r, n] == SEP
 
 
-def test_worked_example_layout():
-    task = Scan()
-    batch = task.sample(gen(3), 20_000, 4)  # 860 commands have 4 actions; this one among them
-    prefix = torch.tensor([SYMBOLS.index(w) for w in "jump twice after walk left SEP".split()])
-    r = int((batch.tokens[:, :6] == prefix).all(-1).nonzero()[0])
-    assert decode(batch, r) == ("jump twice after walk left", ["LTURN", "WALK", "JUMP", "JUMP"])
-    assert batch.lengths[r] == 11 and batch.loss_mask[r].nonzero().flatten().tolist() == [5, 6, 7, 8, 9]
-    assert [SYMBOLS[t] for t in batch.targets[r, 5:10].tolist()] == ["LTURN", "WALK", "JUMP", "JUMP", "EOS"]
+@pytest.mark.parametrize("command, scored, length", [
+    ("jump twice after walk left", [5, 6, 7, 8, 9], 11),
+    ("turn around right", [3, 4, 5, 6, 7], 9),
+    ("look", [1, 2], 4),
+])
+def test_docstring_worked_examples(command, scored, length):
+    actions = naive(command)
+    batch = Scan().sample(gen(3), 20_000, len(actions))  # 860 commands have 4 actions, 6 have 1
+    prefix = torch.tensor([SYMBOLS.index(w) for w in [*command.split(), "SEP"]])
+    r = int((batch.tokens[:, : len(prefix)] == prefix).all(-1).nonzero()[0])
+    assert decode(batch, r) == (command, actions)
+    assert batch.lengths[r] == length and batch.loss_mask[r].nonzero().flatten().tolist() == scored
+    assert [SYMBOLS[t] for t in batch.targets[r, scored].tolist()] == [*actions, "EOS"]
 
 
 def test_uniform_over_the_commands_of_a_length():

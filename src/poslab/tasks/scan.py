@@ -24,7 +24,7 @@ Figure 6), with C the start symbol::
 Counting: U has 4 sentences, D 4 * 2 + 2 = 10, V 10 + 10 + 10 + 4 = 34, S 3 * 34 = 102, and C
 102 + 2 * 102**2 = 20,910 -- the published size of SCAN (20,910 commands). The grammar is
 unambiguous (no two derivations give the same words), so :func:`commands` returns 20,910
-distinct commands. Checked once by hand on 2026-12-05, not in the tests (they read no data):
+distinct commands. Checked once by hand on 2026-12-04, not in the tests (they read no data):
 the set of (command, actions) pairs equals brendenlake/SCAN's ``tasks.txt`` at commit c4b756c
 (its I_WALK, I_TURN_LEFT, ... written WALK, LTURN, ... here), and the action lengths split it
 into that repository's length split, 16,990 training commands (1 to 22 actions) and 3,920 test
@@ -32,6 +32,13 @@ commands (24 to 48 actions).
 
 Actions per command run from 1 to 48; no command has 23, 29, 31, 34, 35, 37 to 39 or 41 to 47
 actions (:func:`action_lengths` lists the lengths that occur). Commands have 1 to 9 words.
+
+Length splits (:data:`SPLITS`), both by the number of output actions: Lake & Baroni train on
+at most 22 actions and test on 24 to 48; Kazemnejad et al. 2023, whose benchmark poslab
+follows, pool all 20,910 commands and cut them at 25 (train 1..25, test 26..48; McGill-NLP/
+length-generalization ``scripts/dataset_builders/make_scan_dataset.py``, split
+``len_tr25_ts48``). Both are thresholds on action count, so each is exactly a pair of length
+ranges of the task below. Here each command word and each action is one token.
 """
 
 from __future__ import annotations
@@ -169,15 +176,14 @@ class Scan:
     Vocabulary (22): PAD 0, SEP 1, EOS 2, the 13 command words 3..15, the 6 actions 16..21.
     Chance accuracy is 1/7 (a uniform guess over the 6 actions and EOS).
 
-    Worked examples (positions from 0; "^" marks the positions that are trained and scored, each
-    predicting the next token)::
+    Worked examples (decoded samples; positions p from 0, each scored position predicts the next token)::
 
-        jump twice after walk left SEP LTURN WALK JUMP JUMP EOS       L = 4, 11 tokens
-                                    ^    ^     ^    ^    ^             scored p = 5..9
-        turn around right SEP RTURN RTURN RTURN RTURN EOS             L = 4, 9 tokens
-                           ^    ^     ^     ^     ^                    scored p = 3..7
-        look SEP LOOK EOS PAD ...                                     L = 1, 4 tokens
-              ^   ^                                                    scored p = 1..2
+        tokens   jump twice after walk left SEP LTURN WALK JUMP JUMP EOS     4 actions, 11 tokens
+        scored   p = 5..9 (SEP .. last JUMP)   targets LTURN WALK JUMP JUMP EOS
+        tokens   turn around right SEP RTURN RTURN RTURN RTURN EOS           4 actions, 9 tokens
+        scored   p = 3..7                      targets RTURN RTURN RTURN RTURN EOS
+        tokens   look SEP LOOK EOS PAD PAD ...                               1 action, 4 tokens
+        scored   p = 1..2                      targets LOOK EOS
     """
 
     name: ClassVar[str] = "scan"
