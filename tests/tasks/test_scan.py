@@ -105,6 +105,7 @@ def test_action_lengths_and_the_splits():
         counts[len(c.actions)] = counts.get(len(c.actions), 0) + 1
     assert action_lengths() == tuple(sorted(counts)) and min(counts) == 1 and max(counts) == 48
     assert 23 not in counts
+    assert Scan.occurring_lengths() == Scan().occurring_lengths() == action_lengths()
     count = lambda lo, hi: sum(n for L, n in counts.items() if lo <= L <= hi)  # noqa: E731
     # Lake & Baroni's length split files hold 16,990 and 3,920 commands; Kazemnejad et al.'s re-split
     # cuts the same 20,910 at 25 actions

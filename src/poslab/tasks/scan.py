@@ -196,6 +196,9 @@ class Scan:
 
     split: str = "kazemnejad"  # whose length split: "kazemnejad" or "lake_baroni"
 
+    # the lengths a study can train or evaluate at (on the class too): 1..22, 24..28, 30, 32, 33, 36, 40, 48
+    occurring_lengths = staticmethod(action_lengths)
+
     def __post_init__(self):
         check_choice("split", self.split, SPLITS)
         # the chosen split's ranges shadow the class's (Kazemnejad et al.'s) on this instance
