@@ -13,6 +13,7 @@ import dataclasses
 from poslab import plugins
 from poslab.errors import ConfigError
 from poslab.tasks.base import Batch, Length, Task, eval_batch, eval_seed, length_range
+from poslab.tasks.chomsky import context_sensitive as cs
 from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.retrieval import ContentConditioned, FixedOffset
 from poslab.tasks.scan import Scan
@@ -26,6 +27,13 @@ TASKS: dict[str, type] = {
     "text": CharText,
     "passkey": PasskeyText,
     "scan": Scan,
+    "duplicate_string": cs.DuplicateString,
+    "missing_duplicate_string": cs.MissingDuplicateString,
+    "odds_first": cs.OddsFirst,
+    "binary_addition": cs.BinaryAddition,
+    "binary_multiplication": cs.BinaryMultiplication,
+    "compute_sqrt": cs.ComputeSqrt,
+    "bucket_sort": cs.BucketSort,
 }
 
 
