@@ -12,6 +12,8 @@ import dataclasses
 
 from poslab import plugins
 from poslab.errors import ConfigError
+from poslab.tasks import kazemnejad as kz
+from poslab.tasks import kazemnejad_math as kzm
 from poslab.tasks.base import Batch, Length, Task, eval_batch, eval_seed, length_range
 from poslab.tasks.chomsky import context_sensitive as cs
 from poslab.tasks.passkey import PasskeyText
@@ -27,6 +29,13 @@ TASKS: dict[str, type] = {
     "text": CharText,
     "passkey": PasskeyText,
     "scan": Scan,
+    "copy": kz.Copy,
+    "reverse": kz.Reverse,
+    "addition": kzm.Addition,
+    "sort": kz.Sort,
+    "summation": kzm.Summation,
+    "parity": kzm.Parity,
+    "polynomial_evaluation": kzm.PolynomialEvaluation,
     "duplicate_string": cs.DuplicateString,
     "missing_duplicate_string": cs.MissingDuplicateString,
     "odds_first": cs.OddsFirst,
