@@ -312,7 +312,7 @@ class MissingDuplicateString(CSTask):
     def answer(self, x: Tensor, L: Tensor) -> Answer:
         half = (L // 2).clamp(min=1)[:, None]  # [b, 1]
         missing = (x == MISSING).long().argmax(1, keepdim=True)  # [b, 1] (0 where there is none: L = 1)
-        twin = (missing + half) % (2 * half)  # the same symbol of w in the other copy
+        twin = ((missing + half) % (2 * half)).clamp(max=x.shape[1] - 1)  # the same symbol of w in the other copy
         y = x.gather(1, twin).masked_fill(L[:, None] == 1, 1)  # [b, 1]
         one = torch.ones_like(L)
         return y, one, one
