@@ -5,3 +5,12 @@ Fifteen tasks in the sources' encoder form (:mod:`poslab.tasks.chomsky.format`):
 (:mod:`.context_sensitive`), each registered in :data:`poslab.tasks.TASKS` under the sources'
 task name.
 """
+
+from poslab.tasks.chomsky.context_free import ModularArithmeticBrackets, ReverseString, SolveEquation, StackManipulation
+from poslab.tasks.chomsky.regular import CycleNavigation, EvenPairs, ModularArithmetic, ParityCheck
+
+REGULAR = (EvenPairs, ModularArithmetic, ParityCheck, CycleNavigation)
+CONTEXT_FREE = (StackManipulation, ReverseString, ModularArithmeticBrackets, SolveEquation)
+
+__all__ = ["CONTEXT_FREE", "REGULAR", "CycleNavigation", "EvenPairs", "ModularArithmetic", "ModularArithmeticBrackets",
+           "ParityCheck", "ReverseString", "SolveEquation", "StackManipulation"]

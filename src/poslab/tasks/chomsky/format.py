@@ -48,11 +48,13 @@ slots.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
 
-from poslab.tasks.base import Batch
+from poslab.errors import ConfigError
+from poslab.tasks.base import Batch, Length, length_range
 
 PAD = 0  # the padding id every task shares
 EMPTY = 1  # the empty output slot, the sources' output token
@@ -111,6 +113,91 @@ def encoder_inputs(tokens: Tensor) -> tuple[Tensor, Tensor]:
     is_symbol = tokens >= FIRST_SYMBOL  # [b, s]
     n = is_symbol.sum(-1)  # [b]
     return torch.where(is_symbol, tokens - FIRST_SYMBOL, 0), n
+
+
+class Rows(NamedTuple):
+    """One batch of a task's rule in the source's ids, before the presentation."""
+
+    inputs: Tensor  # [b, n_max] int64 input symbols; any value past input_lengths
+    input_lengths: Tensor  # [b]
+    outputs: Tensor  # [b, m_max] int64 output classes; any value past output_lengths
+    output_lengths: Tensor  # [b]
+    scored: Tensor | None = None  # [b] leading output slots scored; None: all
+
+
+class EncoderTask:
+    """What the encoder-form tasks share (a mixin for frozen dataclasses).
+
+    A task defines ``name``, ``input_size`` and ``output_size`` (the source's), ``inputs`` (its
+    input length n for a task length L), ``output_length(n)``, ``answer`` (the rule: outputs from
+    inputs) and ``draw`` (random rows at given task lengths; a task whose answer falls out of its
+    generator may override ``draw`` to return it, ``label`` still recomputes it with ``answer``).
+    The task length is the sources' ``sample_batch(length=L)`` argument. Lengths of a batch are drawn
+    only when lo < hi, so ``length=L`` and ``length=(L, L)`` give the same batch.
+    """
+
+    target_kind: ClassVar[str] = "sequence"
+    model_form: ClassVar[str] = "encoder"
+    benchmark: ClassVar[str] = "ruoss"
+    train_range: ClassVar[tuple[int, int]] = (1, 40)  # both papers: L ~ U(1, 40) ...
+    test_range: ClassVar[tuple[int, int]] = (41, 500)  # ... scored on L = 41 .. 500
+    length_unit: ClassVar[str] = "input tokens"
+
+    @property
+    def input_size(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def output_size(self) -> int:
+        raise NotImplementedError
+
+    def input_length(self, length: int) -> int:
+        """Input tokens of a sequence of task length L (L itself, unless the source changes it)."""
+        return length
+
+    def output_length(self, n: int) -> int:
+        """Output slots after n input tokens (the sources' ``output_length``)."""
+        return 1
+
+    def answer(self, inputs: Tensor, n: Tensor) -> Rows:
+        raise NotImplementedError
+
+    def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
+        raise NotImplementedError
+
+    @property
+    def vocab_size(self) -> int:
+        return encoder_vocab_size(self.input_size, self.output_size)
+
+    @property
+    def chance(self) -> float:
+        return 1.0 / self.output_size
+
+    def validate(self, min_length: int) -> None:
+        length_range(min_length)
+
+    def max_tokens(self, length: int) -> int:
+        """The most tokens of a sequence of task length at most ``length``."""
+        lo, hi = length_range(length)
+        return max(n + self.output_length(n) for n in {self.input_length(L) for L in range(1, hi + 1)})
+
+    def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch:
+        lo, hi = length_range(length)
+        self.validate(lo)
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ConfigError("batch_size", batch_size, "a positive integer")
+        device = generator.device
+        if lo == hi:
+            lengths = torch.full((batch_size,), hi, dtype=torch.long, device=device)
+        else:
+            lengths = torch.randint(lo, hi + 1, (batch_size,), generator=generator, device=device)
+        return encoder_batch(*self.draw(generator, lengths))
+
+    def label(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """Targets and loss mask [b, s] recomputed from the input tokens alone (``answer``)."""
+        inputs, n = encoder_inputs(tokens)
+        batch = encoder_batch(*self.answer(inputs, n), width=tokens.shape[1])
+        return batch.targets, batch.loss_mask
 
 
 def _read(rows: Tensor, at: Tensor) -> Tensor:
