@@ -15,7 +15,9 @@ from poslab.errors import ConfigError
 from poslab.tasks import kazemnejad as kz
 from poslab.tasks import kazemnejad_math as kzm
 from poslab.tasks.base import Batch, Length, Task, eval_batch, eval_seed, length_range
+from poslab.tasks.chomsky import context_free as cf
 from poslab.tasks.chomsky import context_sensitive as cs
+from poslab.tasks.chomsky import regular as rg
 from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.retrieval import ContentConditioned, FixedOffset
 from poslab.tasks.scan import Scan
@@ -36,6 +38,14 @@ TASKS: dict[str, type] = {
     "summation": kzm.Summation,
     "parity": kzm.Parity,
     "polynomial_evaluation": kzm.PolynomialEvaluation,
+    "even_pairs": rg.EvenPairs,
+    "modular_arithmetic": rg.ModularArithmetic,
+    "parity_check": rg.ParityCheck,
+    "cycle_navigation": rg.CycleNavigation,
+    "stack_manipulation": cf.StackManipulation,
+    "reverse_string": cf.ReverseString,
+    "modular_arithmetic_brackets": cf.ModularArithmeticBrackets,
+    "solve_equation": cf.SolveEquation,
     "duplicate_string": cs.DuplicateString,
     "missing_duplicate_string": cs.MissingDuplicateString,
     "odds_first": cs.OddsFirst,
