@@ -65,7 +65,7 @@ def test_eval_batch_fixed_by_seed_and_length():
 
 def test_unknown_task():
     with pytest.raises(ConfigError) as err:
-        build_task("copy")
+        build_task("no_such_task")  # "copy" is Kazemnejad et al.'s task now
     assert err.value.field == "task" and "fixed_offset" in err.value.allowed
 
 
