@@ -39,7 +39,8 @@ What the sources do and this module reproduces:
 Chosen here: token ids (PAD 0, EMPTY 1, source symbol k -> k + 2); the sources' NumPy draws are
 replaced by draws from the torch generator (one uniform block per batch, consumed in the same
 order as the source's draws), so the distributions match, not the streams; task lengths drawn per
-sequence when a range is asked. Lengths: trained on n in [1, 40], tested on 41..500 (both papers).
+sequence when a range is asked. Lengths: as the regular tasks (:mod:`poslab.tasks.chomsky.regular`): L in [1, 40] for
+training, 41..500 for the test.
 """
 
 from __future__ import annotations

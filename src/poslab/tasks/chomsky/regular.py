@@ -22,8 +22,10 @@ scores its one slot (the source's ``accuracy_mask`` is all ones).
 
 Chosen here: token ids (PAD 0, EMPTY 1, source symbol k -> k + 2; format module), and the task
 length L of a batch drawn per sequence when a range is asked (the sources draw one L per batch).
-Lengths: trained on L in [1, 40], tested on 41..500 (both papers; the repositories'
-``example.py`` evaluates 1..100 and averages 41..100).
+Lengths: trained on L ~ U{1, .., 40}, tested on L = 41..500, the papers' set-up (from their
+experimental sections as recalled, not re-read for this module; the code confirms the training
+curriculum, ``UniformCurriculum(range(1, 41))``, while the repositories' ``example.py`` evaluates
+L = 1..100 and averages the accuracy over 41..100).
 """
 
 from __future__ import annotations
