@@ -187,7 +187,7 @@ def alphabet(m: int) -> tuple[str, ...]:
 
 
 def check_alphabet(field: str, m: object, least: int = 1) -> None:
-    if not _is_int(m) or m < least:
+    if not isinstance(m, int) or isinstance(m, bool) or m < least:
         raise ConfigError(field, m, f"an integer >= {least}")
 
 

@@ -19,7 +19,6 @@ import torch
 from torch import Tensor
 
 from poslab.errors import ConfigError
-from poslab.tasks.base import _is_int
 from poslab.tasks.kazemnejad import (
     DIGITS,
     DecoderTask,
@@ -36,7 +35,7 @@ ANSWER = ("The", "answer", "is")
 
 
 def _check_modulo(modulo: object) -> None:
-    if not _is_int(modulo) or modulo < 2:
+    if not isinstance(modulo, int) or isinstance(modulo, bool) or modulo < 2:
         raise ConfigError("modulo", modulo, "an integer >= 2 (the source's modulo_factor is 10)")
 
 
