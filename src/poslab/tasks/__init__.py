@@ -18,6 +18,7 @@ from poslab.tasks.base import Batch, Length, Task, eval_batch, eval_seed, length
 from poslab.tasks.chomsky import context_free as cf
 from poslab.tasks.chomsky import context_sensitive as cs
 from poslab.tasks.chomsky import regular as rg
+from poslab.tasks.induction import Induction
 from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.retrieval import ContentConditioned, FixedOffset
 from poslab.tasks.scan import Scan
@@ -28,6 +29,7 @@ TASKS: dict[str, type] = {
     "fixed_offset": FixedOffset,
     "content_conditioned": ContentConditioned,
     "shift": Shift,
+    "induction": Induction,
     "text": CharText,
     "passkey": PasskeyText,
     "scan": Scan,
