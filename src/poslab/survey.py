@@ -1,9 +1,10 @@
 """The survey's comparison of positional encodings (seed ``001``), generated from code and runs.
 
-One row per registry encoding. Where position is injected, the extra cost class and KV-cache
-compatibility are read off a built instance's metadata (:class:`poslab.positional.Metadata`);
-the cost is also *measured* (:func:`measured_cost`: time and bytes allocated per forward of a
-tiny Transformer at several lengths), and length extrapolation is *measured*, from the store.
+One row per registered encoding, plugins' included, grouped by kind. Where position is injected,
+the extra cost class and KV-cache compatibility are read off a built instance's metadata
+(:class:`poslab.positional.Metadata`); the cost is also *measured* (:func:`measured_cost`: time and
+bytes allocated per forward of a tiny Transformer at several lengths), and length extrapolation
+is *measured*, from the store.
 
 Each study that measures extrapolation declares what it measured in :data:`EXTRAPOLATION`,
 one :class:`Extrapolation` per experiment name: which of its rows (a spec predicate), which
@@ -203,16 +204,21 @@ def cost_text(cost: dict[int, tuple[float, int]]) -> str:
 # ----------------------------------------------------------------------------- the table
 
 def comparison_rows(store_path: str | Path, cost_lengths: Sequence[int] | None = COST_LENGTHS) -> list[dict]:
-    """One dict per registry encoding: metadata columns, measured cost (unless ``cost_lengths``
-    is empty or None) and measured extrapolation."""
-    from poslab.positional import ENCODINGS, small_encoding
+    """One dict per registered encoding, plugins' included (:func:`poslab.positional.registered`),
+    grouped by kind in ``KINDS`` order and in registry order within a kind: metadata columns, the
+    package it came from, measured cost (unless ``cost_lengths`` is empty or None) and measured
+    extrapolation."""
+    from poslab import plugins
+    from poslab.positional import registered, small_encoding
+    from poslab.positional.base import KINDS
 
     measured = measurements(store_path)
     rows = []
-    for name in ENCODINGS:
+    for name in (name for k in KINDS for name in registered(k)):
         m = small_encoding(name).meta
         got = measured.get(name, {})
-        rows.append(dict(encoding=name, kind=m.kind, sites=", ".join(m.sites) or "-", parameters=m.parameters,
+        rows.append(dict(encoding=name, kind=m.kind, origin=plugins.origin("encodings", name),
+                         sites=", ".join(m.sites) or "-", parameters=m.parameters,
                          cost=m.cost, measured_cost=cost_text(measured_cost(name, cost_lengths)) if cost_lengths
                          else "not measured", kv_cache=kv_cache_cell(name),
                          fixed_offset=got.get("fixed_offset", NOT_MEASURED), lm=got.get("lm", NOT_MEASURED)))
@@ -246,6 +252,7 @@ def kv_cache_cell(name: str) -> str:
     return f"no (logit gap {gap:.2g} at L = {L} = 4 L0, tiny random model)"
 
 
-HEADER = dict(encoding="encoding", kind="kind", sites="where position enters", parameters="extra parameters",
-              cost="cost", measured_cost="measured per forward (L: time, bytes allocated; tiny model)",
+HEADER = dict(encoding="encoding", kind="kind", origin="from", sites="where position enters",
+              parameters="extra parameters", cost="cost",
+              measured_cost="measured per forward (L: time, bytes allocated; tiny model)",
               kv_cache="KV cache", fixed_offset=COLUMNS["fixed_offset"], lm=COLUMNS["lm"])
