@@ -199,6 +199,8 @@ def ensemble_batches(streams: list[DataStream], device) -> Iterator[Batch]:
     Stacks and moves once per chunk, then hands out views."""
     while True:
         parts = [st.draw() for st in streams]
+        width = max(p.tokens.shape[-1] for p in parts)  # members' tasks may pad to different widths
+        parts = [_pad_steps(p, width) for p in parts]
         if any(p.loss_weight is not None for p in parts):  # members without weights weigh every target 1
             for p in parts:
                 if p.loss_weight is None:
@@ -210,6 +212,22 @@ def ensemble_batches(streams: list[DataStream], device) -> Iterator[Batch]:
                       n_queries=max((p.n_queries or 0) for p in parts) or None)
         for i in range(streams[0].cfg.chunk):
             yield chunk.map(lambda x, i=i: x[i])
+
+
+def _pad_steps(chunk: Batch, width: int) -> Batch:
+    """A chunk of steps [n, b, s] right-padded to ``width`` positions (tokens 0, per-position targets
+    0 and mask False), so that members whose tasks pad to different widths stack into one ensemble."""
+    extra = width - chunk.tokens.shape[-1]
+    if extra == 0:
+        return chunk
+    per_position = chunk.targets.dim() == chunk.tokens.dim()
+
+    def pad(x: Tensor, value) -> Tensor:
+        return torch.nn.functional.pad(x, (0, extra), value=value) if per_position or x is chunk.tokens else x
+    weight = chunk.loss_weight
+    return Batch(tokens=pad(chunk.tokens, 0), lengths=chunk.lengths, first_query=chunk.first_query,
+                 n_queries=chunk.n_queries, targets=pad(chunk.targets, 0), loss_mask=pad(chunk.loss_mask, False),
+                 loss_weight=None if weight is None else pad(weight, 0.0))
 
 
 def build_member(make_model, seed: int) -> nn.Module:

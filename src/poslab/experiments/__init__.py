@@ -15,10 +15,18 @@ The studies, one module per published artefact, and the kit they share live in
 :mod:`poslab.studies`, which is where names are resolved.
 """
 
-from poslab.experiments.experiment import Experiment, Member, MemberContext, members, no_member_rows, variant_members
+from poslab.experiments.experiment import (
+    Experiment,
+    Member,
+    MemberContext,
+    inapplicable,
+    members,
+    no_member_rows,
+    variant_members,
+)
 from poslab.experiments.preflight import validate
 from poslab.experiments.runner import run, run_study
 from poslab.experiments.training import evaluate_members
 
-__all__ = ["Experiment", "Member", "MemberContext", "evaluate_members", "members", "no_member_rows", "run",
-           "run_study", "validate", "variant_members"]
+__all__ = ["Experiment", "Member", "MemberContext", "evaluate_members", "inapplicable", "members", "no_member_rows",
+           "run", "run_study", "validate", "variant_members"]

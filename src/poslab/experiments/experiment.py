@@ -9,8 +9,10 @@
 An experiment is an :class:`Experiment` with ``name``, ``title``, ``study(preset) -> StudyConfig``,
 ``evaluate(ctx: MemberContext) -> rows`` and ``report(rows, study, out) -> files``; optionally
 ``fixed`` ({path: reason} its --set may not change), ``check(study)`` (its own validation) and
-``table_length(study)`` (its learned tables' length). The engine adds each member's axis values
-and seed to every row it returns.
+``table_length(study)`` (its learned tables' length) and ``not_applicable(study)`` (why a grid point
+cannot run, e.g. a causal-only encoding in a bidirectional model; such points train no member, and
+:func:`inapplicable` lists them for the report). The engine adds each member's axis values and seed
+to every row it returns.
 """
 
 from __future__ import annotations
@@ -171,6 +173,9 @@ class Experiment:
     # evaluate reads how training went beyond the stored timings (the loss curve): its rows cannot be
     # recomputed from stored weights, so ``--reevaluate`` refuses the study
     training_rows: bool = False
+    # a grid point's resolved config -> why the point cannot run (a causal-only encoding on a bidirectional
+    # task), or None where it runs: such points train no member; ``inapplicable`` lists them with the reason
+    not_applicable: Callable[[StudyConfig], str | None] | None = None
 
 
 def no_member_rows(ctx: MemberContext) -> list[dict]:
@@ -224,14 +229,30 @@ def members(experiment: Experiment | str, study: StudyConfig) -> list[Member]:
     once (the first grid point that gives it names it in the rows). ``experiment``: the Experiment
     (its name and table length), or a bare name for a study no experiment owns (default tables)."""
     name, table = (experiment, None) if isinstance(experiment, str) else (experiment.name, experiment.table_length)
+    skip = None if isinstance(experiment, str) else experiment.not_applicable
     out, seen = [], set()
     for point in grid_points(study):
         resolved = apply_point(study, point)
+        if skip is not None and skip(resolved) is not None:
+            continue
         for s in range(study.seeds):
             member = Member(name, tuple(point.items()), s, resolved, table_length=table)
             if member.key not in seen:
                 seen.add(member.key)
                 out.append(member)
+    return out
+
+
+def inapplicable(experiment: Experiment, study: StudyConfig) -> list[tuple[dict, str]]:
+    """The grid points ``experiment.not_applicable`` refuses, as ({axis short name: value}, reason), in
+    grid order: what the report records as n.a. cells instead of dropping them silently."""
+    if experiment.not_applicable is None:
+        return []
+    out = []
+    for point in grid_points(study):
+        reason = experiment.not_applicable(apply_point(study, point))
+        if reason is not None:
+            out.append(({short_name(path): value for path, value in point.items()}, reason))
     return out
 
 

@@ -104,6 +104,7 @@ class Pivot:
     value: str
     label: str = "{}"
     digits: int = 3
+    empty: str = ""  # a cell with no value (e.g. "n.a." where rows carry None)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,8 @@ class Table:
             line = [*key]
             if self.pivot is not None:
                 p = self.pivot
-                line += [mean_std([r.get(p.value) for r in group if r.get(p.column) == k], p.digits) for k in keys]
+                line += [mean_std([r.get(p.value) for r in group if r.get(p.column) == k], p.digits, empty=p.empty)
+                         for k in keys]
             line += [c.cell(group) for c in self.columns]
             body.append(line)
         parts = [f"## {self.title}", ""]
@@ -159,6 +161,8 @@ class Lines:
     hline: float | Callable[[list[Row]], float] | None = None
     logx: bool = False
     title: str = ""
+    wrap: int | None = None  # at most this many panels to a line (None: every panel on one line)
+    legend: bool = True  # False: no legend (too many series to name)
 
     def draw(self, rows: list[Row], out: Path) -> Path | None:
         import matplotlib
@@ -170,8 +174,12 @@ class Lines:
         if not chosen:
             return None
         panels = groups(chosen, (self.panel,)) if self.panel else {(None,): chosen}
-        fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.3), squeeze=False, sharey=True)
-        for ax, ((pv,), prows) in zip(axes[0], panels.items(), strict=False):
+        cols = min(len(panels), self.wrap or len(panels))
+        lines = -(-len(panels) // cols)
+        fig, axes = plt.subplots(lines, cols, figsize=(4.2 * cols, 3.3 * lines), squeeze=False, sharey=True)
+        for ax in axes.flat[len(panels):]:
+            ax.set_visible(False)
+        for ax, ((pv,), prows) in zip(axes.flat, panels.items(), strict=False):
             for key, srows in groups(prows, self.series).items():
                 pts = groups(srows, (self.x,))
                 xs = np.array([k[0] for k in pts], dtype=float)
@@ -189,9 +197,10 @@ class Lines:
                 ax.set_xscale("log")
             if self.ylim:
                 ax.set_ylim(*self.ylim)
-            if self.series:
+            if self.series and self.legend:
                 ax.legend(fontsize=6, ncol=2)
-        axes[0][0].set_ylabel(self.ylabel or self.y)
+        for line in axes:
+            line[0].set_ylabel(self.ylabel or self.y)
         return save(fig, out / self.filename)
 
 

@@ -20,6 +20,7 @@ from poslab.studies import (
     implementation,
     k1,
     leakage,
+    lengthgen,
     linear_control,
     lm,
     mope,
@@ -32,7 +33,8 @@ from poslab.studies import (
 
 EXPERIMENTS: dict[str, Experiment] = {m.EXPERIMENT.name: m.EXPERIMENT for m in (
     phenomenon, validation, lm, context_extension, leakage, bias_comparison, linear_control, heads, k1, two_layer,
-    controls, mope, pretrained_extension, pretrained_leakage, implementation)}
+    controls, mope, pretrained_extension, pretrained_leakage, implementation,
+    lengthgen)}
 # plugins (poslab.plugins): installed packages' studies, an Experiment named like its entry point
 EXPERIMENTS.update(plugins.load("studies", EXPERIMENTS, lambda obj: isinstance(obj, Experiment),
                                 "an Experiment (poslab.experiments.runner)"))

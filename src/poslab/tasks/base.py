@@ -98,11 +98,15 @@ def sample_steps(task: Task, generator: torch.Generator, steps: int, batch_size:
     sequence. Sequences are right-padded to hi. A task may provide its own ``sample_steps``
     (the uniform-token tasks draw all tokens in one call); otherwise each step is one
     ``task.sample`` call. Every batch carries the query hint (``first_query``, ``n_queries``).
+    A task whose length is not its token count (the benchmark tasks: ``max_tokens(L)``, the most
+    tokens a sequence of task length L takes) is padded to ``max_tokens(hi)`` tokens instead of hi.
     """
     lo, hi = length_range(length)
     own = getattr(task, "sample_steps", None)
     if own is not None:
         return own(generator, steps, batch_size, (lo, hi), per)
+    max_tokens = getattr(task, "max_tokens", None)
+    width = hi if max_tokens is None else int(max_tokens(hi))
     parts = []
     for _ in range(steps):
         if per == "batch":
@@ -111,7 +115,7 @@ def sample_steps(task: Task, generator: torch.Generator, steps: int, batch_size:
             first, n = L - 1, 1
         else:
             batch, first, n = task.sample(generator, batch_size, (lo, hi)), lo - 1, hi - lo + 1
-        batch = _pad(batch, hi)
+        batch = _pad(batch, width)
         batch.first_query, batch.n_queries = torch.tensor(first), n
         parts.append(batch)
     fields: dict[str, Any] = {k: None if getattr(parts[0], k) is None else torch.stack([getattr(p, k) for p in parts])

@@ -1,0 +1,480 @@
+"""The field's length-generalization benchmarks: every registered encoding on every benchmark task.
+
+    score(cell, task) = mean over evaluation lengths L > L_train of the source's score at L
+
+Two suites, each in its source's model form (the task class says which, ``model_form``):
+
+- Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization of Transformers"
+  (arXiv 2305.16843; google-deepmind/randomized_positional_encodings): the 15 Chomsky-hierarchy
+  tasks of Delétang et al. 2023 on a bidirectional encoder (key padding by lengths), trained on
+  U[1, 40], scored by per-token accuracy over the output positions averaged over the lengths
+  above 40. Randomized positions are their wrapper: the Transformer's ``random_positions`` (N =
+  2048, their ``noise_max_length``) on any encoding that reads positions, as cells
+  ``<encoding>+randomized``.
+- Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization in
+  Transformers" (arXiv 2305.19466; McGill-NLP/length-generalization): copy, reverse, addition,
+  sort, summation, parity, polynomial evaluation (and SCAN) on a causal decoder (input, separator,
+  output), scored by exact match; encodings compared by their mean rank over tasks. Their five:
+  NoPE = ``nope``, T5's bias = ``t5``, ALiBi = ``alibi``, APE = ``sinusoidal`` (the repository's
+  ``pe_abs_sin``), Rotary = ``rope_partial`` (``custom_t5_decoder_only.py``: 25% of each head's
+  channels rotated, frequencies over the rotated width, pairs interleaved).
+
+Exact match under teacher forcing equals greedy decoding's: every output token right given the
+right prefix is exactly the condition for greedy decoding to write the whole output. Per-token
+accuracy under teacher forcing is not the generated sequence's.
+
+The grid is the engine's: one ``setting`` per benchmark task (task, model form, training and
+evaluation lengths, the source's model and optimizer), ``encoding`` over every registered entry
+(:func:`poslab.positional.registered`, plugins included), and ``model.random_positions`` (off, N).
+A point that cannot run is n.a. with its reason (``not_applicable``): a causal-only encoding on an
+encoder task, and randomized positions on an encoding that reads only the order of positions.
+Members of one cell (its seeds) share a shape and train as one ensemble. The protocol, the
+scale-downs and the published numbers found (and not found) are in docs/lengthgen.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from poslab.experiments import Experiment, inapplicable
+from poslab.experiments.config import EvalConfig, StudyConfig
+from poslab.experiments.experiment import resolve_task
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
+from poslab.experiments.spec import ClaimSpec, abs_mean, is_, judge_all, mean, probe
+from poslab.positional import encoding_class, registered, small_encoding
+from poslab.tasks import TASKS, build_task, eval_batch
+from poslab.tasks.scoring import sequence_scores
+
+name = "lengthgen"
+title = "Length-generalization benchmarks: Ruoss et al. 2023 (Chomsky tasks) and Kazemnejad et al. 2023"
+
+RUOSS, KAZEMNEJAD = "ruoss", "kazemnejad"
+SCORE = {RUOSS: "accuracy", KAZEMNEJAD: "exact"}  # each source's score: per-token accuracy, exact match
+# each source's encodings by its own name -> poslab's entry
+RUOSS_ENCODINGS = {"none": "nope", "sin/cos": "sinusoidal", "relative": "transformer_xl", "ALiBi": "alibi",
+                   "RoPE": "rope", "learned": "learned"}
+KAZEMNEJAD_ENCODINGS = {"NoPE": "nope", "T5": "t5", "ALiBi": "alibi", "Rotary": "rope_partial", "APE": "sinusoidal"}
+RANDOMIZED = "+randomized"
+NOISE_MAX_LENGTH = 2048  # Ruoss et al.'s N (experiments/example.py: noise_max_length)
+# "≈" in Kazemnejad et al.'s ordering: mean ranks (1 = best of their five, over tasks) within this margin;
+# ">" : better by more than it. Half a place on a 1-5 scale.
+RANK_MARGIN = 0.5
+RUOSS_GAIN = 0.120  # +12.0% mean test accuracy over 15 tasks, 6,000 models (abstract, arXiv 2305.16843)
+# Published per-task numbers (benchmark, task, source encoding) -> (value, scale, source). Ruoss et al.'s
+# Table 1 and Kazemnejad et al.'s per-task figures could not be read with this project's tools (the
+# search returns the opening of each paper's pages only; their figures are images): none is recorded,
+# and none is invented. docs/lengthgen.md says so.
+PUBLISHED: dict[tuple[str, str, str], tuple[float, str, str]] = {}
+
+
+# ----------------------------------------------------------------------------- presets
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """One preset's model, training and evaluation, per benchmark (the paper preset: each source's)."""
+
+    model: dict  # {benchmark: {model field: value}}
+    train: dict  # {benchmark: {train field: value}}
+    eval_lengths: str  # "every": each length train lo .. test hi; "few": a handful (see eval_lengths)
+    n_sequences: int
+    seeds: int
+    tasks: str  # "all" | "cpu" | "quick"
+
+
+RUOSS_MODEL = dict(n_layers=5, d_model=64, n_heads=8, dropout=0.1)  # experiments/example.py; 4x MLP
+RUOSS_TRAIN = dict(steps=10_000, batch_size=128, lr=1e-3, optimizer="adam", length_sampling="batch")
+# T5-base's decoder stack without cross-attention: 12 layers, d = 768, 12 heads, MLP 3072 (~85M without
+# the embeddings; ~107M with T5's 32k vocabulary). Trainer: 40k steps, lr 3e-5, wd 0.05, batch 64, 6% warm-up
+KAZEMNEJAD_MODEL = dict(n_layers=12, d_model=768, n_heads=12, d_mlp=3072, dropout=0.1)
+KAZEMNEJAD_TRAIN = dict(steps=40_000, batch_size=64, lr=3e-5, optimizer="adamw", weight_decay=0.05,
+                        lr_schedule="cosine", warmup_steps=2400, length_sampling="sequence")
+CPU_MODEL = dict(n_layers=2, d_model=32, n_heads=4)
+CPU_TRAIN = dict(steps=300, batch_size=32, lr=1e-3, optimizer="adam")
+PRESETS = {
+    "paper": Scale(model={RUOSS: RUOSS_MODEL, KAZEMNEJAD: KAZEMNEJAD_MODEL},
+                   train={RUOSS: RUOSS_TRAIN, KAZEMNEJAD: KAZEMNEJAD_TRAIN}, eval_lengths="every",
+                   n_sequences=512, seeds=3, tasks="all"),
+    "cpu": Scale(model={RUOSS: CPU_MODEL, KAZEMNEJAD: CPU_MODEL},
+                 train={RUOSS: {**CPU_TRAIN, "length_sampling": "batch"},
+                        KAZEMNEJAD: {**CPU_TRAIN, "length_sampling": "sequence"}},
+                 eval_lengths="few", n_sequences=64, seeds=2, tasks="cpu"),
+    "quick": Scale(model={b: dict(n_layers=1, d_model=32, n_heads=2) for b in (RUOSS, KAZEMNEJAD)},
+                   train={b: dict(steps=12, batch_size=8, lr=1e-3) for b in (RUOSS, KAZEMNEJAD)},
+                   eval_lengths="few", n_sequences=16, seeds=1, tasks="quick"),
+}
+CPU_TASKS = {RUOSS: 2, KAZEMNEJAD: 2}  # the cpu preset: the first tasks of each suite, in registry order
+CPU_LONGEST = 2.5  # the cpu and quick presets evaluate up to this multiple of the training length
+
+
+def benchmark_tasks(benchmark: str | None = None) -> tuple[str, ...]:
+    """Every registered task with a ``benchmark`` class variable (of ``benchmark``), registry order."""
+    return tuple(n for n, cls in TASKS.items() if getattr(cls, "benchmark", None) is not None
+                 and (benchmark is None or cls.benchmark == benchmark))
+
+
+def preset_tasks(which: str) -> tuple[str, ...]:
+    if which == "all":
+        return benchmark_tasks()
+    if which == "cpu":
+        return tuple(n for b, k in CPU_TASKS.items() for n in benchmark_tasks(b)[:k])
+    return tuple(n for b in (RUOSS, KAZEMNEJAD) for n in benchmark_tasks(b)[:1])  # quick: one of each
+
+
+def eval_lengths(cls, how: str) -> tuple[int, ...]:
+    """Evaluation lengths in the task's own unit: every length from the shortest trained to the
+    longest tested, or a few: half the training length, the training length, and four lengths
+    past it up to min(test hi, CPU_LONGEST x training length)."""
+    (lo, hi), (_, test_hi) = cls.train_range, cls.test_range
+    if how == "every":
+        return tuple(range(lo, test_hi + 1))
+    top = max(hi + 1, min(test_hi, int(CPU_LONGEST * hi)))
+    beyond = np.unique(np.linspace(hi + 1, top, 4).round().astype(int))
+    return tuple(sorted({max(lo, hi // 2), hi, *(int(v) for v in beyond)}))
+
+
+def task_setting(task: str, scale: Scale) -> dict:
+    """The bundle of one benchmark task: its model form, lengths, and its source's model and training."""
+    cls = TASKS[task]
+    lo, hi = cls.train_range
+    return {"task_type": task, "model.causal": cls.model_form == "decoder",
+            **{f"model.{k}": v for k, v in scale.model[cls.benchmark].items()},
+            **{f"train.{k}": v for k, v in scale.train[cls.benchmark].items()},
+            "train.min_length": lo, "train.max_length": hi,
+            "eval.lengths": list(eval_lengths(cls, scale.eval_lengths))}
+
+
+def quick_encodings() -> tuple[str, ...]:
+    """The quick preset's encodings: the first of each kind in the registry and the first causal-only one
+    (so a test sees an n.a. cell), read from the registry, not listed by hand."""
+    kinds = ("none", "absolute", "relative", "rotary")
+    picked = [registered(k)[0] for k in kinds if registered(k)]
+    causal_only = [n for n in registered() if encoding_class(n).causal_only]
+    return tuple(dict.fromkeys(picked + causal_only[:1]))
+
+
+def noise_positions(tasks: tuple[str, ...], scale: Scale, paper: bool) -> int:
+    """N of randomized positions: Ruoss et al.'s 2048 at the paper preset (more if a sequence is longer);
+    else the power of two at least twice the longest sequence evaluated, so every test position has room."""
+    longest = max((build_task(t).max_tokens(max(eval_lengths(TASKS[t], scale.eval_lengths))) for t in tasks),
+                  default=1)
+    need = 1 << int(np.ceil(np.log2(2 * longest)))
+    return max(NOISE_MAX_LENGTH, need) if paper else need
+
+
+def study(preset: str) -> StudyConfig:
+    """Every registered encoding (quick: one per kind and one causal-only) x each preset's benchmark tasks
+    x randomized positions off / on; see PRESETS and docs/lengthgen.md for each preset's scale."""
+    scale = PRESETS[preset]
+    tasks = preset_tasks(scale.tasks)
+    encodings = quick_encodings() if preset == "quick" else registered()
+    N = noise_positions(tasks, scale, preset == "paper")
+    return StudyConfig(model_type="transformer", task_type=tasks[0] if tasks else "fixed_offset",
+                       settings={t: task_setting(t, scale) for t in benchmark_tasks()},
+                       grid={"setting": tasks, "encoding": encodings, "model.random_positions": (None, N)},
+                       seeds=scale.seeds, eval=EvalConfig(n_sequences=scale.n_sequences, chunk=256, lengths=(1,)))
+
+
+# ----------------------------------------------------------------------------- cells that cannot run
+
+CAUSAL_ONLY_WHY = ("{encoding} is defined for causal attention only (its class's causal_only) and {task} is "
+                   "an encoder task (Ruoss et al.'s bidirectional, non-autoregressive form)")
+ORDER_ONLY_WHY = ("{encoding} reads only the order of positions, which randomized positions keep: the cell "
+                  "would be {encoding} itself")
+
+
+@functools.cache
+def order_only(encoding: str) -> bool:
+    """Whether every hook of ``encoding`` gives the same output at positions 0..5 and at a sorted,
+    spread-out sample of positions: then it reads only their order (NoPE; CoPE's and the forget gate's
+    counts of keys between two positions), and randomizing positions changes nothing. Computed from the
+    encoding, built at the small geometry, never declared."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        enc = small_encoding(encoding)
+        D, s = enc.d_model, 6
+        x, q, k = torch.randn(1, s, D), torch.randn(1, 1, s, enc.d_head), torch.randn(1, 1, s, enc.d_head)
+        weights = torch.softmax(torch.randn(1, 1, s, s), dim=-1)
+
+        def hooks(pos: torch.Tensor) -> list[torch.Tensor]:
+            out = [enc.embed(x, pos), *enc.rotate_qk(q, k, pos, pos)]
+            extra = {"x": x} if enc.reads_stream else {}
+            out += [enc.score_bias(q, k, pos, pos, **extra), enc.value_bias(weights, pos, pos)]
+            return [o for o in out if o is not None]
+
+        with torch.no_grad():
+            plain, spread = hooks(torch.arange(s)), hooks(torch.tensor([0, 3, 7, 8, 20, 31]))
+    return all(a.shape == b.shape and torch.allclose(a, b, atol=1e-6) for a, b in zip(plain, spread, strict=True))
+
+
+def not_applicable(cfg: StudyConfig) -> str | None:
+    """Why a grid point cannot run, or None (the Experiment's ``not_applicable``)."""
+    fields = dict(encoding=cfg.encoding, task=cfg.task_type)
+    if not cfg.model.get("causal", True) and encoding_class(cfg.encoding).causal_only:
+        return CAUSAL_ONLY_WHY.format(**fields)
+    if cfg.model.get("random_positions") is not None and order_only(cfg.encoding):
+        return ORDER_ONLY_WHY.format(**fields)
+    return None
+
+
+def table_length(cfg: StudyConfig) -> int:
+    """Positions the tables must hold: the most tokens of the longest length used, or N of randomized
+    positions (a learned table is read at every sampled position)."""
+    task = resolve_task(cfg)
+    tokens = task.max_tokens(max((*cfg.eval.lengths, cfg.train.max_length)))  # type: ignore[attr-defined]
+    return max(tokens, cfg.model.get("random_positions") or 0)
+
+
+def check(cfg: StudyConfig) -> None:
+    """Every task of the grid is a benchmark task (one ConfigError naming the allowed ones otherwise)."""
+    from poslab.errors import ConfigError
+
+    for setting in cfg.axis("setting"):
+        task = cfg.settings[setting]["task_type"]
+        if getattr(TASKS.get(task), "benchmark", None) is None:
+            raise ConfigError("grid.setting", setting, list(benchmark_tasks()) or "a registered benchmark task")
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+def cell_name(encoding: str, randomized: bool) -> str:
+    return encoding + (RANDOMIZED if randomized else "")
+
+
+def evaluate(ctx) -> list[dict]:
+    """Per evaluation length: per-token accuracy and exact match over the output positions of a fixed
+    evaluation set (``eval_batch``), the model's own form (key padding for the encoder)."""
+    study, model, task = ctx.study, ctx.model, ctx.task
+    cls = type(task)
+    randomized = model.cfg.random_positions is not None
+    ids = dict(probe="length", task=study.task_type, benchmark=cls.benchmark, model_form=cls.model_form,
+               encoding=study.encoding, kind=encoding_class(study.encoding).kind, randomized=randomized,
+               cell=cell_name(study.encoding, randomized), chance=float(task.chance))
+    rows = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(study.eval.seed)  # randomized positions are drawn at evaluation too (as the source)
+        for L in study.eval.lengths:
+            batch = eval_batch(task, L, study.eval.n_sequences, study.eval.seed, device=ctx.device)
+            accuracy, exact = [], []
+            for start in range(0, batch.size, study.eval.chunk):
+                part = batch[start:start + study.eval.chunk]
+                logits = model(part.tokens, lengths=None if model.cfg.causal else part.lengths)  # [b, s, m]
+                a, e = sequence_scores(logits.argmax(-1), part)
+                accuracy.append(a)
+                exact.append(e)
+            rows.append(dict(ids, length=L, in_range=L <= study.train.max_length,
+                             accuracy=float(torch.cat(accuracy).nanmean()), exact=float(torch.cat(exact).nanmean()),
+                             tokens=int(batch.tokens.shape[1])))
+    return rows
+
+
+# ----------------------------------------------------------------------------- claims
+
+# Kazemnejad et al.'s ordering, pair by pair: (A, B, relation); gap = mean rank of B - mean rank of A
+KZ_PAIRS = (("nope", "t5", "≈"), ("t5", "alibi", ">"), ("alibi", "rope_partial", ">"),
+            ("rope_partial", "sinusoidal", "≈"))
+KZ_NAME = {v: k for k, v in KAZEMNEJAD_ENCODINGS.items()}
+KZ_ORDER = "NoPE ≈ T5 > ALiBi > RoPE ≈ APE (mean rank over tasks)"
+RANK_NOTE = (f"mean over {{seeds}} seeds of each encoding's mean rank among Kazemnejad et al.'s five (1 = best) "
+             f"over their tasks run here, by exact match past the training length; '≈': mean ranks within "
+             f"{RANK_MARGIN} (half a place), '>': better by more than {RANK_MARGIN}. Rotary = rope_partial (25% "
+             f"of each head), APE = sinusoidal. No seed states this ordering: external (arXiv 2305.19466)")
+GAIN_NOTE = ("randomized minus plain score (per-token accuracy averaged over lengths past training) per task x "
+             "encoding x seed, {n} pairs, on Ruoss et al.'s encodings that read positions (sin/cos, relative = "
+             "transformer_xl, ALiBi, RoPE, learned); published: +12.0% over 15 tasks (arXiv 2305.16843); the "
+             "line judged is the direction (> 0), the size is shown beside")
+
+
+def _pair_label(a: str, b: str, relation: str) -> str:
+    return f"{KZ_NAME[a]} {relation} {KZ_NAME[b]}"
+
+
+CLAIMS = [
+    *(ClaimSpec(name="Kazemnejad et al.: {pair}", paper=KZ_ORDER, role="external", note=RANK_NOTE,
+                where=probe("kz_pair") & is_("pair", _pair_label(a, b, rel)), per=("pair",),
+                measure=abs_mean("gap", "|mean rank gap|") if rel == "≈" else mean("gap", "mean rank gap"),
+                op="<=" if rel == "≈" else ">", threshold=RANK_MARGIN)
+      for a, b, rel in KZ_PAIRS),
+    ClaimSpec(name="Ruoss et al.: randomized positions raise the mean score past the training length",
+              paper=f"+{100 * RUOSS_GAIN:.1f}% mean test accuracy (15 tasks, 6,000 models)", role="external",
+              where=probe("ruoss_gain"), measure=mean("gain", "mean gain"), op=">", threshold=0.0, percent=True,
+              note=GAIN_NOTE),
+    ClaimSpec(name="randomized positions raise the mean score past the training length, every encoding that "
+                   "reads positions, every task run", paper="Ruoss et al.'s gain, beyond their encodings and tasks",
+              role="control", where=probe("gain_all"), measure=mean("gain", "mean gain"), op=">", threshold=0.0,
+              percent=True, note="randomized minus plain score per task x encoding x seed, {n} pairs"),
+]
+
+
+# ----------------------------------------------------------------------------- tables and figures
+
+SOURCE_ENCODINGS = tuple(dict.fromkeys((*RUOSS_ENCODINGS.values(), *KAZEMNEJAD_ENCODINGS.values())))
+TABLES = [
+    Table("Mean score past the training length, per cell and task, and the cell's mean rank", by=("cell",),
+          where=probe("score"), pivot=Pivot("task", "score", empty="n.a."),
+          columns=(Column("mean rank (tasks)", lambda g: _mean_rank(g)),),
+          intro="Score: Ruoss et al.'s tasks per-token accuracy, Kazemnejad et al.'s exact match, each averaged "
+                "over the evaluation lengths past the task's training length; mean ± std over seeds. Rank: per "
+                "task over every cell run on it (1 = best, ties share the mean rank), averaged over the tasks the "
+                "cell ran on (their count in brackets). n.a.: the cell cannot run (reasons below)."),
+    Table("Exact match past the training length", by=("cell",), where=probe("score"),
+          pivot=Pivot("task", "exact", empty="n.a."), intro="Whole-output exact match, every task."),
+    Table("Kazemnejad et al.'s five by mean rank", by=("encoding",), where=probe("kz_rank"),
+          columns=(Column("their name", lambda g: KZ_NAME[g[0]["encoding"]]),
+                   Column("mean rank over their tasks", "mean_rank")),
+          intro="Rank among NoPE, T5, ALiBi, Rotary (rope_partial) and APE (sinusoidal) per task by exact match "
+                "past the training length, averaged over the Kazemnejad et al. tasks run; mean ± std over seeds."),
+    Table("Published numbers beside the measured ones", by=("task", "source encoding"), where=probe("published"),
+          columns=(Column("published", lambda g: g[0]["published"]), Column("its scale", lambda g: g[0]["scale"]),
+                   Column("measured (this run's score)", "measured"), Column("source", lambda g: g[0]["source"]))),
+]
+FIGURES = [
+    Lines("accuracy_by_length.png", x="length", y="score", series=("cell",), panel="task", wrap=4,
+          where=probe("length") & is_("encoding", *SOURCE_ENCODINGS), xlabel="length (the task's unit)",
+          ylabel="score", ylim=(-0.02, 1.02)),
+    Lines("accuracy_by_length_all.png", x="length", y="score", series=("cell",), panel="task", wrap=4,
+          where=probe("length"), xlabel="length (the task's unit)", ylabel="score", ylim=(-0.02, 1.02),
+          legend=False),
+]
+
+
+def _mean_rank(group: list[dict]) -> str:
+    ranks = {r["task"]: r["rank"] for r in group if r.get("rank") is not None}
+    return f"{np.mean(list(ranks.values())):.2f} ({len(ranks)})" if ranks else "n.a."
+
+
+# ----------------------------------------------------------------------------- derived rows
+
+def score_rows(rows: list[dict]) -> list[dict]:
+    """probe="score" per (task, cell, seed): the source's score, accuracy and exact match averaged over the
+    lengths past training; each with the cell's rank on its task (by the mean over seeds)."""
+    past: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("probe") == "length" and not r["in_range"]:
+            past.setdefault((r["task"], r["cell"], r["seed"]), []).append(r)
+    out = []
+    for (task, cell, seed), group in past.items():
+        first = group[0]
+        acc = float(np.nanmean([r["accuracy"] for r in group]))
+        exact = float(np.nanmean([r["exact"] for r in group]))
+        out.append(dict(probe="score", task=task, cell=cell, seed=seed, encoding=first["encoding"],
+                        randomized=first["randomized"], benchmark=first["benchmark"], accuracy=acc, exact=exact,
+                        score=acc if SCORE[first["benchmark"]] == "accuracy" else exact))
+    for task in {r["task"] for r in out}:
+        mine = [r for r in out if r["task"] == task]
+        by_cell = {c: float(np.mean([r["score"] for r in mine if r["cell"] == c])) for c in {r["cell"] for r in mine}}
+        for r in mine:
+            r["rank"] = _rank(by_cell)[r["cell"]]
+    return out
+
+
+def _rank(scores: dict[str, float]) -> dict[str, float]:
+    """Rank 1 = highest score; tied scores share the mean of their ranks."""
+    values = sorted(scores.values(), reverse=True)
+    return {k: float(np.mean([i + 1 for i, v in enumerate(values) if v == s])) for k, s in scores.items()}
+
+
+def kazemnejad_rows(scores: list[dict]) -> list[dict]:
+    """probe="kz_rank" (encoding, seed, mean_rank among Kazemnejad et al.'s five over their tasks run) and
+    probe="kz_pair" (pair, seed, gap = mean rank of B - mean rank of A) for each pair of their ordering."""
+    five = set(KAZEMNEJAD_ENCODINGS.values())
+    plain = [r for r in scores if r["benchmark"] == KAZEMNEJAD and not r["randomized"] and r["encoding"] in five]
+    out = []
+    for seed in sorted({r["seed"] for r in plain}):
+        tasks = sorted({r["task"] for r in plain if r["seed"] == seed})
+        ranks: dict[str, list[float]] = {}
+        for task in tasks:
+            got = {r["encoding"]: r["score"] for r in plain if r["seed"] == seed and r["task"] == task}
+            if set(got) != five:  # a task lacking one of the five ranks nothing
+                continue
+            for enc, rank in _rank(got).items():
+                ranks.setdefault(enc, []).append(rank)
+        if not ranks:
+            continue
+        mean_rank = {enc: float(np.mean(v)) for enc, v in ranks.items()}
+        out += [dict(probe="kz_rank", encoding=enc, seed=seed, mean_rank=m, tasks=len(ranks[enc]))
+                for enc, m in mean_rank.items()]
+        out += [dict(probe="kz_pair", pair=_pair_label(a, b, rel), seed=seed, gap=mean_rank[b] - mean_rank[a])
+                for a, b, rel in KZ_PAIRS]
+    if not out:  # not run: the claims say so (n.a., nothing measured) instead of vanishing
+        out = [dict(probe="kz_pair", pair=_pair_label(a, b, rel), gap=None) for a, b, rel in KZ_PAIRS]
+    return out
+
+
+def gain_rows(scores: list[dict]) -> list[dict]:
+    """probe="gain_all" per (task, encoding, seed) with both a plain and a randomized cell: randomized
+    minus plain score; the Ruoss et al. tasks x their position-reading encodings again as probe="ruoss_gain"."""
+    plain = {(r["task"], r["encoding"], r["seed"]): r["score"] for r in scores if not r["randomized"]}
+    ruoss = set(RUOSS_ENCODINGS.values())
+    out = []
+    for r in scores:
+        key = (r["task"], r["encoding"], r["seed"])
+        if r["randomized"] and key in plain:
+            row = dict(task=r["task"], encoding=r["encoding"], seed=r["seed"], gain=r["score"] - plain[key])
+            out.append(dict(row, probe="gain_all"))
+            if r["benchmark"] == RUOSS and r["encoding"] in ruoss:
+                out.append(dict(row, probe="ruoss_gain"))
+    for probe_name in ("gain_all", "ruoss_gain"):  # not run: an n.a. claim (nothing measured), not a missing one
+        if not any(r["probe"] == probe_name for r in out):
+            out.append(dict(probe=probe_name, gain=None))
+    return out
+
+
+def published_rows(scores: list[dict], published: dict | None = None) -> list[dict]:
+    """probe="published": each published number (PUBLISHED) beside this run's score of the same task and
+    encoding (the source's scale stated with it)."""
+    out = []
+    names = {**{(RUOSS, k): v for k, v in RUOSS_ENCODINGS.items()},
+             **{(KAZEMNEJAD, k): v for k, v in KAZEMNEJAD_ENCODINGS.items()}}
+    for (bench, task, their), (value, scale, source) in (PUBLISHED if published is None else published).items():
+        cell = names[(bench, their.removesuffix(RANDOMIZED))] + (RANDOMIZED if their.endswith(RANDOMIZED) else "")
+        mine = [r["score"] for r in scores if r["task"] == task and r["cell"] == cell]
+        out.append({"probe": "published", "task": task, "source encoding": f"{their} ({cell})", "published": value,
+                    "scale": scale, "source": source, "measured": float(np.mean(mine)) if mine else None})
+    return out
+
+
+def na_rows(study: StudyConfig) -> list[dict]:
+    """probe="score" rows with no score for every grid point that cannot run, with its reason."""
+    out = []
+    for point, reason in inapplicable(EXPERIMENT, study):
+        task = study.settings[point["setting"]]["task_type"]
+        cell = cell_name(point["encoding"], point.get("random_positions") is not None)
+        out.append(dict(probe="score", task=task, cell=cell, encoding=point["encoding"], score=None, exact=None,
+                        na=reason))
+    return out
+
+
+def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
+    lengths = [dict(r, score=r[SCORE[r["benchmark"]]]) for r in rows if r.get("probe") == "length"]
+    scores = score_rows(lengths)
+    nas = na_rows(study)
+    derived = [*lengths, *scores, *nas, *kazemnejad_rows(scores), *gain_rows(scores), *published_rows(scores)]
+    tasks = sorted({r["task"] for r in lengths})
+    settings = {t: study.settings[t] for t in study.axis("setting")}
+    scale = "; ".join(f"{t}: train {s['train.min_length']}-{s['train.max_length']}, evaluated at "
+                      f"{', '.join(map(str, s['eval.lengths']))}, {'decoder' if s['model.causal'] else 'encoder'} "
+                      f"{s.get('model.n_layers')} layers x d {s.get('model.d_model')}, {s.get('train.steps')} steps"
+                      for t, s in settings.items())
+    intro = (f"{len(study.axis('encoding'))} encodings x {len(tasks)} tasks x randomized positions off/on "
+             f"(N = {max(v or 0 for v in study.axis('model.random_positions'))}), {study.seeds} seed(s), "
+             f"{study.eval.n_sequences} sequences per length. {scale}. The paper preset is each source's protocol; "
+             "the cpu and quick presets are scaled down (model, steps, tasks, lengths): docs/lengthgen.md.")
+    na_text = "\n".join(f"- {r['cell']} on {r['task']}: {r['na']}" for r in nas) or "- none"
+    found = ("Published per-task numbers beside the measured ones: none recorded. Ruoss et al.'s Table 1 "
+             "(accuracy per task and encoding) and Kazemnejad et al.'s per-task figures could not be read with "
+             "this project's tools; their headline numbers are the claims below." if not PUBLISHED else "")
+    return write_outputs(out, title=title, rows=derived, claims=judge_all(CLAIMS, derived), intro=intro,
+                         tables=TABLES, figures=FIGURES, csv_rows=lengths,
+                         sections=[f"## Cells that cannot run\n\n{na_text}", *([found] if found else [])],
+                         columns=["benchmark", "task", "model_form", "cell", "encoding", "kind", "randomized", "seed",
+                                  "length", "in_range", "tokens", "accuracy", "exact", "score", "chance"],
+                         csvs={"scores.csv": "score"})
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report,
+                        presets=tuple(PRESETS), check=check, table_length=table_length, not_applicable=not_applicable)
