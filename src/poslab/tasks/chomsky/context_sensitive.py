@@ -14,9 +14,9 @@ input symbols, and the answer is ``output_length(L)`` output classes::
 Every task is presented to a bidirectional encoder in the sources' form
 (:mod:`poslab.tasks.chomsky.format`: the input, then one EMPTY token per output slot; targets
 and ``loss_mask`` on the slots), and scored with :func:`poslab.tasks.scoring.sequence_scores`.
-Each task here is two functions: a draw (the input symbols, from the ``torch.Generator`` passed
-in) and an answer (the output classes, computed from the input symbols alone), so ``label``
-recomputes a batch's targets from its tokens with the same answer that ``sample`` used. In the
+Each task is format.py's ``EncoderTask`` with two functions: ``draw`` (the input symbols at
+given lengths, from the ``torch.Generator`` passed in) and ``answer`` (the output classes and
+scored slots, computed from the input symbols alone), so ``label`` recomputes a batch's targets from its tokens with the same answer that ``sample`` used. In the
 worked examples, inputs and outputs are the sources' ids; token ids are format.py's (PAD 0,
 EMPTY 1, source symbol k -> k + 2), and ``.`` marks a position whose target is not scored.
 
@@ -69,69 +69,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from poslab.errors import require_positive_int
-from poslab.tasks.base import Batch, Length, check_vocab, length_range, uniform_sequences
-from poslab.tasks.chomsky.format import encoder_batch, encoder_inputs, encoder_vocab_size
-
-Answer = tuple[Tensor, Tensor, Tensor]  # outputs [b, o], output lengths [b], scored slots [b]
+from poslab.tasks.base import check_vocab
+from poslab.tasks.chomsky.format import EncoderTask, Rows
 
 END = 2  # the end (and operator) token of the binary arithmetic tasks
 MISSING, ODD_PAD = 2, 3  # missing_duplicate_string's placeholder and its pad for odd lengths
-
-
-class CSTask:
-    """What the seven tasks share: the encoder presentation around a draw and an answer."""
-
-    target_kind: ClassVar[str] = "sequence"
-    model_form: ClassVar[str] = "encoder"
-    benchmark: ClassVar[str] = "ruoss"
-    train_range: ClassVar[tuple[int, int]] = (1, 40)
-    test_range: ClassVar[tuple[int, int]] = (41, 500)
-    length_unit: ClassVar[str] = "input tokens"
-
-    if TYPE_CHECKING:  # each task defines these
-        @property
-        def input_size(self) -> int: ...
-
-        @property
-        def output_size(self) -> int: ...
-
-        def output_length(self, L: int) -> int: ...
-
-        def draw(self, generator: torch.Generator, batch_size: int, length: Length) -> tuple[Tensor, Tensor]: ...
-
-        def answer(self, x: Tensor, L: Tensor) -> Answer: ...
-
-    @property
-    def vocab_size(self) -> int:
-        return encoder_vocab_size(self.input_size, self.output_size)
-
-    @property
-    def chance(self) -> float:
-        return 1.0 / self.output_size
-
-    def max_tokens(self, length: int) -> int:
-        """Tokens of a sequence of task length L: L inputs and ``output_length(L)`` slots."""
-        return length + self.output_length(length)
-
-    def validate(self, min_length: int) -> None:
-        require_positive_int("length", min_length)  # every task length >= 1 is defined
-
-    def sample(self, generator: torch.Generator, batch_size: int, length: Length) -> Batch:
-        self.validate(length_range(length)[0])
-        x, L = self.draw(generator, batch_size, length)  # [b, hi] source symbols, [b]
-        return encoder_batch(x, L, *self.answer(x, L))
-
-    def label(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """tokens [b, s], lengths [b] -> targets [b, s] and loss mask [b, s], from the inputs alone."""
-        x, L = encoder_inputs(tokens)
-        batch = encoder_batch(x, L, *self.answer(x, L), width=tokens.shape[1])
-        return batch.targets, batch.loss_mask
 
 
 def _check_m(m: int) -> None:
@@ -142,7 +90,7 @@ def _check_m(m: int) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DuplicateString(CSTask):
+class DuplicateString(EncoderTask):
     """Duplicate a string: x_1 .. x_L -> (x_1 .. x_L) repeated ``duplication`` times.
 
     Worked examples (m = 2; token ids: symbol k is k + 2, EMPTY 1; ``.`` not scored, target 0)::
@@ -176,18 +124,17 @@ class DuplicateString(CSTask):
     def output_length(self, L: int) -> int:
         return self.duplication * L
 
-    def draw(self, generator: torch.Generator, batch_size: int, length: Length) -> tuple[Tensor, Tensor]:
-        return uniform_sequences(generator, batch_size, length, self.m)
+    def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
+        return self.answer(_uniform(generator, lengths, self.m), lengths)
 
-    def answer(self, x: Tensor, L: Tensor) -> Answer:
-        o = torch.arange(self.duplication * x.shape[1], device=x.device)[None, :]  # [1, o]
-        y = x.gather(1, (o % L.clamp(min=1)[:, None]).clamp(max=x.shape[1] - 1))  # [b, o]: y_o = x_{o mod L}
-        m = self.duplication * L
-        return y, m, m
+    def answer(self, inputs: Tensor, n: Tensor) -> Rows:
+        o = torch.arange(self.duplication * inputs.shape[1], device=inputs.device)[None, :]  # [1, o]
+        y = inputs.gather(1, (o % n.clamp(min=1)[:, None]).clamp(max=inputs.shape[1] - 1))  # [b, o]: x_{o mod L}
+        return Rows(inputs, n, y, self.duplication * n)
 
 
 @dataclass(frozen=True, kw_only=True)
-class OddsFirst(CSTask):
+class OddsFirst(EncoderTask):
     """The symbols at odd 0-based indices first, then those at even ones: x[1::2] + x[::2].
 
     This is the sources' code; their docstring states the opposite order (module docstring).
@@ -219,18 +166,18 @@ class OddsFirst(CSTask):
     def output_length(self, L: int) -> int:
         return L
 
-    def draw(self, generator: torch.Generator, batch_size: int, length: Length) -> tuple[Tensor, Tensor]:
-        return uniform_sequences(generator, batch_size, length, self.m)
+    def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
+        return self.answer(_uniform(generator, lengths, self.m), lengths)
 
-    def answer(self, x: Tensor, L: Tensor) -> Answer:
-        o = torch.arange(x.shape[1], device=x.device)[None, :]  # [1, o]
-        odd = (L // 2)[:, None]  # [b, 1] symbols at odd indices
-        at = torch.where(o < odd, 2 * o + 1, 2 * (o - odd)).clamp(max=x.shape[1] - 1)  # [b, o]
-        return x.gather(1, at), L, L
+    def answer(self, inputs: Tensor, n: Tensor) -> Rows:
+        o = torch.arange(inputs.shape[1], device=inputs.device)[None, :]  # [1, o]
+        odd = (n // 2)[:, None]  # [b, 1] symbols at odd indices
+        at = torch.where(o < odd, 2 * o + 1, 2 * (o - odd)).clamp(max=inputs.shape[1] - 1)  # [b, o]
+        return Rows(inputs, n, inputs.gather(1, at), n)
 
 
 @dataclass(frozen=True, kw_only=True)
-class BucketSort(CSTask):
+class BucketSort(EncoderTask):
     """Sort symbols from an alphabet of m: x_1 .. x_L -> the same symbols in increasing order.
 
     Worked examples (m = 5)::
@@ -260,16 +207,16 @@ class BucketSort(CSTask):
     def output_length(self, L: int) -> int:
         return L
 
-    def draw(self, generator: torch.Generator, batch_size: int, length: Length) -> tuple[Tensor, Tensor]:
-        return uniform_sequences(generator, batch_size, length, self.m)
+    def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
+        return self.answer(_uniform(generator, lengths, self.m), lengths)
 
-    def answer(self, x: Tensor, L: Tensor) -> Answer:
-        past = torch.arange(x.shape[1], device=x.device)[None, :] >= L[:, None]  # [b, s]
-        return x.masked_fill(past, self.m).sort(dim=1).values, L, L  # padding sorts last
+    def answer(self, inputs: Tensor, n: Tensor) -> Rows:
+        past = torch.arange(inputs.shape[1], device=inputs.device)[None, :] >= n[:, None]  # [b, s]
+        return Rows(inputs, n, inputs.masked_fill(past, self.m).sort(dim=1).values, n)  # padding sorts last
 
 
 @dataclass(frozen=True, kw_only=True)
-class MissingDuplicateString(CSTask):
+class MissingDuplicateString(EncoderTask):
     """A binary string w of length L // 2 written twice, one symbol replaced by 2: which was it?
 
     Odd L ends with the pad symbol 3. The answer is one class in {0, 1}, read at one empty slot.
@@ -297,36 +244,30 @@ class MissingDuplicateString(CSTask):
     def output_length(self, L: int) -> int:
         return 1
 
-    def draw(self, generator: torch.Generator, batch_size: int, length: Length) -> tuple[Tensor, Tensor]:
-        hi = length_range(length)[1]
-        device = generator.device
-        w = torch.randint(0, 2, (batch_size, max(hi // 2, 1)), generator=generator, device=device)  # [b, h_max]
-        L = _lengths(generator, batch_size, length)  # [b]
-        half = L // 2  # [b]
-        missing = (torch.rand(batch_size, generator=generator, device=device) * 2 * half).long()  # [b] in [0, 2h)
+    def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
+        b, hi, device = len(lengths), int(lengths.max()), lengths.device
+        w = torch.randint(0, 2, (b, max(hi // 2, 1)), generator=generator, device=device)  # [b, h_max]
+        half = lengths // 2  # [b]
+        missing = (torch.rand(b, generator=generator, device=device) * 2 * half).long()  # [b] in [0, 2h)
         s = torch.arange(hi, device=device)[None, :]  # [1, s]
         x = w.gather(1, s % half.clamp(min=1)[:, None])  # [b, s]: w twice
         x = x.masked_fill(s == missing[:, None], MISSING).masked_fill(s == 2 * half[:, None], ODD_PAD)
-        return x.masked_fill(L[:, None] == 1, 1), L
+        return self.answer(x.masked_fill(lengths[:, None] == 1, 1), lengths)
 
-    def answer(self, x: Tensor, L: Tensor) -> Answer:
-        half = (L // 2).clamp(min=1)[:, None]  # [b, 1]
-        missing = (x == MISSING).long().argmax(1, keepdim=True)  # [b, 1] (0 where there is none: L = 1)
-        twin = ((missing + half) % (2 * half)).clamp(max=x.shape[1] - 1)  # the same symbol of w in the other copy
-        y = x.gather(1, twin).masked_fill(L[:, None] == 1, 1)  # [b, 1]
-        one = torch.ones_like(L)
-        return y, one, one
+    def answer(self, inputs: Tensor, n: Tensor) -> Rows:
+        half = (n // 2).clamp(min=1)[:, None]  # [b, 1]
+        missing = (inputs == MISSING).long().argmax(1, keepdim=True)  # [b, 1] (0 where there is none: L = 1)
+        twin = ((missing + half) % (2 * half)).clamp(max=inputs.shape[1] - 1)  # that symbol of w in the other copy
+        y = inputs.gather(1, twin).masked_fill(n[:, None] == 1, 1)  # [b, 1]
+        return Rows(inputs, n, y, torch.ones_like(n))
 
 
 # ----------------------------------------------------------------------------- binary arithmetic
 
 
-def _lengths(generator: torch.Generator, batch_size: int, length: Length) -> Tensor:
-    """[b] task lengths: L, or uniform in [lo, hi] (drawn only when lo < hi, as uniform_sequences)."""
-    lo, hi = length_range(length)
-    if lo == hi:
-        return torch.full((batch_size,), hi, dtype=torch.long, device=generator.device)
-    return torch.randint(lo, hi + 1, (batch_size,), generator=generator, device=generator.device)
+def _uniform(generator: torch.Generator, lengths: Tensor, m: int) -> Tensor:
+    """[b, max L] i.i.d. uniform symbols of an alphabet of m (values past a row's length unused)."""
+    return torch.randint(0, m, (len(lengths), int(lengths.max())), generator=generator, device=lengths.device)
 
 
 def _nonzero_bits(generator: torch.Generator, shape: tuple[int, int], width: Tensor, need: Tensor) -> Tensor:
@@ -341,13 +282,11 @@ def _nonzero_bits(generator: torch.Generator, shape: tuple[int, int], width: Ten
         bits[zero] = torch.randint(0, 2, (int(zero.sum()), shape[1]), generator=generator, device=bits.device)
 
 
-def _operands(generator: torch.Generator, batch_size: int, length: Length) -> tuple[Tensor, Tensor]:
-    """binary_addition's and binary_multiplication's inputs [b, hi] and lengths [b]: for L >= 3,
+def _operands(generator: torch.Generator, L: Tensor) -> Tensor:
+    """binary_addition's and binary_multiplication's inputs [b, max L] at task lengths L [b]: for L >= 3,
     n 2 m with n, m little-endian, widths w_n uniform in [1, L - 2] and w_m = L - 1 - w_n, values
     uniform in [1, 2^w - 1]; for L <= 2, a number uniform in [0, 2^L - 2] in L little-endian bits."""
-    hi = length_range(length)[1]
-    device = generator.device
-    L = _lengths(generator, batch_size, length)
+    batch_size, hi, device = len(L), int(L.max()), L.device
     operator = L >= 3  # [b]
     w_n = 1 + (torch.rand(batch_size, generator=generator, device=device) * (L - 2).clamp(min=1)).long()  # [b]
     w_m = L - 1 - w_n
@@ -357,8 +296,7 @@ def _operands(generator: torch.Generator, batch_size: int, length: Length) -> tu
     s = torch.arange(hi, device=device)[None, :]  # [1, s]
     after = (s - w_n[:, None] - 1).clamp(min=0)  # [b, s] index into m
     x = torch.where(s < w_n[:, None], n, torch.where(s == w_n[:, None], END, m.gather(1, after)))
-    x = torch.where(operator[:, None], x, (v[:, None] >> s.clamp(max=62)) & 1)
-    return x, L
+    return torch.where(operator[:, None], x, (v[:, None] >> s.clamp(max=62)) & 1)
 
 
 def _le(bits: list[int]) -> int:
@@ -375,7 +313,7 @@ def _rows(rows: list[list[int]], width: int, device: torch.device) -> Tensor:
     return torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.long, device=device).view(-1, width)
 
 
-class _Arithmetic(CSTask):
+class _Arithmetic(EncoderTask):
     """binary_addition and binary_multiplication: the input n 2 m, the result little-endian, the
     end token 2, then zeros up to ``output_length(L)`` slots; scored up to the end token."""
 
@@ -394,13 +332,13 @@ class _Arithmetic(CSTask):
         """The result at L <= 2 (no operator in the input)."""
         raise NotImplementedError
 
-    def draw(self, generator: torch.Generator, batch_size: int, length: Length) -> tuple[Tensor, Tensor]:
-        return _operands(generator, batch_size, length)
+    def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
+        return self.answer(_operands(generator, lengths), lengths)
 
-    def answer(self, x: Tensor, L: Tensor) -> Answer:
-        lengths = L.tolist()
+    def answer(self, inputs: Tensor, n: Tensor) -> Rows:
+        lengths = n.tolist()
         results = []
-        for row, L_i in zip(x.tolist(), lengths, strict=True):
+        for row, L_i in zip(inputs.tolist(), lengths, strict=True):
             if L_i <= 2:
                 results.append(self.short(_le(row[:L_i]), L_i))
             else:
@@ -409,8 +347,9 @@ class _Arithmetic(CSTask):
         out = [r + [END] + [0] * (self.output_length(L_i) - len(r) - 1)
                for r, L_i in zip(results, lengths, strict=True)]
         width = max((len(r) for r in out), default=0)
-        scored = torch.tensor([len(r) + 1 for r in results], dtype=torch.long, device=x.device)
-        return _rows(out, width, x.device), torch.tensor([len(r) for r in out], device=x.device), scored
+        device = inputs.device
+        scored = torch.tensor([len(r) + 1 for r in results], dtype=torch.long, device=device)
+        return Rows(inputs, n, _rows(out, width, device), torch.tensor([len(r) for r in out], device=device), scored)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -472,7 +411,7 @@ class BinaryMultiplication(_Arithmetic):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ComputeSqrt(CSTask):
+class ComputeSqrt(EncoderTask):
     """floor(sqrt(n)) of an L-bit number n, both big-endian; the output has ceil(L / 2) bits.
 
     Worked examples (the sources' own)::
@@ -497,17 +436,15 @@ class ComputeSqrt(CSTask):
     def output_length(self, L: int) -> int:
         return math.ceil(L / 2)
 
-    def draw(self, generator: torch.Generator, batch_size: int, length: Length) -> tuple[Tensor, Tensor]:
-        L = _lengths(generator, batch_size, length)
-        every = torch.ones_like(L, dtype=torch.bool)
-        return _nonzero_bits(generator, (batch_size, length_range(length)[1]), L, every), L
+    def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
+        every = torch.ones_like(lengths, dtype=torch.bool)
+        return self.answer(_nonzero_bits(generator, (len(lengths), int(lengths.max())), lengths, every), lengths)
 
-    def answer(self, x: Tensor, L: Tensor) -> Answer:
-        lengths = L.tolist()
+    def answer(self, inputs: Tensor, n: Tensor) -> Rows:
+        lengths = n.tolist()
         out = []
-        for row, L_i in zip(x.tolist(), lengths, strict=True):
+        for row, L_i in zip(inputs.tolist(), lengths, strict=True):
             root = math.isqrt(int("".join(map(str, row[:L_i])), 2))
             out.append([int(c) for c in f"{root:b}".zfill(self.output_length(L_i))])
-        m = (L + 1) // 2
-        return _rows(out, max((len(r) for r in out), default=0), x.device), m, m
+        return Rows(inputs, n, _rows(out, max((len(r) for r in out), default=0), inputs.device), (n + 1) // 2)
 
