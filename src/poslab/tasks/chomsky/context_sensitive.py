@@ -16,9 +16,10 @@ Every task is presented to a bidirectional encoder in the sources' form
 and ``loss_mask`` on the slots), and scored with :func:`poslab.tasks.scoring.sequence_scores`.
 Each task is format.py's ``EncoderTask`` with two functions: ``draw`` (the input symbols at
 given lengths, from the ``torch.Generator`` passed in) and ``answer`` (the output classes and
-scored slots, computed from the input symbols alone), so ``label`` recomputes a batch's targets from its tokens with the same answer that ``sample`` used. In the
-worked examples, inputs and outputs are the sources' ids; token ids are format.py's (PAD 0,
-EMPTY 1, source symbol k -> k + 2), and ``.`` marks a position whose target is not scored.
+scored slots, computed from the input symbols alone), so ``label`` recomputes a batch's targets
+from its tokens with the same answer that ``sample`` used. In the worked examples, inputs and
+outputs are the sources' ids; token ids are format.py's (PAD 0, EMPTY 1, source symbol k ->
+k + 2), and ``.`` marks a position whose target is not scored.
 
 Sources read (google-deepmind/randomized_positional_encodings at e8c6474, whose ``tasks/cs/*.py``
 equal google-deepmind/neural_networks_chomsky_hierarchy's at 2b8eb4b up to the package name):
