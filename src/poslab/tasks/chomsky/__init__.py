@@ -7,10 +7,23 @@ task name.
 """
 
 from poslab.tasks.chomsky.context_free import ModularArithmeticBrackets, ReverseString, SolveEquation, StackManipulation
+from poslab.tasks.chomsky.context_sensitive import (
+    BinaryAddition,
+    BinaryMultiplication,
+    BucketSort,
+    ComputeSqrt,
+    DuplicateString,
+    MissingDuplicateString,
+    OddsFirst,
+)
 from poslab.tasks.chomsky.regular import CycleNavigation, EvenPairs, ModularArithmetic, ParityCheck
 
 REGULAR = (EvenPairs, ModularArithmetic, ParityCheck, CycleNavigation)
 CONTEXT_FREE = (StackManipulation, ReverseString, ModularArithmeticBrackets, SolveEquation)
+CONTEXT_SENSITIVE = (DuplicateString, MissingDuplicateString, OddsFirst, BinaryAddition, BinaryMultiplication,
+                     ComputeSqrt, BucketSort)
 
-__all__ = ["CONTEXT_FREE", "REGULAR", "CycleNavigation", "EvenPairs", "ModularArithmetic", "ModularArithmeticBrackets",
-           "ParityCheck", "ReverseString", "SolveEquation", "StackManipulation"]
+__all__ = ["CONTEXT_FREE", "CONTEXT_SENSITIVE", "REGULAR", "BinaryAddition", "BinaryMultiplication", "BucketSort",
+           "ComputeSqrt", "CycleNavigation", "DuplicateString", "EvenPairs", "MissingDuplicateString",
+           "ModularArithmetic", "ModularArithmeticBrackets", "OddsFirst", "ParityCheck", "ReverseString",
+           "SolveEquation", "StackManipulation"]
