@@ -12,6 +12,7 @@
     poslab bench eval --model lm [--lengths 1000,10000,30000] [--device cuda]   the LM's position-wise loss
     poslab bench profile [EXPERIMENT] [--preset P] [--set key=value]   where one study's wall time goes
     poslab bench floor [EXPERIMENT ...] [--preset P]   the training's matmul FLOPs over this CPU's rate
+    poslab bench lengthgen [--steps N] [--per-task N]   lengthgen's cpu preset: ensembles vs the plain loop
     poslab bench parity [--device cpu|cuda]   ensemble = solo: Table 1's groups as ensembles and each seed alone
 
 Bad input stops before any work with one line naming the field and the allowed values, exit 2.
@@ -265,6 +266,20 @@ def bench_train(steps, plain_steps, workers, scaling, scaling_steps):
         raise ConfigError("--scaling-steps", scaling_steps, "a positive integer")
     run_bench(steps=steps, plain_steps=plain_steps, workers=workers, scaling=sizes, scaling_steps=scaling_steps,
               echo=click.echo)
+
+
+@bench.command("lengthgen")
+@click.option("--steps", type=int, default=20, show_default=True, help="steps timed per group")
+@click.option("--per-task", type=int, default=2, show_default=True, help="groups timed per task")
+def bench_lengthgen(steps, per_task):
+    """The lengthgen cpu preset's training: each cell's seeds as one ensemble vs each alone in the plain
+    loop, one thread, as a ratio."""
+    from poslab.bench import bench_lengthgen as run_bench
+
+    for field, value in (("--steps", steps), ("--per-task", per_task)):
+        if value < 1:
+            raise ConfigError(field, value, "a positive integer")
+    run_bench(steps=steps, per_task=per_task, echo=click.echo)
 
 
 def _int_list(field: str, text: str, low: int, high: int | None = None, *, none: bool = False) -> tuple[int, ...]:

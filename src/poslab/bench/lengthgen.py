@@ -1,0 +1,59 @@
+"""``poslab bench lengthgen``: the lengthgen cpu preset's training as ensembles against the plain loop.
+
+    ratio = (plain loop: seconds per member-step) / (ensemble: seconds per member-step)
+
+A few of the preset's groups (one per task, by default the first encodings of the registry, with
+and without randomized positions) train as ``poslab run`` trains a group, one vectorized ensemble
+of the cell's seeds on one thread as a worker does (:func:`~poslab.experiments.training.train_members`),
+and each of their members alone through the plain loop (:func:`~poslab.train.train_plain`), the
+same steps on the same thread, ensemble and plain interleaved group by group so that a noisy
+machine weighs both alike. A short run: the ratio, not the preset's wall time, is the number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from poslab.experiments import members as study_members
+from poslab.experiments.runner import prepare
+from poslab.experiments.schedule import one_thread
+from poslab.experiments.training import train_members
+from poslab.studies import lengthgen
+from poslab.train import train_plain
+
+
+def bench_lengthgen(*, steps: int = 20, per_task: int = 2, echo=print) -> dict:
+    """Time ``per_task`` groups of each cpu-preset task for ``steps`` steps, ensemble against plain."""
+    study = prepare(lengthgen.EXPERIMENT, "cpu")
+    groups: dict[str, list] = {}
+    for m in study_members(lengthgen.EXPERIMENT, study):
+        groups.setdefault(m.group_key(), []).append(m)
+    chosen: dict[str, list] = {}
+    for group in groups.values():
+        chosen.setdefault(group[0].study.task_type, [])
+        if len(chosen[group[0].study.task_type]) < per_task:
+            chosen[group[0].study.task_type].append(group)
+    ensemble = plain = 0.0
+    member_steps = 0
+    with one_thread():
+        for task_groups in chosen.values():
+            for group in task_groups:
+                short = [dataclasses.replace(m, study=dataclasses.replace(
+                    m.study, train=dataclasses.replace(m.study.train, steps=steps, warmup_steps=0))) for m in group]
+                train_members(short[:1], progress=False)  # warm-up (first draws, kernels), not timed
+                t0 = time.perf_counter()
+                train_members(short, progress=False)
+                ens = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                for m in short:
+                    train_plain(m.make_model(), m.task, m.seed, m.study.train, steps=steps)
+                solo = time.perf_counter() - t0
+                ensemble, plain, member_steps = ensemble + ens, plain + solo, member_steps + len(group) * steps
+                echo(f"{group[0].group_label} x{len(group)}: ensemble {ens:.2f} s, plain loop {solo:.2f} s "
+                     f"({steps} steps, one thread)")
+    ratio = plain / ensemble
+    echo(f"lengthgen cpu preset, {sum(map(len, chosen.values()))} groups, {member_steps} member-steps: ensemble "
+         f"{ensemble / member_steps * 1e3:.1f} ms, plain loop {plain / member_steps * 1e3:.1f} ms a member-step: "
+         f"ratio {ratio:.2f}x")
+    return dict(ensemble_seconds=ensemble, plain_seconds=plain, member_steps=member_steps, ratio=ratio)
