@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from poslab.experiments import members, run_study
@@ -193,11 +194,12 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _rows_of(config: dict) -> list[dict]:
-    return [dict(probe="value", value=config["x"])]
+def _rows_of(job, *, device: str) -> list[dict]:
+    return [dict(probe="value", value=job.config["x"])]
 
 
-def test_evaluate_members_runs_only_as_many_workers_as_fit_in_memory(tmp_path, monkeypatch, capsys):
+def test_evaluate_jobs_runs_only_as_many_workers_as_fit_in_memory(tmp_path, monkeypatch, capsys):
+    from poslab.experiments import Experiment, Job
     from poslab.experiments import training as runner
     from poslab.machine import MEMORY_FRACTION, memory_bytes
 
@@ -208,14 +210,26 @@ def test_evaluate_members_runs_only_as_many_workers_as_fit_in_memory(tmp_path, m
         return Inline()
 
     monkeypatch.setattr(runner, "make_executor", fake_executor)
+    exp = Experiment(name="memo", title="memo", study=None, jobs=lambda study: [], run_job=_rows_of, report=None)
     store = Store(tmp_path / "s.sqlite")
-    jobs = [(f"k{i}", dict(x=i)) for i in range(4)]
     plenty = memory_bytes() * MEMORY_FRACTION / 10
-    assert runner.evaluate_members("memo", jobs[:2], _rows_of, store=store, workers=2, worker_bytes=plenty,
-                                   progress=False) == 2
+    jobs = [Job(dict(x=i), memory=plenty) for i in range(4)]
+    runner.evaluate_jobs(exp, jobs[:2], store=store, workers=2, progress=False)
     assert asked == [2] and "worker(s)" not in capsys.readouterr().err  # two fit: no cap, nothing said
     # a job peaking at 60% of what a run may plan for: one at a time, and stderr says why
-    assert runner.evaluate_members("memo", jobs, _rows_of, store=store, workers=2,
-                                   worker_bytes=0.6 * memory_bytes() * MEMORY_FRACTION, progress=False) == 2
+    big = [Job(j.config, memory=0.6 * memory_bytes() * MEMORY_FRACTION) for j in jobs[2:]]
+    runner.evaluate_jobs(exp, big, store=store, workers=2, progress=False)
     assert asked == [2, 1] and "1 worker(s)" in capsys.readouterr().err
-    assert sorted(r["value"] for r in store.rows(keys=[k for k, _ in jobs])) == [0, 1, 2, 3]
+    assert sorted(r["value"] for r in store.rows(keys=[j.key for j in jobs])) == [0, 1, 2, 3]
+
+
+def test_an_experiment_is_trained_or_evaluate_only_never_both_nor_neither():
+    from poslab.experiments import Experiment
+
+    with pytest.raises(TypeError, match="one of the two"):
+        Experiment(name="x", title="x", study=None, report=None)
+    with pytest.raises(TypeError, match="one of the two"):
+        Experiment(name="x", title="x", study=None, report=None, evaluate=_rows_of, jobs=lambda s: [],
+                   run_job=_rows_of)
+    with pytest.raises(TypeError, match="one of the two"):
+        Experiment(name="x", title="x", study=None, report=None, jobs=lambda s: [])

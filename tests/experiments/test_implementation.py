@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from poslab.experiments import run_study
+from poslab.experiments.executors import Inline
 from poslab.store import Store
 from poslab.studies import implementation as im
 
@@ -14,7 +16,8 @@ def test_quick_preset_end_to_end(tmp_path):
     pytest.importorskip("transformers")
     start = time.perf_counter()
     with Store(tmp_path / "s.sqlite") as store:
-        summary = im.run(im.study("quick"), store=store, out=tmp_path / "out", progress=False)
+        summary = run_study(im.EXPERIMENT, im.study("quick"), store=store, out=tmp_path / "out", progress=False,
+                            executor=Inline())
         assert len(store.runs(experiment="implementation")) == 2  # a second run reuses both members
     assert summary["members"] == 2 and summary["trained"] == 2
     # about 12 s on an idle 2-core machine (imports of transformers, matplotlib and the optimizer included)

@@ -59,7 +59,16 @@ def test_checkpoint_cache_equals_recompute_with_its_own_rotary_and_not_under_dyn
     kept, _ = kv.hf_cached_logits(model.hf, x, 8, steps)
     gap = {t: float((kept[t] - kv.hf_recompute_logits(model.hf, x, t)).abs().max()) for t in steps}
     assert gap[10] < 1e-5 and gap[15] < 1e-5 and gap[30] > 1e-4 and gap[46] > 1e-4
+    # the one greedy decoder (poslab.pretrained.model.greedy): recomputing, each token is the argmax of a
+    # forward of everything before it; cached after a prefill of 8, each is the cached logits' argmax
     prompt = x[:, :40]
-    assert kv.hf_greedy(model.hf, prompt, 3, cached=False, prefill=8) == \
-        [int(kv.hf_recompute_logits(model.hf, prompt, 39).argmax())] + \
-        kv.hf_greedy(model.hf, prompt, 3, cached=False, prefill=8)[1:]
+    recomputed = model.greedy(prompt, 3, cached=False)
+    seq = prompt
+    for token in recomputed:
+        assert token == int(kv.hf_recompute_logits(model.hf, seq, seq.shape[1] - 1).argmax())
+        seq = torch.cat((seq, torch.tensor([[token]])), 1)
+    cached = model.greedy(prompt, 3, prefill=8)
+    kept, _ = kv.hf_cached_logits(model.hf, torch.cat((prompt, torch.tensor([cached])), 1), 8, [39, 40, 41])
+    assert cached == [int(kept[t].argmax()) for t in (39, 40, 41)]
+    model.restore()  # the checkpoint's own rotary: a cache changes nothing, whatever the prefill
+    assert model.greedy(prompt, 3) == model.greedy(prompt, 3, prefill=8) == model.greedy(prompt, 3, cached=False)

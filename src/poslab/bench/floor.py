@@ -37,7 +37,7 @@ def bench_floor(experiments: tuple[str, ...] = ("all",), *, preset: str = "paper
     rate = matmul_gflops() * 1e9
     rows, total = [], 0.0
     for name, exp in exps.items():
-        if exp.run is not None:
+        if exp.jobs is not None:
             echo(f"{name}: trains nothing (a pretrained checkpoint), skipped")
             continue
         groups: dict[str, list] = {}

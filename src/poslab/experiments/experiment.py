@@ -3,11 +3,13 @@
     Experiment      one published artefact as the engine sees it (a study module builds one)
     members()       every grid point x seed of a study, each keyed by the hash of its resolved config
     variant_members evaluate-only variants of trained members (another schedule, fix or encoding option)
+    Job             one member of an evaluate-only study (a pretrained checkpoint's): a keyed config
     Member          one point and one seed: its task, model config, run key and ensemble group key
     MemberContext   what an experiment's ``evaluate`` gets for one member
 
 An experiment is an :class:`Experiment` with ``name``, ``title``, ``study(preset) -> StudyConfig``,
-``evaluate(ctx: MemberContext) -> rows`` and ``report(rows, study, out) -> files``; optionally
+``evaluate(ctx: MemberContext) -> rows`` (or, evaluate-only, ``jobs(study) -> [Job]`` and
+``run_job(job, device=...) -> rows``) and ``report(rows, study, out) -> files``; optionally
 ``fixed`` ({path: reason} its --set may not change), ``check(study)`` (its own validation) and
 ``table_length(study)`` (its learned tables' length) and ``not_applicable(study)`` (why a grid point
 cannot run, e.g. a causal-only encoding in a bidirectional model; such points train no member, and
@@ -147,6 +149,22 @@ class MemberContext:
         return self.member.task
 
 
+@dataclass(frozen=True)
+class Job:
+    """One member of an evaluate-only study (nothing trained: a pretrained checkpoint under one
+    schedule, say), listed by ``Experiment.jobs`` and turned into rows by ``Experiment.run_job`` in
+    whichever process the executor runs it."""
+
+    config: dict  # everything that decides its rows: its hash is the run key, and the store keeps it
+    args: Mapping = dataclasses.field(default_factory=dict)  # what it reads beside, not keyed (where a file lies)
+    label: str = ""  # its name in the progress bar
+    memory: float | None = None  # its peak in bytes, where known: fewer local workers where as many would not fit
+
+    @cached_property
+    def key(self) -> str:
+        return config_hash(self.config)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Experiment:
     """One published artefact, as the runner, the command line and the report see it.
@@ -154,10 +172,11 @@ class Experiment:
     A study module builds one at its end (``EXPERIMENT = Experiment(...)``) and
     :mod:`poslab.studies` registers it; nothing looks for optional module attributes."""
 
-    name: str  # the command-line name, e.g. "phenomenon"
+    name: str  # the command-line name, which the registry and the store know it by
     title: str  # the published artefact, e.g. "Table 1 / Fig. 1"
     study: Callable[[str], StudyConfig]  # preset -> the study's grid
-    evaluate: Callable[[MemberContext], list[dict]]  # one trained (or variant) member -> rows
+    # one trained (or variant) member -> rows; None for an evaluate-only study (``jobs``)
+    evaluate: Callable[[MemberContext], list[dict]] | None = None
     report: Callable[[list[dict], StudyConfig, Path], list[Path]]  # rows -> rows.csv, table.md, claims, figures
     presets: tuple[str, ...] = ("paper", "quick")
     fixed: Mapping[str, str] = dataclasses.field(default_factory=dict)  # {path: why --set may not change it}
@@ -166,10 +185,14 @@ class Experiment:
     checks_eval_lengths: bool = False  # check() validates eval lengths itself (the runner does not)
     in_run_all: bool = False  # part of ``poslab run all`` (the seed paper's studies)
     headline: str | None = None  # the figure the report shows beside the claims (default: the first)
-    # an evaluate-only study with no trained members (a pretrained checkpoint): it lists, keys, stores and
-    # resumes its own members; (study, store=, out=, device=, force=, progress=) -> run_study's summary.
-    # validate() then runs only its check(study); run_study() hands the whole run to it.
-    run: Callable[..., dict] | None = None
+    # an evaluate-only study, nothing trained (a pretrained checkpoint): ``jobs(study)`` lists its members,
+    # each keyed, stored, resumed and run on the executor like a trained member, as ``run_job(job, device=,
+    # **prepared) -> rows``; ``prepare(study, todo, stages=, device=, progress=) -> prepared`` (optional) is
+    # the driver's work before the jobs that are to run (a search, stored as a stage). validate() then runs
+    # only check(study)
+    jobs: Callable[[StudyConfig], list[Job]] | None = None
+    run_job: Callable[..., list[dict]] | None = None
+    prepare: Callable[..., dict] | None = None
     # evaluate reads how training went beyond the stored timings (the loss curve): its rows cannot be
     # recomputed from stored weights, so ``--reevaluate`` refuses the study
     training_rows: bool = False
@@ -177,10 +200,10 @@ class Experiment:
     # task), or None where it runs: such points train no member; ``inapplicable`` lists them with the reason
     not_applicable: Callable[[StudyConfig], str | None] | None = None
 
-
-def no_member_rows(ctx: MemberContext) -> list[dict]:
-    """``evaluate`` of a study whose own ``run`` lists and evaluates its members (a pretrained checkpoint)."""
-    return []
+    def __post_init__(self) -> None:
+        if (self.evaluate is None) == (self.jobs is None) or (self.jobs is None) != (self.run_job is None):
+            raise TypeError(f"Experiment {self.name!r}: evaluate (trained members) or jobs and run_job "
+                            "(evaluate-only members), one of the two")
 
 
 # ----------------------------------------------------------------------------- resolution

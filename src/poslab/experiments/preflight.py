@@ -27,7 +27,7 @@ def validate(study: StudyConfig, device: str, experiment: Experiment | None = No
         raise ConfigError("device", device, DEVICES)
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", device, "cpu (no CUDA device is available here)")
-    if experiment is not None and experiment.run is not None:  # no trained members: the study checks itself
+    if experiment is not None and experiment.jobs is not None:  # evaluate-only: the study checks itself
         if experiment.check is not None:
             experiment.check(study)
         return []
@@ -106,7 +106,7 @@ def check_reevaluate(experiment: Experiment, study: StudyConfig, trained: list[M
     """``--reevaluate``'s preconditions, checked before any work: a study whose rows follow from its
     weights, every trained member stored with them. Returns the stored runs by key."""
     use_force = "use --force to train it again"
-    if experiment.run is not None:
+    if experiment.jobs is not None:
         raise ConfigError("--reevaluate", experiment.name, "a study that trains its members (this one evaluates "
                                                            "a pretrained checkpoint on every run: use --force)")
     if experiment.training_rows:

@@ -11,7 +11,9 @@
       -> the experiment's report reads every member's rows back from the store
 
 Members are recorded one by one as their group finishes, so an interrupted sweep loses at most
-the groups in flight and a rerun trains only what is missing.
+the groups in flight and a rerun trains only what is missing. An evaluate-only study (a pretrained
+checkpoint: nothing trained) lists its members as jobs instead (``Experiment.jobs``, :func:`run_jobs`),
+keyed, stored, resumed and run on the executors the same way.
 
 The engine is handed :class:`~poslab.experiments.experiment.Experiment` objects and never imports a
 study: the command line (or a notebook) resolves names in :mod:`poslab.studies`. :func:`run` is
@@ -29,11 +31,17 @@ from pathlib import Path
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments.config import StudyConfig, apply_overrides
 from poslab.experiments.executors import Executor, Inline, make_executor
-from poslab.experiments.experiment import Experiment, Member, variant_members
+from poslab.experiments.experiment import Experiment, Job, Member, variant_members
 from poslab.experiments.preflight import check_output_folder, check_reevaluate, validate
 from poslab.experiments.schedule import share_out
 from poslab.experiments.stages import Stages
-from poslab.experiments.training import MemberResult, evaluate_variant, reevaluate_members, train_group
+from poslab.experiments.training import (
+    MemberResult,
+    evaluate_jobs,
+    evaluate_variant,
+    reevaluate_members,
+    train_group,
+)
 from poslab.store import Store, git_revision
 from poslab.tasks import build_task, task_options
 from poslab.train import PhaseTimer, spans
@@ -65,9 +73,9 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     if reevaluate and force:
         raise ConfigError("--reevaluate", True, "without --force (--force trains again; --reevaluate never trains)")
     stored = check_reevaluate(experiment, study, trained, store) if reevaluate else {}
-    if experiment.run is not None:
-        return experiment.run(study, store=store, out=out, device=device, force=force, progress=progress,
-                              workers=workers, executor=executor)
+    if experiment.jobs is not None:
+        return run_jobs(experiment, study, experiment.jobs(study), store=store, out=out, device=device, force=force,
+                        progress=progress, workers=workers, executor=executor)
     with span("setup"):
         variants = variant_members(study, trained)
         everyone = trained + [v for v, _ in variants]
@@ -132,6 +140,34 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
                 seconds=time.perf_counter() - start, files=files)
 
 
+def run_jobs(experiment: Experiment, study: StudyConfig, jobs: list[Job], *, store: Store, out: Path,
+             device: str = "cpu", force: bool = False, progress: bool = True, workers: int = 1,
+             executor: Executor | str | None = None) -> dict:
+    """Run (or resume) an evaluate-only study: its ``jobs`` (``experiment.jobs(study)``), those
+    the store lacks (with ``force``, every one) run on the executor after the experiment's
+    ``prepare`` (the driver's work, stored as stages), each recorded as it comes back; then its
+    report from the store. Returns :func:`run_study`'s summary ("trained": the jobs evaluated)."""
+    start = time.perf_counter()
+    if force:
+        for job in jobs:
+            store.delete(job.key)
+    done = {r["key"] for r in store.runs(experiment=experiment.name)}
+    todo = [job for job in jobs if job.key not in done]
+    revision = git_revision(Path(__file__).parent)
+    prepared = {}
+    if todo and experiment.prepare is not None:
+        prepared = experiment.prepare(study, todo, stages=Stages(store, experiment.name, revision, force),
+                                      device=device, progress=progress)
+    evaluate_jobs(experiment, todo, store=store, executor=executor, workers=workers, device=device,
+                  progress=progress, prepared=prepared, revision=revision)
+    rows = store.rows(keys=[job.key for job in jobs])
+    out.mkdir(parents=True, exist_ok=True)
+    files = experiment.report(rows, study, out)
+    store.record_outputs(experiment.name, out)
+    return dict(members=len(jobs), trained=len(todo), reused=len(jobs) - len(todo), reevaluated=0, variants=0,
+                evaluated=0, seconds=time.perf_counter() - start, files=files)
+
+
 def prepare(experiment: Experiment, preset: str, *, seeds: int | None = None, overrides: Sequence[str] = (),
             corpus: Path | None = None, checkpoint: str | None = None) -> StudyConfig:
     """The study ``poslab run`` runs: the preset's grid, then a corpus (a text task's), a checkpoint (a
@@ -142,7 +178,8 @@ def prepare(experiment: Experiment, preset: str, *, seeds: int | None = None, ov
         study = with_corpus(study, corpus)
     if checkpoint is not None:
         if "checkpoint" not in study.model:
-            raise ConfigError("--model", checkpoint, "an experiment on a pretrained checkpoint (pretrained-extension)")
+            raise ConfigError("--model", checkpoint, "an experiment on a pretrained checkpoint (one whose preset sets "
+                                                     "model.checkpoint)")
         study = dataclasses.replace(study, model={**study.model, "checkpoint": checkpoint})
     if seeds is not None:
         study = apply_overrides(study, [f"seeds={seeds}"])

@@ -1,26 +1,26 @@
 """Training and evaluation of members: one group as one ensemble (``train_group``, a pure function an
 executor may run anywhere), trained weights under a variant (``evaluate_variant``), stored weights
-probed again (``reevaluate_members``), and evaluate-only members of a pretrained checkpoint
-(``evaluate_members``). Nothing here writes the store but ``reevaluate_members`` and
-``evaluate_members``, which record what comes back in this process."""
+probed again (``reevaluate_members``), and the members of an evaluate-only study (``evaluate_jobs``:
+a pretrained checkpoint's). Nothing here writes the store but ``reevaluate_members`` and
+``evaluate_jobs``, which record what comes back in this process."""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
 
 import torch
 
 from poslab.experiments.executors import Executor, make_executor, workers_that_fit
-from poslab.experiments.experiment import Experiment, Member, MemberContext
+from poslab.experiments.experiment import Experiment, Job, Member, MemberContext
 from poslab.experiments.schedule import torch_threads
 from poslab.experiments.stages import Stages
 from poslab.machine import MEMORY_FRACTION, memory_bytes
-from poslab.store import Store, git_revision
+from poslab.store import Store
 from poslab.train import PhaseTimer, TrainResult, build_member, spans, train_ensemble
 
 
@@ -76,6 +76,8 @@ def train_group(experiment: Experiment, group: list[Member], device: str = "cpu"
 
 
 def member_rows(experiment: Experiment, ctx: MemberContext) -> list[dict]:
+    if experiment.evaluate is None:
+        raise ValueError(f"{experiment.name} evaluates no trained member (an evaluate-only study: run_job)")
     with torch.no_grad():
         rows = experiment.evaluate(ctx)
     return [{**ctx.member.ids, **row} for row in rows]
@@ -113,44 +115,39 @@ def reevaluate_members(experiment: Experiment, trained: list[Member], stored: di
         store.replace_rows(member.key, result.rows, revision=revision)
 
 
-def evaluate_members(experiment: str, members: list[tuple[str, dict]], job: Callable[[dict], list[dict]], *,
-                     store: Store, force: bool = False, executor: Executor | str | None = None, workers: int = 1,
-                     device: str = "cpu", progress: bool = True, worker_bytes: float | None = None) -> int:
-    """Evaluate-only members (a pretrained checkpoint's): every ``(key, config)`` the store lacks is
-    one call ``job(config)`` on ``executor`` (``job`` picklable: a module-level function or a
-    partial of one, which loads what it reads once per process), and its rows are recorded here,
-    the only writer, as each comes back. ``force`` evaluates every member again. ``worker_bytes``
-    (a job's peak memory, where its study knows it) runs fewer local workers than ``workers``
-    where that many would not fit in memory (:func:`workers_that_fit`; said on stderr). Returns
-    how many were evaluated."""
-    if force:
-        for key, _ in members:
-            store.delete(key)
-    done = {r["key"] for r in store.runs(experiment=experiment)}
-    todo = [(key, config) for key, config in members if key not in done]
-    if not todo:
-        return 0
+def evaluate_jobs(experiment: Experiment, jobs: list[Job], *, store: Store, executor: Executor | str | None = None,
+                  workers: int = 1, device: str = "cpu", progress: bool = True, prepared: Mapping | None = None,
+                  revision: str | None = None) -> None:
+    """Evaluate-only members (:class:`~poslab.experiments.experiment.Job`): each one call
+    ``experiment.run_job(job, device=device, **prepared)`` on ``executor`` (a study's module-level
+    function, which loads what it reads once per process), its rows recorded here, the only writer,
+    as each comes back. Where the jobs say their peak memory (``Job.memory``), fewer local workers
+    than ``workers`` run where that many would not fit (:func:`workers_that_fit`; said on stderr)."""
+    from tqdm import tqdm
+
+    if not jobs:
+        return
+    if experiment.run_job is None:
+        raise ValueError(f"{experiment.name} lists no evaluate-only members (it trains: evaluate)")
     if isinstance(executor, str) or executor is None:
-        wanted = min(workers, len(todo))
-        fit = workers_that_fit(wanted, worker_bytes)
-        if fit < wanted and worker_bytes is not None:
-            print(f"{experiment}: each job peaks at about {worker_bytes / 2**30:.1f} GiB of the "
+        wanted = min(workers, len(jobs))
+        peak = max((j.memory for j in jobs if j.memory is not None), default=None)
+        fit = workers_that_fit(wanted, peak)
+        if fit < wanted and peak is not None:
+            print(f"{experiment.name}: each job peaks at about {peak / 2**30:.1f} GiB of the "
                   f"{memory_bytes() * MEMORY_FRACTION / 2**30:.1f} GiB a run may plan for: {fit} worker(s)",
                   file=sys.stderr, flush=True)
         executor = make_executor(executor or "local", workers=fit, device=device)
-    revision = git_revision(Path(__file__).parent)
-    if progress:
-        print(f"{experiment}: {len(todo)} of {len(members)} members to evaluate", flush=True)
-    for i, (key, config, rows, seconds) in enumerate(executor.map_unordered(_timed, [(job, *m) for m in todo])):
-        store.record(key, experiment=experiment, config=config, rows=rows, status="finished",
-                     timings=dict(eval_seconds=seconds), revision=revision)
-        if progress:
-            what = ", ".join(f"{k} {v}" for k, v in config.items() if k in ("method", "scale", "length", "bos"))
-            print(f"{experiment} {i + 1}/{len(todo)}: {what} ({seconds:.0f} s)", flush=True)
-    return len(todo)
+    run_job = partial(_timed, partial(experiment.run_job, device=device, **(prepared or {})))
+    with tqdm(total=len(jobs), desc=f"{experiment.name} evaluate", disable=not progress, leave=False) as bar:
+        for job, rows, seconds in executor.map_unordered(run_job, [(j,) for j in jobs]):
+            store.record(job.key, experiment=experiment.name, config=job.config, rows=rows, status="finished",
+                         timings=dict(eval_seconds=seconds), revision=revision)
+            bar.set_postfix_str(f"{job.label} ({seconds:.0f} s)", refresh=False)
+            bar.update()
 
 
-def _timed(job: Callable[[dict], list[dict]], key: str, config: dict) -> tuple[str, dict, list[dict], float]:
+def _timed(run_job: Callable[[Job], list[dict]], job: Job) -> tuple[Job, list[dict], float]:
     start = time.perf_counter()
-    rows = job(config)
-    return key, config, rows, time.perf_counter() - start
+    rows = run_job(job)
+    return job, rows, time.perf_counter() - start

@@ -469,23 +469,11 @@ class PretrainedLM(nn.Module):
         require_attention_fits(field, value, n, self.n_heads, self.n_layers if intermediates else 0,
                                what="scores and patterns (collect)" if intermediates else "mask")
 
-    @torch.no_grad()
-    def greedy(self, prompt: Tensor, n_new: int) -> list[int]:
-        """Greedy decoding of ``n_new`` tokens after ``prompt`` [1, s] with the checkpoint's KV cache
-        (positions continue from the prompt; :meth:`check_length` counts them first). The prefill
-        reads out the last position only (no [s, vocabulary] logits)."""
+    def greedy(self, prompt: Tensor, n_new: int, *, cached: bool = True, prefill: int | None = None) -> list[int]:
+        """Greedy decoding of ``n_new`` tokens after ``prompt`` [1, s] (:meth:`check_length` counts the
+        positions first; :func:`greedy` decodes)."""
         self.check_length(int(prompt.shape[1]), new_tokens=n_new)
-        out = self.hf(input_ids=prompt, use_cache=True, logits_to_keep=1)
-        cache, tokens = out.cache, []
-        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-        for step in range(n_new):
-            tokens.append(int(nxt))
-            if step == n_new - 1:
-                break
-            pos = torch.tensor([[prompt.shape[1] + step]], device=prompt.device)
-            out = self.hf(input_ids=nxt, cache=cache, position_ids=pos, use_cache=True)
-            cache, nxt = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
-        return tokens
+        return greedy(self.hf, prompt, n_new, cached=cached, prefill=prefill)
 
     @property
     def prepends_bos(self) -> bool:
@@ -642,6 +630,44 @@ class PretrainedLM(nn.Module):
 # ----------------------------------------------------------------------------- parity
 
 PARITY_SHORT, PARITY_LONG = 16, 48  # the default lengths (bounded by the context; past a sliding window)
+
+
+@torch.no_grad()
+def greedy(hf: nn.Module, prompt: Tensor, n_new: int, *, cached: bool = True, prefill: int | None = None) -> list[int]:
+    """The one greedy decoder: ``n_new`` tokens after ``prompt`` [1, s] from a Hugging Face causal LM.
+
+    ``cached`` (the default): with the checkpoint's own KV cache, positions continuing from the
+    prompt; the first ``prefill`` tokens (default: all of them) in one forward, then the rest of the
+    prompt one token a step, as a decoder fed token by token keeps its cache (every key rotated at
+    the step it was computed: what a length-dependent schedule does with a cache). Not ``cached``:
+    the whole sequence recomputed at every step, every key rotated with the current length. Each
+    forward reads out the last position only (no [s, vocabulary] logits)."""
+    if not cached:
+        seq, out = prompt, []
+        for _ in range(n_new):
+            logits = hf(input_ids=seq, use_cache=False, logits_to_keep=1).logits[:, -1].float()
+            nxt = logits.argmax(-1, keepdim=True)
+            out.append(int(nxt))
+            seq = torch.cat((seq, nxt), 1)
+        return out
+    s = int(prompt.shape[1])
+    first = s if prefill is None else prefill
+    res = hf(input_ids=prompt[:, :first], use_cache=True, logits_to_keep=1)
+    cache, logits = res.cache, res.logits[:, -1]
+    for t in range(first, s):  # the rest of the prompt, one token a step
+        pos = torch.tensor([[t]], device=prompt.device)
+        res = hf(input_ids=prompt[:, t:t + 1], cache=cache, position_ids=pos, use_cache=True)
+        cache, logits = res.cache, res.logits[:, -1]
+    out = []
+    for step in range(n_new):
+        nxt = logits.argmax(-1, keepdim=True)
+        out.append(int(nxt))
+        if step == n_new - 1:
+            break
+        pos = torch.tensor([[s + step]], device=prompt.device)
+        res = hf(input_ids=nxt, cache=cache, position_ids=pos, use_cache=True)
+        cache, logits = res.cache, res.logits[:, -1]
+    return out
 
 
 def parity_lengths(model: PretrainedLM) -> tuple[int, int]:

@@ -122,32 +122,3 @@ def hf_recompute_logits(hf: nn.Module, tokens: Tensor, t: int) -> Tensor:
     """The logits at step t [1, m] of a forward of tokens[:, :t + 1], no cache: every key rotated with
     the length of that forward."""
     return hf(input_ids=tokens[:, : t + 1], use_cache=False, logits_to_keep=1).logits[:, -1].float()
-
-
-@torch.no_grad()
-def hf_greedy(hf: nn.Module, prompt: Tensor, n_new: int, *, cached: bool, prefill: int) -> list[int]:
-    """Greedy decoding of ``n_new`` tokens after ``prompt`` [1, s]: with the KV cache fed one token a
-    step after the first ``prefill`` (``cached``), or recomputing the whole sequence at every step."""
-    if not cached:
-        seq, out = prompt, []
-        for _ in range(n_new):
-            nxt = hf_recompute_logits(hf, seq, seq.shape[1] - 1).argmax(-1, keepdim=True)
-            out.append(int(nxt))
-            seq = torch.cat((seq, nxt), 1)
-        return out
-    res = hf(input_ids=prompt[:, :prefill], use_cache=True, logits_to_keep=1)
-    cache, logits = res.cache, res.logits[:, -1]
-    for t in range(prefill, prompt.shape[1]):
-        pos = torch.tensor([[t]], device=prompt.device)
-        res = hf(input_ids=prompt[:, t:t + 1], cache=cache, position_ids=pos, use_cache=True)
-        cache, logits = res.cache, res.logits[:, -1]
-    out = []
-    for step in range(n_new):
-        nxt = logits.argmax(-1, keepdim=True)
-        out.append(int(nxt))
-        if step == n_new - 1:
-            break
-        pos = torch.tensor([[prompt.shape[1] + step]], device=prompt.device)
-        res = hf(input_ids=nxt, cache=cache, position_ids=pos, use_cache=True)
-        cache, logits = res.cache, res.logits[:, -1]
-    return out

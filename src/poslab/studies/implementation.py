@@ -38,7 +38,6 @@ Presets: quick (a test, seconds) and cpu (the two checkpoints and a char LM).
 from __future__ import annotations
 
 import math
-import time
 from functools import partial
 from pathlib import Path
 
@@ -46,7 +45,7 @@ import numpy as np
 import torch
 
 from poslab.errors import ConfigError, check_choice
-from poslab.experiments import Experiment, evaluate_members, no_member_rows
+from poslab.experiments import Experiment, Job
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.spec import (
@@ -61,7 +60,6 @@ from poslab.experiments.spec import (
     probe,
 )
 from poslab.probes import precision as pr
-from poslab.store import config_hash
 
 PRESETS = ("quick", "cpu")
 CHAR, TINY = "char", "tiny-llama"
@@ -192,44 +190,37 @@ def check(study: StudyConfig) -> None:
             checkpoint_source(name)
 
 
-# ----------------------------------------------------------------------------- the run
+# ----------------------------------------------------------------------------- the members
 
-def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: bool = False, progress: bool = True,
-        workers: int = 1, executor=None) -> dict:
-    """One member per model (keyed by its weights' hash, or the char LM's recipe, and the settings),
-    evaluated where the store lacks it; then the report."""
+def jobs(study: StudyConfig) -> list[Job]:
+    """One member per model, keyed by its weights' hash (or the char LM's recipe) and the settings."""
     from poslab.pretrained.loading import content_hash
     from poslab.studies.kit.checkpoints import checkpoint_source, source_path
 
-    start = time.perf_counter()
     m = settings(study)
-    members, sources = [], {}
+    out = []
     for name in study.axis("model.checkpoint"):
+        args: dict = {}
         if name == CHAR:
             weights = "char"
         else:
             source = checkpoint_source(name)
-            sources[name], weights = source_path(source), content_hash(source)
+            args, weights = dict(source=source_path(source)), content_hash(source)
         config = dict(experiment=EXPERIMENT.name, model=name, weights=weights, **m, text=dict(study.task))
-        members.append((config_hash(config), config))
-    evaluated = evaluate_members(EXPERIMENT.name, members, partial(member_job, sources=sources, device=device),
-                                 store=store, force=force, executor=executor, workers=workers, device=device,
-                                 progress=progress)
-    rows = store.rows(keys=[k for k, _ in members])
-    files = report(rows, study, out)
-    return dict(members=len(members), trained=evaluated, reused=len(members) - evaluated, variants=0, evaluated=0,
-                seconds=time.perf_counter() - start, files=files)
+        out.append(Job(config, args=args, label=name))
+    return out
 
 
-def member_job(config: dict, *, sources: dict, device: str) -> list[dict]:
+def run_job(job: Job, *, device: str) -> list[dict]:
     """One model's rows (precision, then the KV cache), in whichever process runs it."""
+    config = job.config
     torch.manual_seed(0)
     if config["model"] == CHAR:
         rows = char_rows(config, device)
     else:
         from poslab.pretrained.model import load
 
-        rows = checkpoint_rows(load(sources[config["model"]], dtype="float32", device=device), config)
+        rows = checkpoint_rows(load(job.args["source"], dtype="float32", device=device), config)
     return [dict(r, model=config["model"]) for r in rows]
 
 
@@ -340,7 +331,6 @@ def passkey_rows(model, config: dict, prefill: int) -> list[dict]:
     """The passkey prompt decoded with the cache and by recompute (Dynamic NTK on), and with the
     checkpoint's own rotary (cache and recompute agree there)."""
     from poslab.pretrained.model import decode_tokens, encode_text
-    from poslab.probes import kv_cache as kv
     from poslab.studies.kit.checkpoints import passkey_prompt
 
     rows = []
@@ -354,9 +344,9 @@ def passkey_rows(model, config: dict, prefill: int) -> list[dict]:
         n_new = len(encode_text(model, " " + key)) + 1
         got = {}
         for name, cached in (("cached", True), ("recompute", False)):
-            got[name] = decode_tokens(model, kv.hf_greedy(model.hf, prompt, n_new, cached=cached, prefill=prefill))
+            got[name] = decode_tokens(model, model.greedy(prompt, n_new, cached=cached, prefill=prefill))
         model.restore()  # the checkpoint's own rotary, for reference; then Dynamic NTK again for the next depth
-        got["own"] = decode_tokens(model, kv.hf_greedy(model.hf, prompt, n_new, cached=True, prefill=prompt.shape[1]))
+        got["own"] = decode_tokens(model, model.greedy(prompt, n_new))
         with_dynamic(model, config)
         rows.append(dict(probe="kv_passkey", depth=depth, key=key, prompt_tokens=int(prompt.shape[1]),
                          **{f"exact_{k}": float(v.strip().startswith(key)) for k, v in got.items()},
@@ -455,4 +445,4 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(name="implementation", title="Survey: implementation considerations (RoPE precision, "
                                                      "KV cache under Dynamic NTK)",
-                        study=study, evaluate=no_member_rows, report=report, presets=PRESETS, check=check, run=run)
+                        study=study, jobs=jobs, run_job=run_job, report=report, presets=PRESETS, check=check)

@@ -51,7 +51,8 @@ seconds), ``search`` (best objective per generation) and ``factors`` (lambda_i p
 
 Members are keyed by the checkpoint's content hash and the schedule's config (plus length,
 windows, passkey grid, corpus; for longrope the search budget), stored and resumed like trained
-members (``Experiment.run``).
+members: the study declares them as jobs (``Experiment.jobs``, :func:`jobs`, :func:`run_job`; the
+search runs first in :func:`prepare`).
 
 Presets: quick = a tiny random Llama built in code (context 64, seconds; its numbers mean nothing),
 search budget 6 x 3 (survivors 2: 18 evaluations, 2 windows of 128 tokens);
@@ -77,13 +78,13 @@ from pathlib import Path
 import torch
 
 from poslab.errors import ConfigError, check_choice
-from poslab.experiments import Experiment, no_member_rows
+from poslab.experiments import Experiment, Job
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.spec import ClaimSpec, above, comparison_only, is_, judge_all, mean, probe, undecidable
 from poslab.experiments.stages import Stages
 from poslab.pretrained.model import SCHEDULE_LAYERS
-from poslab.store import config_hash, git_revision
+from poslab.store import config_hash
 from poslab.studies.kit.checkpoints import TINY, checkpoint_source, loaded, passkey_prompt, source_path
 from poslab.studies.kit.ranking import rank_agreement
 from poslab.studies.kit.rope_extension import FINE_TUNING_METHODS
@@ -320,69 +321,63 @@ def check(study: StudyConfig) -> None:
         require_attention_fits("model.scale", scale, L, heads, what="mask")
 
 
-# ----------------------------------------------------------------------------- the run
+# ----------------------------------------------------------------------------- the members
 
-def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: bool = False, progress: bool = True,
-        workers: int = 1, executor=None) -> dict:
-    """Evaluate every (method, scale) member the store lacks, one job each on the executor
-    (:func:`poslab.experiments.runner.evaluate_members`; LongRoPE's search first, here, a stored
-    stage); then the report from the store."""
-    from poslab.experiments import evaluate_members
+def jobs(study: StudyConfig) -> list[Job]:
+    """One member per (method, scale), keyed by the checkpoint's content hash and the schedule's
+    config (plus length, windows, passkey grid, corpus; for longrope the search budget), and the
+    short-context control where reasoning tasks run."""
     from poslab.experiments.config import apply_point, grid_points
     from poslab.pretrained.loading import content_hash, read_config
     from poslab.pretrained.table import entry_from_config
 
-    start = time.perf_counter()
     m = settings(study)
     source = checkpoint_source(m["checkpoint"])
     context = capped(entry_from_config(read_config(source))["context"], m)
-    layers = {} if m["schedule_layers"] == list(SCHEDULE_LAYERS) else {"schedule_layers": m["schedule_layers"]}
-    weights = content_hash(source)
-    members = []
-    for point in grid_points(study):
-        cfg = apply_point(study, point).model
-        L = int(round(cfg["scale"] * context))
-        searched = cfg["method"] in SEARCHED
-        scaling = None if searched else method_scaling(cfg["method"], m["factor"], context)
-        config = dict(experiment=EXPERIMENT.name, checkpoint=weights, scaling=scaling, method=cfg["method"],
-                      scale=cfg["scale"], length=L, windows=m["windows"], depths=list(m["depths"]),
-                      trials=m["trials"], digits=m["digits"], dtype=m["dtype"], text=dict(study.task), **layers,
-                      **({"reasoning": list(m["reasoning"])} if m["reasoning"] else {}),
-                      **({"search": dict(m["search"])} if searched else {}))
-        members.append((config_hash(config), config))
     if m["capability"] and m["capability"]["length"] > context:
         raise ConfigError("model.capability.length", m["capability"]["length"],
                           f"at most the checkpoint's context, {context} tokens (the control runs within it)")
+    layers = {} if m["schedule_layers"] == list(SCHEDULE_LAYERS) else {"schedule_layers": m["schedule_layers"]}
+    weights, args = content_hash(source), dict(source=source_path(source), context=context)
+    out = []
+    for point in grid_points(study):
+        cfg = apply_point(study, point).model
+        searched = cfg["method"] in SEARCHED
+        config = dict(experiment=EXPERIMENT.name, checkpoint=weights,
+                      scaling=None if searched else method_scaling(cfg["method"], m["factor"], context),
+                      method=cfg["method"], scale=cfg["scale"], length=int(round(cfg["scale"] * context)),
+                      windows=m["windows"], depths=list(m["depths"]), trials=m["trials"], digits=m["digits"],
+                      dtype=m["dtype"], text=dict(study.task), **layers,
+                      **({"reasoning": list(m["reasoning"])} if m["reasoning"] else {}),
+                      **({"search": dict(m["search"])} if searched else {}))
+        out.append(Job(config, args=args, label=f"{cfg['method']} x{cfg['scale']}"))
     if m["capability"] and m["reasoning"]:  # the checkpoint untouched, well within its context
         config = dict(experiment=EXPERIMENT.name, checkpoint=weights, probe="capability", method="none",
                       length=m["capability"]["length"], trials=m["capability"]["trials"],
                       reasoning=list(m["reasoning"]), dtype=m["dtype"])
-        members.append((config_hash(config), config))
-    done = {r["key"] for r in store.runs(experiment=EXPERIMENT.name)}
-    searched_rows: list[dict] = []
-    scaling = None
-    if any(c["method"] in SEARCHED and (force or k not in done) for k, c in members):
-        stages = Stages(store, EXPERIMENT.name, git_revision(Path(__file__).parent), force)  # --force searches again
-        model = loaded(source_path(source), m["dtype"], device)
-        scaling, searched_rows = longrope_stage(model, study, context, weights, stages=stages, progress=progress)
-    job = partial(member_job, source=source_path(source), device=device, context=context, scaling=scaling,
-                  extra=searched_rows)
-    evaluate_members(EXPERIMENT.name, members, job, store=store, force=force, executor=executor, workers=workers,
-                     device=device, progress=progress)
-    keys = [k for k, _ in members]
-    rows = store.rows(keys=keys)
-    out.mkdir(parents=True, exist_ok=True)
-    files = report(rows, study, out)
-    return dict(members=len(members), trained=len([k for k in keys if force or k not in done]),
-                reused=len([k for k in keys if not force and k in done]), variants=0, evaluated=0,
-                seconds=time.perf_counter() - start, files=files)
+        out.append(Job(config, args=args, label="short-context control"))
+    return out
 
 
-def member_job(config: dict, *, source: str, device: str, context: int, scaling: dict | None,
-               extra: list[dict]) -> list[dict]:
+def prepare(study: StudyConfig, todo: list[Job], *, stages: Stages, device: str, progress: bool) -> dict:
+    """LongRoPE's search, here in the driver before the jobs (a stored stage: every scale's member
+    and a resumed run reuse it), where a searched method's member is to run: its scaling and rows
+    for those jobs (:func:`run_job`'s ``scaling`` and ``extra``)."""
+    searched = [job for job in todo if job.config["method"] in SEARCHED]
+    if not searched:
+        return {}
+    job = searched[0]
+    model = loaded(job.args["source"], job.config["dtype"], device)
+    scaling, rows = longrope_stage(model, study, job.args["context"], job.config["checkpoint"], stages=stages,
+                                   progress=progress)
+    return dict(scaling=scaling, extra=rows)
+
+
+def run_job(job: Job, *, device: str, scaling: dict | None = None, extra: list[dict] | tuple = ()) -> list[dict]:
     """One member's rows, in whichever process runs it: the checkpoint and the text's tokens are
     loaded once per process; a searched method reads through the driver's ``scaling`` and carries
-    the search's rows (``extra``)."""
+    the search's rows (``extra``, :func:`prepare`)."""
+    config, source, context = job.config, job.args["source"], job.args["context"]
     model = loaded(source, config["dtype"], device)
     if config.get("probe") == "capability":
         return capability_rows(model, config)
@@ -686,4 +681,5 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(name="pretrained-extension", title="Context extension on a pretrained model (survey)",
-                        study=study, evaluate=no_member_rows, report=report, presets=PRESETS, check=check, run=run)
+                        study=study, jobs=jobs, run_job=run_job, prepare=prepare, report=report, presets=PRESETS,
+                        check=check)

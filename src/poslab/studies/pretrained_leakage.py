@@ -88,15 +88,13 @@ nothing later.
 from __future__ import annotations
 
 import dataclasses
-import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from poslab.errors import ConfigError, check_choice
-from poslab.experiments import Experiment, no_member_rows
+from poslab.experiments import Experiment, Job
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, write_outputs
 from poslab.experiments.spec import (
@@ -114,7 +112,6 @@ from poslab.experiments.spec import (
     undecidable,
 )
 from poslab.probes import leakage as lk
-from poslab.store import config_hash
 from poslab.studies.kit import leakage_rows as lr
 from poslab.studies.kit.checkpoints import TINY, checkpoint_source, loaded, source_path
 from poslab.studies.kit.leakage_rows import PRESENT
@@ -421,44 +418,33 @@ def worker_bytes(length: int, cfg: dict) -> int:
 PROCESS_BYTES = 1 << 30  # python, torch, transformers and the tokenizer in one worker
 
 
-# ----------------------------------------------------------------------------- the run
+# ----------------------------------------------------------------------------- the members
 
-def run(study: StudyConfig, *, store, out: Path, device: str = "cpu", force: bool = False, progress: bool = True,
-        workers: int = 1, executor=None) -> dict:
-    """Evaluate each (checkpoint, mode) the store lacks (keyed by the weights' hash and the
-    settings), one job each on the executor (:func:`poslab.experiments.evaluate_members`, as many
-    side by side as fit in memory); then the report."""
-    from poslab.experiments import evaluate_members
+def jobs(study: StudyConfig) -> list[Job]:
+    """One member per (checkpoint, mode), keyed by the weights' hash and the settings; each says its
+    peak memory (:func:`worker_bytes`), so no more run side by side than fit."""
     from poslab.pretrained.loading import content_hash, read_config
 
-    start = time.perf_counter()
     settings(study)
-    members, sources, need = [], {}, 0
+    out = []
     for name in checkpoints(study):
         m = settings(study, name)
         source = checkpoint_source(name)
-        sources[name] = source_path(source)
-        need = max(need, worker_bytes(m["length"], read_config(source)))
+        memory, weights = worker_bytes(m["length"], read_config(source)), content_hash(source)
         for mode in study.axis("model.bos"):
-            config = dict(experiment=EXPERIMENT.name, checkpoint=content_hash(source), name=name, bos=mode,
+            config = dict(experiment=EXPERIMENT.name, checkpoint=weights, name=name, bos=mode,
                           **{k: m[k] for k in SETTINGS if k != "checkpoint"}, text=dict(study.task))
-            members.append((config_hash(config), config))
-    evaluated = evaluate_members(EXPERIMENT.name, members, partial(mode_job, sources=sources, device=device),
-                                 store=store, force=force, executor=executor, workers=workers, device=device,
-                                 progress=progress, worker_bytes=need)
-    rows = store.rows(keys=[k for k, _ in members])
-    files = report(rows, study, out)
-    return dict(members=len(members), trained=evaluated, reused=len(members) - evaluated, variants=0, evaluated=0,
-                seconds=time.perf_counter() - start, files=files)
+            out.append(Job(config, args=dict(source=source_path(source)), label=f"{name}, {mode}", memory=memory))
+    return out
 
 
-def mode_job(config: dict, *, sources: dict[str, str], device: str) -> list[dict]:
+def run_job(job: Job, *, device: str) -> list[dict]:
     """One (checkpoint, mode)'s rows, in whichever process runs it (the checkpoint loaded once per process)."""
     from poslab.pretrained.model import encode_text
     from poslab.tasks.text import CharText
 
-    model = loaded(sources[config["name"]], config["dtype"], device)
-    return evaluate_mode(model, encode_text(model, CharText(**config["text"]).text), config)
+    model = loaded(job.args["source"], job.config["dtype"], device)
+    return evaluate_mode(model, encode_text(model, CharText(**job.config["text"]).text), job.config)
 
 
 def bos_id(model) -> int:
@@ -748,4 +734,4 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(name="pretrained-leakage", title="Positional leakage on pretrained models (seed 001)",
-                        study=study, evaluate=no_member_rows, report=report, presets=PRESETS, check=check, run=run)
+                        study=study, jobs=jobs, run_job=run_job, report=report, presets=PRESETS, check=check)
