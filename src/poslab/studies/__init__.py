@@ -18,12 +18,14 @@ from poslab.studies import (
     controls,
     heads,
     implementation,
+    induction,
     k1,
     leakage,
     lengthgen,
     linear_control,
     lm,
     mope,
+    nope_depth,
     phenomenon,
     pretrained_extension,
     pretrained_leakage,
@@ -33,7 +35,7 @@ from poslab.studies import (
 
 EXPERIMENTS: dict[str, Experiment] = {m.EXPERIMENT.name: m.EXPERIMENT for m in (
     phenomenon, validation, lm, context_extension, leakage, bias_comparison, linear_control, heads, k1, two_layer,
-    controls, mope, pretrained_extension, pretrained_leakage, implementation,
+    controls, mope, pretrained_extension, pretrained_leakage, implementation, nope_depth, induction,
     lengthgen)}
 # plugins (poslab.plugins): installed packages' studies, an Experiment named like its entry point
 EXPERIMENTS.update(plugins.load("studies", EXPERIMENTS, lambda obj: isinstance(obj, Experiment),
@@ -46,6 +48,12 @@ for _name, _experiment in EXPERIMENTS.items():
 # ``poslab run all``: every study flagged ``in_run_all`` (the seed paper's), in the paper's order.
 PAPER_STUDIES: tuple[str, ...] = tuple(n for n, e in EXPERIMENTS.items()
                                        if e.in_run_all and plugins.origin("studies", n) == plugins.BUILTIN)
+
+# The study a command reads when none is named, so that no module outside this folder names one:
+# ``poslab sample`` samples the character LM's members; ``poslab bench profile`` times Table 1's
+# study and ``bench train`` / ``bench parity`` train its grid; ``bench leakage-memory`` measures a job of
+# the evaluate-only study on pretrained checkpoints whose jobs say their peak memory.
+DEFAULTS: dict[str, str] = {"sample": "lm", "bench": "phenomenon", "job-memory": "pretrained-leakage"}
 
 
 def get_experiment(name: str) -> Experiment:
