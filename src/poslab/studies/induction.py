@@ -127,7 +127,7 @@ FIGURES = [
 def study(preset: str) -> StudyConfig:
     """Paper preset: Section 5.2's model and recipe (d_model = 256, four heads, 2000 steps of batch 64, Adam
     1e-3, L in [8, 16]) on induction over m = 64 tokens, 3 seeds, 512 sequences at each of 8 .. 48. ``cpu``:
-    d_model = 64 (d_head = 16, Section 5.2's control width) and 256 sequences a length."""
+    d_model = 64 (d_head = 16, Section 5.2's control width), 2 seeds, 1000 steps, 256 sequences a length."""
     cfg = StudyConfig(model_type="transformer", model=dict(d_model=256, n_layers=2, n_heads=4, layer_norm=True),
                       task_type="induction", task=dict(m=64), grid={"encoding": ENCODINGS}, seeds=3,
                       train=TrainConfig(steps=2000, batch_size=64, lr=1e-3, min_length=8, max_length=LMAX),
@@ -137,7 +137,8 @@ def study(preset: str) -> StudyConfig:
                                    model=dict(cfg.model, d_model=32), eval=dataclasses.replace(
                                        cfg.eval, lengths=(8, 16, 24), n_sequences=32))
     if preset == "cpu":
-        return dataclasses.replace(cfg, model=dict(cfg.model, d_model=64),
+        return dataclasses.replace(cfg, model=dict(cfg.model, d_model=64), seeds=2,
+                                   train=dataclasses.replace(cfg.train, steps=1000),
                                    eval=dataclasses.replace(cfg.eval, n_sequences=256))
     return cfg
 
