@@ -298,7 +298,7 @@ def _int_list(field: str, text: str, low: int, high: int | None = None, *, none:
 
 
 @bench.command("profile")
-@click.argument("experiment", default="phenomenon")
+@click.argument("experiment", default=None, required=False)
 @click.option("--preset", default="paper", show_default=True)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="as in poslab run")
 @click.option("--device", default="cpu", show_default=True, help="cpu | cuda")
@@ -307,8 +307,9 @@ def bench_profile(experiment, preset, overrides, device):
     variants, store, tables and figures; seconds, share of the wall time and ms per member-step
     (timed at the phase boundaries, inline, in a temporary store)."""
     from poslab.bench import bench_profile as profile
+    from poslab.studies import DEFAULTS
 
-    profile(experiment, preset=preset, overrides=overrides, device=device, echo=click.echo)
+    profile(experiment or DEFAULTS["bench"], preset=preset, overrides=overrides, device=device, echo=click.echo)
 
 
 @bench.command("floor")
@@ -424,16 +425,22 @@ def bench_pretrained(model, lengths, threads):
 @click.option("--groups", type=int, default=2, show_default=True)
 @click.option("--bos", type=click.Choice(["with BOS", "without BOS"]), default="with BOS", show_default=True)
 def bench_leakage_memory(model, length, windows, groups, bos):
-    """Peak RSS of one pretrained-leakage worker (one checkpoint and mode, every variant), in a fresh process."""
-    from poslab.bench import bench_leakage_memory as run_bench
+    """Peak RSS of one job of the leakage study on pretrained checkpoints (one checkpoint and mode, every
+    variant), in a fresh process, beside the peak the study plans for."""
+    import json
 
-    run_bench(model=model, length=length, windows=windows, groups=groups, bos=bos, echo=click.echo)
+    from poslab.bench import bench_job_memory
+    from poslab.studies import DEFAULTS
+
+    bench_job_memory(DEFAULTS["job-memory"], preset="quick", checkpoint=model, echo=click.echo,
+                     overrides=[f"model.length={length}", f"model.windows={windows}", f"model.groups={groups}",
+                                "model.window=64", f"grid.model.bos={json.dumps([bos])}"])
 
 
 @main.command()
 @click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
 @click.option("--run", "key", default=None, help="a run key (default: the latest member of --experiment)")
-@click.option("--experiment", default="lm", show_default=True)
+@click.option("--experiment", default=None, help="the study whose members to read (default: the character LM's)")
 @click.option("--encoding", default=None, help="the member's encoding (default: any)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--length", type=int, default=300, show_default=True, help="characters to generate")

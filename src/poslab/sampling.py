@@ -10,13 +10,19 @@ import torch
 from poslab.errors import ConfigError
 
 
-def load_member(store, key: str | None = None, *, experiment: str = "lm", encoding: str | None = None,
+def load_member(store, key: str | None = None, *, experiment: str | None = None, encoding: str | None = None,
                 seed: int = 0):
     """(model in eval mode, its task, run key) of a stored member: by run key, or the latest
-    finished trained member of ``experiment`` with that encoding and seed."""
+    finished trained member of ``experiment`` (default: the study ``poslab.studies.DEFAULTS`` names
+    for ``sample``, the character LM's) with that encoding and seed."""
     from poslab.experiments.stages import is_stage
     from poslab.models import model_classes
     from poslab.tasks import build_task
+
+    if experiment is None:
+        from poslab.studies import DEFAULTS
+
+        experiment = DEFAULTS["sample"]
 
     runs = store.runs()
     if key is not None:

@@ -9,7 +9,7 @@ they time poslab against.
     eval_lm         the character LM's position-wise loss, streamed, at long lengths
     profile         where one study's wall time goes
     pretrained      a checkpoint's position-wise loss against its own forward
-    leakage_memory  the peak memory of one pretrained-leakage worker
+    job_memory      the peak memory of one job of an evaluate-only study, beside its declared peak
     lengthgen       the lengthgen cpu preset's training as ensembles against the plain loop
     plain           PlainGPT, the LM written plainly (nanoGPT style)
     measure         a measured child process (peak memory = its working set)
@@ -18,7 +18,7 @@ they time poslab against.
 from poslab.bench.eval_head import bench_eval
 from poslab.bench.eval_lm import bench_eval_lm
 from poslab.bench.floor import bench_floor, step_flops
-from poslab.bench.leakage_memory import bench_leakage_memory
+from poslab.bench.job_memory import bench_job_memory
 from poslab.bench.lengthgen import bench_lengthgen
 from poslab.bench.lm import bench_lm, lm_step_flops, matmul_gflops
 from poslab.bench.measure import start_measured
@@ -28,6 +28,6 @@ from poslab.bench.pretrained import bench_pretrained
 from poslab.bench.profile import PHASES, bench_profile
 from poslab.bench.train import bench_train, ensemble_scaling
 
-__all__ = ["PHASES", "PlainGPT", "bench_eval", "bench_eval_lm", "bench_floor", "bench_leakage_memory",
+__all__ = ["PHASES", "PlainGPT", "bench_eval", "bench_eval_lm", "bench_floor", "bench_job_memory",
            "bench_lengthgen", "bench_lm", "bench_parity", "bench_pretrained", "bench_profile", "bench_train",
            "ensemble_scaling", "lm_step_flops", "matmul_gflops", "start_measured", "step_flops"]

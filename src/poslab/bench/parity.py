@@ -7,7 +7,7 @@ import numpy as np
 from poslab.bench.train import table1_groups
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.training import train_members
-from poslab.studies import phenomenon
+from poslab.studies import DEFAULTS, get_experiment
 
 
 def bench_parity(*, device: str = "cpu", members: int = 3, steps: int = 50, echo=print) -> list[dict]:
@@ -16,8 +16,9 @@ def bench_parity(*, device: str = "cpu", members: int = 3, steps: int = 50, echo
     group: the largest absolute difference of any final weight (0 on CPU: bit for bit; a GPU's
     batched kernels may round otherwise) and of any step's reported loss (the vmapped mean may add
     up in another order even where the weights are bit for bit)."""
-    study = apply_overrides(phenomenon.study("paper"), [f"train.steps={steps}", f"seeds={members}", "grid.task.K=[2]",
-                                                       "grid.encoding_options.learned.init_std=[0.02]"])
+    paper = get_experiment(DEFAULTS["bench"]).study("paper")  # Table 1's study
+    study = apply_overrides(paper, [f"train.steps={steps}", f"seeds={members}", "grid.task.K=[2]",
+                                    "grid.encoding_options.learned.init_std=[0.02]"])
     out = []
     for label, group in table1_groups(study).items():
         ensemble = train_members(group, device=device, progress=False)

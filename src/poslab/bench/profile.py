@@ -20,7 +20,7 @@ PHASES = ("setup", "sampling", "forward", "backward", "optimizer", "evaluation",
 TRAINING = ("sampling", "forward", "backward", "optimizer")
 
 
-def bench_profile(experiment: str = "phenomenon", *, preset: str = "paper", overrides: tuple[str, ...] = (),
+def bench_profile(experiment: str, *, preset: str = "paper", overrides: tuple[str, ...] = (),
                   device: str = "cpu", echo=print) -> dict:
     """Run one study inline (one process, its groups one after another) in a fresh temporary
     store, and split its wall time into PHASES: seconds, share of the wall time, and ms per
@@ -37,7 +37,7 @@ def bench_profile(experiment: str = "phenomenon", *, preset: str = "paper", over
     from poslab.train import PhaseTimer
 
     exp = get_experiment(experiment)
-    if exp.run is not None:
+    if exp.jobs is not None:
         raise ConfigError("experiment", experiment, "a study that trains members (this one only evaluates "
                                                     "a pretrained checkpoint)")
     study = apply_overrides(exp.study(preset), list(overrides), fixed=exp.fixed)

@@ -21,7 +21,7 @@ from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import worker_pool
 from poslab.experiments.schedule import one_thread, share_out, step_seconds, wall_estimate
 from poslab.experiments.training import train_members
-from poslab.studies import phenomenon
+from poslab.studies import DEFAULTS, get_experiment
 from poslab.train import train_plain
 
 SCALING_SIZES = (6, 12, 24, 48)  # ensemble sizes bench train times for its fixed + marginal fit
@@ -42,7 +42,7 @@ def bench_train(*, steps: int = 4000, plain_steps: int = 200, workers: int | Non
     The marginal cost bounds the engine whatever the shares: with no fixed cost at all, Table 1
     needs members x steps x marginal / workers, and the plain loop over that is the most this
     engine can reach on this machine."""
-    paper = phenomenon.study("paper")
+    paper = get_experiment(DEFAULTS["bench"]).study("paper")  # Table 1's study
     study = apply_overrides(paper, [f"train.steps={steps}"])
     by_label = table1_groups(study)
     everyone = [m for group in by_label.values() for m in group]
