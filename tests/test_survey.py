@@ -54,7 +54,7 @@ def test_extrapolation_is_read_through_each_studys_declaration(tmp_path):
     assert "nope" not in got  # a row the declaration does not name
     assert got["learned"]["fixed_offset"] == "0.250 (L 48-48, 1 seeds, two-layer)"  # positions past the range
     assert got["mope"]["lm"] == "1.600 / - (1x: 1.500; L0 64, 1 seeds, mope)"  # the energy-gated cell not read
-    only_lm = survey.measurements(path, {"lm": survey.EXTRAPOLATION["lm"]})
+    only_lm = survey.measurements(path, {"lm": survey.declared()["lm"]})
     assert set(only_lm) == {"alibi"}
 
 

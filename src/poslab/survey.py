@@ -6,66 +6,40 @@ the extra cost class and KV-cache compatibility are read off a built instance's 
 bytes allocated per forward of a tiny Transformer at several lengths), and length extrapolation
 is *measured*, from the store.
 
-Each study that measures extrapolation declares what it measured in :data:`EXTRAPOLATION`,
-one :class:`Extrapolation` per experiment name: which of its rows (a spec predicate), which
-column holds the number, and which survey column it fills. A length counts as unseen when it
-exceeds the member's training length (``train.max_length`` of its stored config). The reader
-(:func:`measurements`) knows nothing of any study's row layout beyond these declarations. Rows
-of evaluate-only variants (an APE clamp, a rescaled schedule applied to stored weights) are not
-the encoding as trained and are not read, unless a declaration says which registry encoding
-each row measured: context-extension's training-free methods are the scaled RoPE entries
-(``rope_pi``, ``rope_yarn``, ...) applied at inference to the RoPE model trained at L0. Anything
-not in the store reads "not measured yet".
+Each study that measures extrapolation declares what it measured (``Experiment.extrapolation``,
+one :class:`~poslab.experiments.spec.Extrapolation`; :func:`declared` collects them): which of
+its rows (a spec predicate), which column holds the number, and which survey column it fills. A
+length counts as unseen when it exceeds the member's training length (``train.max_length`` of its
+stored config). The reader (:func:`measurements`) knows nothing of any study's row layout beyond
+these declarations. Rows of evaluate-only variants (an APE clamp, a rescaled schedule applied to
+stored weights) are not the encoding as trained and are not read, unless a declaration says which
+registry encoding each row measured (a context-extension study's training-free methods are the
+scaled RoPE entries, ``rope_pi``, ``rope_yarn``, ..., applied at inference to the RoPE model
+trained at L0). Anything not in the store reads "not measured yet".
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from poslab.experiments.spec import Where, is_, probe
+from poslab.experiments.spec import Extrapolation
 
 NOT_MEASURED = "not measured yet"
 
 
-@dataclass(frozen=True)
-class Extrapolation:
-    """What one study measured past its training length."""
+def declared() -> dict[str, Extrapolation]:
+    """What each registered study measured past its training length (``Experiment.extrapolation``),
+    by experiment name, in the registry's order."""
+    from poslab.studies import EXPERIMENTS
 
-    column: str  # the survey column it fills: "fixed_offset" (accuracy) or "lm" (loss)
-    where: Where  # the study's rows that hold one length's number
-    value: str  # the row column holding the number
-    summary: str = "mean"  # "mean": mean over unseen lengths; "by_ratio": one number per L / L_train
-    # the registry encoding a row measured (None: not one); default: the row's or the run's encoding.
-    # A declaration that names it reads evaluate-only variants too (a schedule applied to trained weights)
-    encoding: Callable[[dict], str | None] | None = None
+    return {name: e.extrapolation for name, e in EXPERIMENTS.items() if e.extrapolation is not None}
 
 
-RETRIEVAL = probe("length") & is_("in_range", False)
-# context-extension's training-free methods are the registry's scaled RoPE entries, applied at
-# inference to the RoPE model trained at L0 (fine-tuned methods are not an encoding: not read)
-EXTENSION_ENCODINGS = {"rope": "rope", "longrope": "rope_longrope",
-                       **{m: f"rope_{m}" for m in ("pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3")}}
-EXTRAPOLATION: dict[str, Extrapolation] = {
-    "phenomenon": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),
-    "k1": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),  # K = 1, 2, 3 together
-    "bias-comparison": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),
-    "validation": Extrapolation("fixed_offset", RETRIEVAL, "accuracy"),
-    "linear-control": Extrapolation("fixed_offset", RETRIEVAL & is_("attention", "softmax"), "accuracy"),
-    "controls": Extrapolation("fixed_offset", RETRIEVAL & is_("setting", "base"), "accuracy"),  # the paper's head
-    "heads": Extrapolation("fixed_offset", probe("length"), "accuracy"),  # every head count and task
-    # the shift task's positions past the training range, at each evaluation length
-    "two-layer": Extrapolation("fixed_offset", probe("length"), "accuracy_out"),
-    "lm": Extrapolation("lm", probe("long"), "loss", "by_ratio"),
-    "mope": Extrapolation("lm", probe("loss") & is_("energy_gate", False), "loss", "by_ratio"),
-    "context-extension": Extrapolation("lm", probe("loss"), "loss", "by_ratio",
-                                       encoding=lambda r: EXTENSION_ENCODINGS.get(r.get("method") or "rope")),
-}
 COLUMNS = {"fixed_offset": "fixed-offset acc. beyond L_train",
            "lm": "LM loss at 2x / 4x L0 (other unseen L/L0 after ;)"}
 
@@ -73,11 +47,11 @@ COLUMNS = {"fixed_offset": "fixed-offset acc. beyond L_train",
 def measurements(store_path: str | Path,
                  declarations: dict[str, Extrapolation] | None = None) -> dict[str, dict[str, str]]:
     """encoding -> {survey column: text} for what the store at ``store_path`` holds, read
-    through ``declarations`` (default :data:`EXTRAPOLATION`)."""
+    through ``declarations`` (default: every study's, :func:`declared`)."""
     from poslab.experiments.stages import is_stage
     from poslab.store import Store
 
-    declarations = EXTRAPOLATION if declarations is None else declarations
+    declarations = declared() if declarations is None else declarations
     path = Path(store_path)
     if not path.exists():
         return {}
@@ -230,8 +204,8 @@ def kv_cache_cell(name: str) -> str:
     prefix test in tests/test_survey.py checks it for every entry); for a length-dependent rotary
     schedule, "no" with the logit gap it measures here: the tiny random model of the cost column at
     4 L0 (its schedule's original_max_position_embeddings), decoded with a KV cache (each key rotated
-    at its own step) against a full recompute (:func:`poslab.probes.kv_cache.cache_gap`; the
-    ``implementation`` study measures the same on trained models)."""
+    at its own step) against a full recompute (:func:`poslab.probes.kv_cache.cache_gap`; a
+    study measures the same on trained models and checkpoints)."""
     from poslab.positional import small_encoding
     from poslab.positional.rope import RoPE
 

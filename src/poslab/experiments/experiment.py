@@ -32,6 +32,7 @@ from torch import nn
 
 from poslab.errors import ConfigError
 from poslab.experiments.config import StudyConfig, _coerce, apply_overrides, apply_point, grid_points, short_name
+from poslab.experiments.spec import Extrapolation
 from poslab.experiments.stages import Stages
 from poslab.models import model_classes
 from poslab.positional import check_encoding
@@ -199,6 +200,7 @@ class Experiment:
     # a grid point's resolved config -> why the point cannot run (a causal-only encoding on a bidirectional
     # task), or None where it runs: such points train no member; ``inapplicable`` lists them with the reason
     not_applicable: Callable[[StudyConfig], str | None] | None = None
+    extrapolation: Extrapolation | None = None  # what it measured past its training length, for the survey table
 
     def __post_init__(self) -> None:
         if (self.evaluate is None) == (self.jobs is None) or (self.jobs is None) != (self.run_job is None):

@@ -439,3 +439,20 @@ def check_flips(specs: Iterable[ClaimSpec], base: Row | None = None) -> FlipRepo
             report.failures.append(f"{spec.name}: {inside} -> {[c.holds for c in yes]}, "
                                    f"{outside} -> {[c.holds for c in no]}")
     return report
+
+
+# ----------------------------------------------------------------------------- the survey table
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """What a study measured past its training length (``Experiment.extrapolation``), read by the
+    survey's comparison table (:func:`poslab.survey.measurements`)."""
+
+    column: str  # the survey column it fills: "fixed_offset" (accuracy) or "lm" (loss)
+    where: Where  # the study's rows that hold one length's number
+    value: str  # the row column holding the number
+    summary: str = "mean"  # "mean": mean over unseen lengths; "by_ratio": one number per L / L_train
+    # the registry encoding a row measured (None: not one); default: the row's or the run's encoding.
+    # A declaration that names it reads evaluate-only variants too (a schedule applied to trained weights);
+    # a module-level function, so that the Experiment still pickles
+    encoding: Callable[[dict], str | None] | None = None

@@ -46,7 +46,7 @@ from poslab.experiments.spec import (
     undecidable,
 )
 from poslab.positional import PositionalEncoding, build_encoding, encoding_class, registered
-from poslab.studies.kit.fixed_offset import bucket_coverage_at, length_rows
+from poslab.studies.kit.fixed_offset import EXTRAPOLATION, bucket_coverage_at, length_rows
 
 name = "bias-comparison"
 title = "Section 5.1: ALiBi, T5 bias and RoPE (and the other families) under the Table 1 protocol"
@@ -341,4 +341,5 @@ def nearest_gap(enc: PositionalEncoding, L: int) -> float:
     return float((b[:, 1] - b[:, 2:].max(-1).values).min())
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True)
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True,
+                        extrapolation=EXTRAPOLATION)

@@ -22,7 +22,7 @@ from poslab.errors import ConfigError
 from poslab.experiments import Experiment
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, write_outputs
-from poslab.experiments.spec import ClaimSpec, comparison_only, is_, judge_all, maximum, mean, probe
+from poslab.experiments.spec import ClaimSpec, Extrapolation, comparison_only, is_, judge_all, maximum, mean, probe
 from poslab.positional.scaling_laws import base_for_length, critical_dimension, extrapolation_bound, pair_with_periods
 from poslab.probes.passkey_eval import passkey, reasoning
 from poslab.probes.positionwise import bend_rows
@@ -491,4 +491,17 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          figures=FIGURES, sections=sections)
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, fixed=FIXED, check=check)
+# the training-free methods are the registry's scaled RoPE entries, applied at inference to the RoPE model
+# trained at L0 (a fine-tuned method is not an encoding: not read)
+SURVEYED = {"rope": "rope", "longrope": "rope_longrope",
+            **{m: f"rope_{m}" for m in ("pi", "ntk", "dynamic", "ntk_by_parts", "yarn", "llama3")}}
+
+
+def surveyed_encoding(row: dict) -> str | None:
+    """The registry encoding a loss row measured, for the survey table (None: not one)."""
+    return SURVEYED.get(row.get("method") or "rope")
+
+
+EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, fixed=FIXED, check=check,
+                        extrapolation=Extrapolation("lm", probe("loss"), "loss", "by_ratio",
+                                                    encoding=surveyed_encoding))

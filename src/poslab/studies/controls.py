@@ -26,6 +26,7 @@ from poslab.experiments.outputs import (
 )
 from poslab.experiments.spec import (
     ClaimSpec,
+    Extrapolation,
     is_,
     judge_all,
     lower_bound,
@@ -39,6 +40,7 @@ from poslab.experiments.spec import (
 )
 from poslab.probes.weights import rotary_kernel_rows
 from poslab.studies.kit.derive import dilution_rows, emergence_rows, range_over
+from poslab.studies.kit.fixed_offset import BEYOND
 from poslab.studies.kit.offset_rows import carrier_rows, margin_length_rows
 from poslab.train import TrainConfig
 
@@ -268,4 +270,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(name="controls", title="Fig. 4 and supplement: co-emergence, margin bound, carrier sweeps, APE "
                                                "weight decay and fixes, rotary base",
-                        study=study, evaluate=evaluate, report=report, in_run_all=True)
+                        study=study, evaluate=evaluate, report=report, in_run_all=True,
+                        # the paper's head, past its training range
+                        extrapolation=Extrapolation("fixed_offset", BEYOND & is_("setting", "base"), "accuracy"))

@@ -15,6 +15,7 @@ from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, value_range, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
+    Extrapolation,
     at_most,
     comparison_only,
     is_,
@@ -166,4 +167,5 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(name="heads", title="Head count: H in {1, 2, 4} at fixed width and at fixed per-head width, "
                         "on content-conditioned and fixed-offset retrieval", study=study, evaluate=evaluate,
-                        report=report, in_run_all=True)
+                        report=report, in_run_all=True,
+                        extrapolation=Extrapolation("fixed_offset", probe("length"), "accuracy"))  # every H and task

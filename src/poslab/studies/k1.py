@@ -16,7 +16,7 @@ from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Table, joined, select, write_outputs
 from poslab.experiments.spec import ClaimSpec, Ref, at_least, is_, judge_all, mean, neg, probe, share, undecidable
 from poslab.probes.weights import content_covariance
-from poslab.studies.kit.fixed_offset import length_rows
+from poslab.studies.kit.fixed_offset import EXTRAPOLATION, length_rows
 from poslab.tasks import eval_batch
 
 K1 = probe("member") & is_("K", 1)
@@ -105,4 +105,5 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(name="k1", title="K = 1: near-parallel carriers and a suppressed self-logit, against K = 2 "
-                                         "and K = 3", study=study, evaluate=evaluate, report=report, in_run_all=True)
+                                         "and K = 3", study=study, evaluate=evaluate, report=report, in_run_all=True,
+                        extrapolation=EXTRAPOLATION)

@@ -16,8 +16,19 @@ from poslab import probes
 from poslab.experiments import Experiment
 from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, groups, means, most_common, select, write_outputs
-from poslab.experiments.spec import ClaimSpec, above, at_most, below, is_, judge_all, mean, probe, undecidable
-from poslab.studies.kit.fixed_offset import interpolant_figure, length_rows, score_profile_fits
+from poslab.experiments.spec import (
+    ClaimSpec,
+    Extrapolation,
+    above,
+    at_most,
+    below,
+    is_,
+    judge_all,
+    mean,
+    probe,
+    undecidable,
+)
+from poslab.studies.kit.fixed_offset import BEYOND, interpolant_figure, length_rows, score_profile_fits
 from poslab.tasks import eval_batch
 
 PAPER = dict(linear_in=0.96, linear_48=0.07, softmax_acc=1.00, cos_linear=0.1, cos_softmax=0.83, carrier_linear=0.07,
@@ -180,4 +191,5 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(name="linear-control", title="Section 7: linear attention interpolates, softmax extrapolates",
-                        study=study, evaluate=evaluate, report=report, in_run_all=True)
+                        study=study, evaluate=evaluate, report=report, in_run_all=True,
+                        extrapolation=Extrapolation("fixed_offset", BEYOND & is_("attention", "softmax"), "accuracy"))

@@ -18,7 +18,7 @@ import numpy as np
 from poslab.experiments import Experiment
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, write_outputs
-from poslab.experiments.spec import ClaimSpec, comparison_only, is_, judge_all, mean, probe
+from poslab.experiments.spec import ClaimSpec, Extrapolation, comparison_only, is_, judge_all, mean, probe
 from poslab.studies.kit import charlm
 from poslab.studies.kit.charlm import NANOGPT, PRESETS, lm_study, table_length, validation_loss
 
@@ -154,4 +154,5 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, presets=PRESETS,
                         check=check, table_length=table_length,
                         checks_eval_lengths=True,  # check() validates eval.lengths: past the split, the whole corpus
-                        training_rows=True)  # its curve rows are the training loss curve
+                        training_rows=True,  # its curve rows are the training loss curve
+                        extrapolation=Extrapolation("lm", probe("long"), "loss", "by_ratio"))

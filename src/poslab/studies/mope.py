@@ -27,6 +27,7 @@ from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, save, select, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
+    Extrapolation,
     above,
     is_,
     judge_all,
@@ -367,4 +368,6 @@ def pairs_figure(rows: list[dict], out: Path, near: float = 0.05) -> list[Path]:
 
 
 EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, presets=PRESETS,
-                        fixed=FIXED, check=check)
+                        fixed=FIXED, check=check,
+                        extrapolation=Extrapolation("lm", probe("loss") & is_("energy_gate", False), "loss",
+                                                    "by_ratio"))

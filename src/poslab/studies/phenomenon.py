@@ -150,4 +150,4 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(name="phenomenon", title="Table 1 / Fig. 1: RoPE generalizes, APE memorizes", study=study,
-                        evaluate=evaluate, report=report, in_run_all=True)
+                        evaluate=evaluate, report=report, in_run_all=True, extrapolation=fo.EXTRAPOLATION)

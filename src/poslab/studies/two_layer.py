@@ -15,6 +15,7 @@ from poslab.experiments.config import EvalConfig, StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
+    Extrapolation,
     at_most,
     comparison_only,
     is_,
@@ -165,4 +166,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(name="two-layer", title="Section 5.2: two layers, four heads, MLP and LayerNorm on the "
-                        "full-sequence shift task", study=study, evaluate=shift_rows, report=report, in_run_all=True)
+                        "full-sequence shift task", study=study, evaluate=shift_rows, report=report, in_run_all=True,
+                        # the shift task's positions past the training range, at each evaluation length
+                        extrapolation=Extrapolation("fixed_offset", probe("length"), "accuracy_out"))

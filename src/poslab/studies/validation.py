@@ -32,7 +32,7 @@ from poslab.experiments.spec import (
 from poslab.probes.carriers import dilution_exponent
 from poslab.probes.random_direction import N_DIRECTIONS, random_directions
 from poslab.studies.kit.checks import require_rotary
-from poslab.studies.kit.fixed_offset import carrier_vs_untrained, dilution_fit_rows, length_rows, tag
+from poslab.studies.kit.fixed_offset import EXTRAPOLATION, carrier_vs_untrained, dilution_fit_rows, length_rows, tag
 from poslab.tasks import eval_batch
 
 PAPER = dict(carrier_k=0.80, carrier_cos=0.83, baseline=0.016, carrier_range=(0.72, 0.86), peak_at_48=0.69)
@@ -195,4 +195,5 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(name="validation", title="Table 2 / Figs. 2-3: target-aligned carrier and dilution",
-                        study=study, evaluate=evaluate, report=report, check=require_rotary, in_run_all=True)
+                        study=study, evaluate=evaluate, report=report, check=require_rotary, in_run_all=True,
+                        extrapolation=EXTRAPOLATION)

@@ -19,8 +19,13 @@ import numpy as np
 from poslab import probes
 from poslab.experiments import MemberContext
 from poslab.experiments.outputs import group_stats, save
+from poslab.experiments.spec import Extrapolation, is_, probe
 from poslab.positional import encoding_class
 from poslab.tasks import eval_batch
+
+# the length rows past the training range, and what a fixed-offset study measured there for the survey table
+BEYOND = probe("length") & is_("in_range", False)
+EXTRAPOLATION = Extrapolation("fixed_offset", BEYOND, "accuracy")
 
 
 def length_rows(ctx: MemberContext) -> list[dict]:
