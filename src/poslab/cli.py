@@ -425,8 +425,8 @@ def bench_pretrained(model, lengths, threads):
 @click.option("--groups", type=int, default=2, show_default=True)
 @click.option("--bos", type=click.Choice(["with BOS", "without BOS"]), default="with BOS", show_default=True)
 def bench_leakage_memory(model, length, windows, groups, bos):
-    """Peak RSS of one job of the leakage study on pretrained checkpoints (one checkpoint and mode, every
-    variant), in a fresh process, beside the peak the study plans for."""
+    """Peak RSS of one evaluate-only job on a pretrained checkpoint (one checkpoint and BOS mode, every
+    variant), in a fresh process, beside the peak its study plans for."""
     import json
 
     from poslab.bench import bench_job_memory

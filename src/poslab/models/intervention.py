@@ -1,4 +1,4 @@
-"""Interventions made before the forward pass, for the leakage study (third abstract of seed 001).
+"""Interventions made before the forward pass, for a study of positional leakage (third abstract of seed 001).
 
     x_0       <- bos_embedding                      the BOS slot holds another vector   [D] | [b, D]
     x^l_0     <- resid0   (l = resid0_layer)        the position-0 residual entering layer l is

@@ -9,8 +9,8 @@
         x      = x + MLP(LN_mlp(x))
     logits = U LN_final(x)
 
-Used for the shift task, the character-level language model, context extension and the leakage
-studies. The mask is causal and/or a sliding window, plus key padding when ``lengths`` is given.
+Used for the shift task, the character-level language model, and studies of context extension
+and of positional leakage. The mask is causal and/or a sliding window, plus key padding when ``lengths`` is given.
 
 One positional-encoding module serves the whole model: ``embed`` is called once at the input,
 ``rotate_qk``, ``score_bias`` and ``value_bias`` in every layer, all with the same parameters.
@@ -286,7 +286,7 @@ class Transformer(nn.Module):
         """tokens [b, s] -> logits [b, s, m], or (logits, Intermediates) on request.
 
         positions [s] | [b, s] of the tokens (default 0 .. s-1, or 1 .. s with BOS); lengths [b]
-        marks right padding: keys past a sequence's length are masked. The leakage study's
+        marks right padding: keys past a sequence's length are masked. A leakage study's
         interventions run the same parts through :func:`poslab.models.intervention.forward_with`.
         """
         x, pos = self.embed(tokens, positions)

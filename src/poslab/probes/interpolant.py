@@ -19,7 +19,7 @@ def min_norm_interpolant(theta: np.ndarray, support: np.ndarray, values: np.ndar
     ``rcond``: singular values of the support's basis below rcond x the largest are dropped
     (numpy's pinv; the default keeps all). At d = 64 on 15 offsets the basis spans 11 decades
     (the low frequencies are nearly collinear there), so the exact interpolant of a measured,
-    noisy f is dominated by its smallest directions; read it with a cutoff (linear-control: 1e-6)."""
+    noisy f is dominated by its smallest directions; read it with a cutoff (e.g. 1e-6)."""
     basis = lambda d: np.concatenate([np.cos(np.outer(d, theta)), np.sin(np.outer(d, theta))], axis=1)  # noqa: E731
     coef = np.linalg.pinv(basis(np.asarray(support, dtype=float)), rcond=rcond) @ np.asarray(values, dtype=float)
     return basis(np.asarray(offsets, dtype=float)) @ coef

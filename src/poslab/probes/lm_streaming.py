@@ -85,7 +85,7 @@ def log_buckets(L: int) -> list[tuple[int, int]]:
 
 
 def linear_buckets(L: int, width: int) -> list[tuple[int, int]]:
-    """[start, end) buckets of ``width`` positions (context extension's, width = L0 / 4)."""
+    """[start, end) buckets of ``width`` positions (e.g. width = L0 / 4)."""
     return [(lo, min(lo + width, L)) for lo in range(0, L, width)]
 
 

@@ -5,7 +5,7 @@ schedule gives one per length) on validation windows of :class:`poslab.tasks.pas
 corpus, one teacher-forced forward per cell: :func:`passkey` scores the answer digits of a planted
 passkey, :func:`reasoning` the greedy answer of an example of :mod:`poslab.tasks.reasoning` ending
 the window (its compact form, ``rs.CHAR_PARAMS``, as the training mixture writes it).
-Used by the ``context-extension`` study.
+Used by a study of context extension on character LMs.
 """
 
 from __future__ import annotations

@@ -26,10 +26,10 @@ lengths are refused).
 passkey grid); ``score="all"`` trains on every character.
 
 ``answer_weight`` w counts each answer digit w times in the training loss (``Batch.loss_weight``;
-the loss is sum(w ce) / sum(w)), every other character once. At the context-extension study's
-scale (4 layers, width 128, 2000 steps) a plain share is not enough: with w = 1, shares 0.1 / 0.3 /
+the loss is sum(w ce) / sum(w)), every other character once. At a character-LM
+extension study's scale (4 layers, width 128, 2000 steps) a plain share is not enough: with w = 1, shares 0.1 / 0.3 /
 0.5 left the answer digits at chance after 2000 steps, and 0.2 / 0.5 after 6000, while w = 10 or
-20 at share 0.1 copies every passkey within the training length (README, context extension).
+20 at share 0.1 copies every passkey within the training length (docs/context-extension.md).
 w = 1 adds no weight tensor (the plain mean).
 
 The reasoning mixture: ``reasoning`` names tasks of :mod:`poslab.tasks.reasoning` (multi-key and

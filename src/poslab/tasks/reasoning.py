@@ -290,7 +290,7 @@ def grid(task: str, lengths, depths, trials: int = 1, seed: int = 0, **params) -
 
 
 # The character LM's settings: the compact form, counts small enough that prompt and answer fit a
-# 64-character window (context-extension's L0) with room for filler; see ``fitted``.
+# 64-character window (a char-LM study's L0) with room for filler; see ``fitted``.
 CHAR_PARAMS = {"multikey": dict(keys=2, form="compact"), "multivalue": dict(values=2, form="compact"),
                "vartrack": dict(hops=2, chains=1, form="compact"),
                "brackets": dict(nesting=3, groups=1, form="compact"), "code": dict(functions=2, form="compact")}
