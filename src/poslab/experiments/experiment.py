@@ -13,8 +13,9 @@ An experiment is an :class:`Experiment` with ``name``, ``title``, ``study(preset
 ``fixed`` ({path: reason} its --set may not change), ``check(study)`` (its own validation) and
 ``table_length(study)`` (its learned tables' length) and ``not_applicable(study)`` (why a grid point
 cannot run, e.g. a causal-only encoding in a bidirectional model; such points train no member, and
-:func:`inapplicable` lists them for the report). The engine adds each member's axis values and seed
-to every row it returns.
+:func:`inapplicable` lists them for the report), ``extrapolation`` (what it measured past its
+training length, read by the survey table) and ``prepare`` (an evaluate-only study's driver work
+before its jobs). The engine adds each member's axis values and seed to every row it returns.
 """
 
 from __future__ import annotations
