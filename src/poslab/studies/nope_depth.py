@@ -27,6 +27,7 @@ from poslab.experiments.spec import (
     at_least,
     is_,
     judge_all,
+    maximum,
     mean,
     minimum,
     neg,
@@ -55,11 +56,13 @@ HYPOTHESIS = ("the seed's next step (limitations paragraph) as a hypothesis, jud
 CONTROL = "the same criterion on {encoding} at the same depth: a control; {seeds} seeds, {n} rows"
 
 CLAIMS = [
-    # one layer: nothing positional reaches the logits, so retrieval is impossible by construction
-    ClaimSpec(name="nope, 1 layer: accuracy at every length (K={K})", paper="(none: no position at one layer)",
-              where=probe("length") & NOPE & SHALLOW, per=("K",), measure=mean("accuracy"), op="<=", threshold=2,
-              scale_by="chance", role="check",
-              note="by construction: " + ONE_LAYER_WHY + "; {seeds} seeds, {n} rows"),
+    # one layer: nothing positional reaches the logits, so no offset can be selected by construction
+    ClaimSpec(name="nope, 1 layer: largest gap, either sign, of attention at -K from the mean over earlier keys",
+              paper="(none: no position at one layer)", where=probe("flat") & NOPE & SHALLOW,
+              measure=maximum("abs_excess"), op="<=", threshold=0.01, role="check",
+              note="by construction: " + ONE_LAYER_WHY + "; max over {seeds} seeds, the longest trained length and "
+                   "the longest length; its accuracy is above chance (tables) because a bag of the context's "
+                   "tokens already beats 1/m"),
     ClaimSpec(name="nope, 1 layer: retrieving head's peak at -K in every seed x length cell",
               paper="(none: no position at one layer)", where=RETRIEVING & NOPE & SHALLOW,
               measure=share("peak_offset", "==", neg("K")), percent=True, role="check",
@@ -201,8 +204,24 @@ def profile_figure(rows: list[dict], out: Path) -> list[Path]:
     return [save(fig, out / "attention_by_offset.png")]
 
 
+def flat_rows(rows: list[dict]) -> list[dict]:
+    """Per (member, length, layer, head) of the ``attention`` rows: the weight at -K minus the mean weight
+    over the earlier keys (offsets <= -1), ``abs_excess`` its size (0 for a head blind to position)."""
+    cells: dict[tuple, dict[int, float]] = {}
+    for r in select(rows, "attention"):
+        key = (r["encoding"], r["n_layers"], r["K"], r["seed"], r["length"], r["layer"], r["head"])
+        cells.setdefault(key, {})[r["offset"]] = r["weight"]
+    out = []
+    for (e, n, K, seed, L, layer, head), w in cells.items():
+        excess = w[-K] - float(np.mean([v for d, v in w.items() if d <= -1]))
+        out.append(dict(probe="flat", encoding=e, n_layers=n, K=K, seed=seed, length=L, layer=layer, head=head,
+                        excess=excess, abs_excess=abs(excess)))
+    return out
+
+
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     Lmax = study.train.max_length
+    rows = rows + flat_rows(rows)
     intro = (f"Mean ± std over seeds 0..{study.seeds - 1}. A causal transformer, d_model = "
              f"{study.model.get('d_model')}, one head a layer, MLP and pre-LayerNorm, at n_layers in "
              f"{list(study.axis('model.n_layers'))}; fixed-offset retrieval over m = {study.task.get('m', 20)} tokens, "
