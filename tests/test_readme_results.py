@@ -1,6 +1,7 @@
-"""The README's results table is read from the stored paper-preset claims, not typed beside them:
-each study row's counts per role (yes / no / n.a.) equal those of docs/paper-preset/<study>/claims.json,
-and every stored claim carries its role (and an n.a. its reason kind)."""
+"""The README's results tables are read from the stored claims, not typed beside them: each study
+row's counts per role (yes / no / n.a.) equal those of <dir>/<study>/claims.json for the result
+folders in RESULTS (the paper-preset runs, the next steps' and benchmarks' cpu-preset runs), and every
+stored claim carries its role (and an n.a. its reason kind)."""
 
 import json
 import re
@@ -23,12 +24,17 @@ def readme_counts() -> dict[str, str]:
     return out
 
 
+RESULTS = ("paper-preset", "next-steps", "lengthgen-cpu")  # folders of docs/ holding <study>/claims.json
+FOLDERS = {p.name: p for d in RESULTS if (ROOT / "docs" / d).is_dir()
+           for p in (ROOT / "docs" / d).iterdir() if (p / "claims.json").exists()}
+
+
 def stored(study: str) -> list[dict]:
-    claims = json.loads((ROOT / "docs" / "paper-preset" / study / "claims.json").read_text())
+    claims = json.loads((FOLDERS[study] / "claims.json").read_text())
     return claims["claims"] if isinstance(claims, dict) else claims
 
 
-STUDIES = sorted(p.name for p in (ROOT / "docs" / "paper-preset").iterdir() if (p / "claims.json").exists())
+STUDIES = sorted(FOLDERS)
 
 
 def test_the_readme_has_a_counted_row_for_every_stored_paper_preset_run():
