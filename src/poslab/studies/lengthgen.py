@@ -95,7 +95,7 @@ KAZEMNEJAD_MODEL = dict(n_layers=12, d_model=768, n_heads=12, d_mlp=3072, dropou
 KAZEMNEJAD_TRAIN = dict(steps=40_000, batch_size=64, lr=3e-5, optimizer="adamw", weight_decay=0.05,
                         lr_schedule="cosine", warmup_steps=2400, length_sampling="sequence")
 CPU_MODEL = dict(n_layers=2, d_model=64, n_heads=4)
-CPU_TRAIN = dict(steps=500, batch_size=32, lr=1e-3, optimizer="adam")
+CPU_TRAIN = dict(steps=400, batch_size=32, lr=1e-3, optimizer="adam")
 PRESETS = {
     "paper": Scale(model={RUOSS: RUOSS_MODEL, KAZEMNEJAD: KAZEMNEJAD_MODEL},
                    train={RUOSS: RUOSS_TRAIN, KAZEMNEJAD: KAZEMNEJAD_TRAIN}, eval_lengths="every",
@@ -108,10 +108,10 @@ PRESETS = {
                    train={b: dict(steps=12, batch_size=8, lr=1e-3) for b in (RUOSS, KAZEMNEJAD)},
                    eval_lengths="few", n_sequences=16, seeds=1, tasks="quick"),
 }
-# the cpu preset's tasks: from each suite one task that needs only the first and last positions or
-# the order of the input (even_pairs, copy) and one that needs every position mirrored (reverse_string,
-# reverse); a registered task name that is missing here fails the preset's check
-CPU_TASKS = ("even_pairs", "reverse_string", "copy", "reverse")
+# the cpu preset's tasks: Ruoss et al.'s even_pairs (the first and last symbols decide it) and
+# Kazemnejad et al.'s copy and reverse (every position, in order and mirrored). reverse_string, with
+# twice the tokens, did not fit the hour here beside every encoding with and without randomized positions
+CPU_TASKS = ("even_pairs", "copy", "reverse")
 CPU_LONGEST = 2.5  # the cpu and quick presets evaluate up to this multiple of the training length
 
 
