@@ -144,3 +144,16 @@ def test_the_example_plugin_is_listed_and_its_study_runs_end_to_end(tmp_path):
     assert got.returncode == 0, got.stderr[-3000:]
     table = (tmp_path / "out" / "table.md").read_text()
     assert "gaussian_bias" in table and "rope" in table
+
+
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time (tests/test_ray.py)
+def test_the_example_plugins_study_runs_on_the_ray_executor(tmp_path):
+    """Issue 38: a plugin's encoding works with every executor, Ray included. The plugin's study runs
+    as Ray tasks on a local Ray instance started by the command; its table names the plugin's encoding."""
+    pytest.importorskip("ray", reason="the Ray executor needs the extra: pip install 'poslab[ray]'")
+    groups = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]["entry-points"]
+    env = {**dist_info(tmp_path, groups), "RAY_DISABLE_IMPORT_WARNING": "1"}
+    got = poslab(env, "run", "example-first-token", "--preset", "quick", "--store", str(tmp_path / "s.sqlite"),
+                 "--out", str(tmp_path / "out"), "--no-progress", "--executor", "ray", "--workers", "2", cwd=tmp_path)
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert "gaussian_bias" in (tmp_path / "out" / "table.md").read_text()
