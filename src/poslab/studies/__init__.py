@@ -22,6 +22,7 @@ from poslab.studies import (
     k1,
     leakage,
     lengthgen,
+    lengthgen_probes,
     linear_control,
     lm,
     mope,
@@ -36,7 +37,7 @@ from poslab.studies import (
 EXPERIMENTS: dict[str, Experiment] = {m.EXPERIMENT.name: m.EXPERIMENT for m in (
     phenomenon, validation, lm, context_extension, leakage, bias_comparison, linear_control, heads, k1, two_layer,
     controls, mope, pretrained_extension, pretrained_leakage, implementation, nope_depth, induction,
-    lengthgen)}
+    lengthgen, lengthgen_probes)}
 # plugins (poslab.plugins): installed packages' studies, an Experiment named like its entry point
 EXPERIMENTS.update(plugins.load("studies", EXPERIMENTS, lambda obj: isinstance(obj, Experiment),
                                 "an Experiment (poslab.experiments.runner)"))
@@ -53,7 +54,8 @@ PAPER_STUDIES: tuple[str, ...] = tuple(n for n, e in EXPERIMENTS.items()
 # ``poslab sample`` samples the character LM's members; ``poslab bench profile`` times Table 1's
 # study and ``bench train`` / ``bench parity`` train its grid; ``bench leakage-memory`` measures a job of
 # the evaluate-only study on pretrained checkpoints whose jobs say their peak memory.
-DEFAULTS: dict[str, str] = {"sample": "lm", "bench": "phenomenon", "job-memory": "pretrained-leakage"}
+DEFAULTS: dict[str, str] = {"sample": "lm", "bench": "phenomenon", "job-memory": "pretrained-leakage",
+                           "bench-ensemble": "lengthgen"}
 
 
 def get_experiment(name: str) -> Experiment:
