@@ -12,7 +12,7 @@
     poslab bench eval --model lm [--lengths 1000,10000,30000] [--device cuda]   the LM's position-wise loss
     poslab bench profile [EXPERIMENT] [--preset P] [--set key=value]   where one study's wall time goes
     poslab bench floor [EXPERIMENT ...] [--preset P]   the training's matmul FLOPs over this CPU's rate
-    poslab bench lengthgen [--steps N] [--per-task N]   lengthgen's cpu preset: ensembles vs the plain loop
+    poslab bench ensemble [EXPERIMENT] [--preset cpu]   a preset's training: ensembles vs the plain loop
     poslab bench parity [--device cpu|cuda]   ensemble = solo: Table 1's groups as ensembles and each seed alone
 
 Bad input stops before any work with one line naming the field and the allowed values, exit 2.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import click
 
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, check_choice
 
 
 class _Group(click.Group):
@@ -268,18 +268,23 @@ def bench_train(steps, plain_steps, workers, scaling, scaling_steps):
               echo=click.echo)
 
 
-@bench.command("lengthgen")
+@bench.command("ensemble")
+@click.argument("experiment", required=False)
+@click.option("--preset", default="cpu", show_default=True, help="the study's preset whose groups are timed")
 @click.option("--steps", type=int, default=20, show_default=True, help="steps timed per group")
 @click.option("--per-task", type=int, default=2, show_default=True, help="groups timed per task")
-def bench_lengthgen(steps, per_task):
-    """The lengthgen cpu preset's training: each cell's seeds as one ensemble vs each alone in the plain
-    loop, one thread, as a ratio."""
-    from poslab.bench import bench_lengthgen as run_bench
+def bench_ensemble(experiment, preset, steps, per_task):
+    """A study preset's training (default: the length-generalization benchmark's cpu preset): each
+    group's members as one ensemble vs each alone in the plain loop, one thread, as a ratio."""
+    from poslab.bench import bench_ensemble as run_bench
+    from poslab.studies import DEFAULTS, get_experiment
 
+    exp = get_experiment(experiment or DEFAULTS["bench-ensemble"])
+    check_choice("--preset", preset, exp.presets)
     for field, value in (("--steps", steps), ("--per-task", per_task)):
         if value < 1:
             raise ConfigError(field, value, "a positive integer")
-    run_bench(steps=steps, per_task=per_task, echo=click.echo)
+    run_bench(exp, preset, steps=steps, per_task=per_task, echo=click.echo)
 
 
 def _int_list(field: str, text: str, low: int, high: int | None = None, *, none: bool = False) -> tuple[int, ...]:

@@ -10,16 +10,16 @@ they time poslab against.
     profile         where one study's wall time goes
     pretrained      a checkpoint's position-wise loss against its own forward
     job_memory      the peak memory of one job of an evaluate-only study, beside its declared peak
-    lengthgen       the lengthgen cpu preset's training as ensembles against the plain loop
+    ensemble        a study preset's training as ensembles against the plain loop (the benchmark's cpu preset)
     plain           PlainGPT, the LM written plainly (nanoGPT style)
     measure         a measured child process (peak memory = its working set)
 """
 
+from poslab.bench.ensemble import bench_ensemble
 from poslab.bench.eval_head import bench_eval
 from poslab.bench.eval_lm import bench_eval_lm
 from poslab.bench.floor import bench_floor, step_flops
 from poslab.bench.job_memory import bench_job_memory
-from poslab.bench.lengthgen import bench_lengthgen
 from poslab.bench.lm import bench_lm, lm_step_flops, matmul_gflops
 from poslab.bench.measure import start_measured
 from poslab.bench.parity import bench_parity
@@ -29,5 +29,5 @@ from poslab.bench.profile import PHASES, bench_profile
 from poslab.bench.train import bench_train, ensemble_scaling
 
 __all__ = ["PHASES", "PlainGPT", "bench_eval", "bench_eval_lm", "bench_floor", "bench_job_memory",
-           "bench_lengthgen", "bench_lm", "bench_parity", "bench_pretrained", "bench_profile", "bench_train",
+           "bench_ensemble", "bench_lm", "bench_parity", "bench_pretrained", "bench_profile", "bench_train",
            "ensemble_scaling", "lm_step_flops", "matmul_gflops", "start_measured", "step_flops"]

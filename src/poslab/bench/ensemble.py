@@ -1,8 +1,9 @@
-"""``poslab bench lengthgen``: the lengthgen cpu preset's training as ensembles against the plain loop.
+"""``poslab bench ensemble [EXPERIMENT] --preset P``: a study preset's training as ensembles against the
+plain loop (default: ``studies.DEFAULTS["bench-ensemble"]``, the length-generalization benchmark's cpu preset).
 
     ratio = (plain loop: seconds per member-step) / (ensemble: seconds per member-step)
 
-A few of the preset's groups (one per task, by default the first encodings of the registry, with
+A few of the preset's groups (``per_task`` per task, by default the first encodings of the registry, with
 and without randomized positions) train as ``poslab run`` trains a group, one vectorized ensemble
 of the cell's seeds on one thread as a worker does (:func:`~poslab.experiments.training.train_members`),
 and each of their members alone through the plain loop (:func:`~poslab.train.train_plain`), the
@@ -15,19 +16,20 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from poslab.experiments import Experiment
 from poslab.experiments import members as study_members
 from poslab.experiments.runner import prepare
 from poslab.experiments.schedule import one_thread
 from poslab.experiments.training import train_members
-from poslab.studies import lengthgen
 from poslab.train import train_plain
 
 
-def bench_lengthgen(*, steps: int = 20, per_task: int = 2, echo=print) -> dict:
-    """Time ``per_task`` groups of each cpu-preset task for ``steps`` steps, ensemble against plain."""
-    study = prepare(lengthgen.EXPERIMENT, "cpu")
+def bench_ensemble(experiment: Experiment, preset: str, *, steps: int = 20, per_task: int = 2, echo=print) -> dict:
+    """Time ``per_task`` groups of each task of ``experiment``'s ``preset`` for ``steps`` steps, ensemble
+    against plain."""
+    study = prepare(experiment, preset)
     groups: dict[str, list] = {}
-    for m in study_members(lengthgen.EXPERIMENT, study):
+    for m in study_members(experiment, study):
         groups.setdefault(m.group_key(), []).append(m)
     chosen: dict[str, list] = {}
     for group in groups.values():
@@ -53,7 +55,8 @@ def bench_lengthgen(*, steps: int = 20, per_task: int = 2, echo=print) -> dict:
                 echo(f"{group[0].group_label} x{len(group)}: ensemble {ens:.2f} s, plain loop {solo:.2f} s "
                      f"({steps} steps, one thread)")
     ratio = plain / ensemble
-    echo(f"lengthgen cpu preset, {sum(map(len, chosen.values()))} groups, {member_steps} member-steps: ensemble "
+    echo(f"{experiment.name} {preset} preset, {sum(map(len, chosen.values()))} groups, {member_steps} member-steps: "
+         f"ensemble "
          f"{ensemble / member_steps * 1e3:.1f} ms, plain loop {plain / member_steps * 1e3:.1f} ms a member-step: "
          f"ratio {ratio:.2f}x")
     return dict(ensemble_seconds=ensemble, plain_seconds=plain, member_steps=member_steps, ratio=ratio)
