@@ -24,7 +24,7 @@ def readme_counts() -> dict[str, str]:
     return out
 
 
-RESULTS = ("paper-preset", "next-steps", "lengthgen-cpu")  # folders of docs/ holding <study>/claims.json
+RESULTS = ("paper-preset", "next-steps")  # folders of docs/ holding <study>/claims.json
 FOLDERS = {p.name: p for d in RESULTS if (ROOT / "docs" / d).is_dir()
            for p in (ROOT / "docs" / d).iterdir() if (p / "claims.json").exists()}
 
