@@ -8,7 +8,8 @@ from poslab.tasks.scoring import sequence_scores
 
 def _batch(targets, mask):
     t = torch.tensor(targets)
-    return Batch(tokens=torch.zeros_like(t), targets=t, loss_mask=torch.tensor(mask), lengths=torch.full((len(t),), t.shape[1]))
+    return Batch(tokens=torch.zeros_like(t), targets=t, loss_mask=torch.tensor(mask),
+                 lengths=torch.full((len(t),), t.shape[1]))
 
 
 def test_scores_count_only_output_positions():

@@ -6,7 +6,6 @@ import torch
 from poslab.errors import ConfigError
 from poslab.tasks import TASKS, build_task, eval_batch, eval_seed
 
-
 # tasks whose length is their token count; the benchmark tasks (issue 39) declare another length_unit
 TOKEN_LENGTH_TASKS = sorted(name for name in TASKS if not hasattr(TASKS[name], "length_unit"))
 
