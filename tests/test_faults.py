@@ -27,7 +27,8 @@ from poslab.store import Store
 from poslab.studies import get_experiment
 
 OWN = {"encoding": '["rope"]', "task.K": "[2]", "model.d_model": "[8,16,24]"}
-SETS = ["seeds=1", "train.steps=30", "train.batch_size=16", "eval.lengths=[12,20]", "eval.n_sequences=32"]
+SETS = ["seeds=1", "train.steps=150",  # groups seconds apart, so the kill lands between two
+        "train.batch_size=16", "eval.lengths=[12,20]", "eval.n_sequences=32"]
 
 
 def _overrides() -> list[str]:
