@@ -53,7 +53,7 @@ import torch
 from torch import Tensor
 
 from poslab.errors import ConfigError
-from poslab.tasks.chomsky.format import EncoderTask, Rows
+from poslab.tasks.chomsky.format import AlphabetTask, EncoderTask, Rows
 
 # ----------------------------------------------------------------------------- stack_manipulation
 
@@ -124,7 +124,7 @@ class StackManipulation(EncoderTask):
 # ----------------------------------------------------------------------------- reverse_string
 
 @dataclass(frozen=True, kw_only=True)
-class ReverseString(EncoderTask):
+class ReverseString(AlphabetTask):
     """x_1 .. x_n -> x_n .. x_1, over ``m`` symbols (the paper's binary strings by default).
 
     Worked examples (the source's)::
@@ -140,25 +140,8 @@ class ReverseString(EncoderTask):
 
     m: int = 2  # alphabet size (the source's vocab_size; 2 in its constants.py)
 
-    def __post_init__(self):
-        if not isinstance(self.m, int) or isinstance(self.m, bool) or self.m < 2:
-            raise ConfigError("m", self.m, "an integer >= 2")
-
-    @property
-    def input_size(self) -> int:
-        return self.m
-
-    @property
-    def output_size(self) -> int:
-        return self.m
-
     def output_length(self, n: int) -> int:
         return n
-
-    def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
-        hi = int(lengths.max())
-        x = torch.randint(0, self.m, (len(lengths), hi), generator=generator, device=generator.device)
-        return self.answer(x.masked_fill(torch.arange(hi, device=x.device) >= lengths[:, None], 0), lengths)
 
     def answer(self, inputs: Tensor, n: Tensor) -> Rows:
         j = torch.arange(inputs.shape[1], device=inputs.device)[None, :]

@@ -76,22 +76,17 @@ import torch
 from torch import Tensor
 
 from poslab.errors import require_positive_int
-from poslab.tasks.base import check_vocab
-from poslab.tasks.chomsky.format import EncoderTask, Rows
+from poslab.tasks.chomsky.format import AlphabetTask, EncoderTask, Rows
 
 END = 2  # the end (and operator) token of the binary arithmetic tasks
 MISSING, ODD_PAD = 2, 3  # missing_duplicate_string's placeholder and its pad for odd lengths
-
-
-def _check_m(m: int) -> None:
-    check_vocab(m, least=2)
 
 
 # ----------------------------------------------------------------------------- string tasks
 
 
 @dataclass(frozen=True, kw_only=True)
-class DuplicateString(EncoderTask):
+class DuplicateString(AlphabetTask):
     """Duplicate a string: x_1 .. x_L -> (x_1 .. x_L) repeated ``duplication`` times.
 
     Worked examples (m = 2; token ids: symbol k is k + 2, EMPTY 1; ``.`` not scored, target 0)::
@@ -111,22 +106,11 @@ class DuplicateString(EncoderTask):
     duplication: int = 2  # copies of the string in the output
 
     def __post_init__(self):
-        _check_m(self.m)
+        super().__post_init__()
         require_positive_int("duplication", self.duplication)
-
-    @property
-    def input_size(self) -> int:
-        return self.m
-
-    @property
-    def output_size(self) -> int:
-        return self.m
 
     def output_length(self, L: int) -> int:
         return self.duplication * L
-
-    def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
-        return self.answer(_uniform(generator, lengths, self.m), lengths)
 
     def answer(self, inputs: Tensor, n: Tensor) -> Rows:
         o = torch.arange(self.duplication * inputs.shape[1], device=inputs.device)[None, :]  # [1, o]
@@ -135,7 +119,7 @@ class DuplicateString(EncoderTask):
 
 
 @dataclass(frozen=True, kw_only=True)
-class OddsFirst(EncoderTask):
+class OddsFirst(AlphabetTask):
     """The symbols at odd 0-based indices first, then those at even ones: x[1::2] + x[::2].
 
     This is the sources' code; their docstring states the opposite order (module docstring).
@@ -153,22 +137,8 @@ class OddsFirst(EncoderTask):
 
     m: int = 2  # alphabet size (2 in the papers)
 
-    def __post_init__(self):
-        _check_m(self.m)
-
-    @property
-    def input_size(self) -> int:
-        return self.m
-
-    @property
-    def output_size(self) -> int:
-        return self.m
-
     def output_length(self, L: int) -> int:
         return L
-
-    def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
-        return self.answer(_uniform(generator, lengths, self.m), lengths)
 
     def answer(self, inputs: Tensor, n: Tensor) -> Rows:
         o = torch.arange(inputs.shape[1], device=inputs.device)[None, :]  # [1, o]
@@ -178,7 +148,7 @@ class OddsFirst(EncoderTask):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BucketSort(EncoderTask):
+class BucketSort(AlphabetTask):
     """Sort symbols from an alphabet of m: x_1 .. x_L -> the same symbols in increasing order.
 
     Worked examples (m = 5)::
@@ -194,22 +164,8 @@ class BucketSort(EncoderTask):
 
     m: int = 5  # alphabet size (5 in the papers)
 
-    def __post_init__(self):
-        _check_m(self.m)
-
-    @property
-    def input_size(self) -> int:
-        return self.m
-
-    @property
-    def output_size(self) -> int:
-        return self.m
-
     def output_length(self, L: int) -> int:
         return L
-
-    def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
-        return self.answer(_uniform(generator, lengths, self.m), lengths)
 
     def answer(self, inputs: Tensor, n: Tensor) -> Rows:
         past = torch.arange(inputs.shape[1], device=inputs.device)[None, :] >= n[:, None]  # [b, s]
@@ -264,11 +220,6 @@ class MissingDuplicateString(EncoderTask):
 
 
 # ----------------------------------------------------------------------------- binary arithmetic
-
-
-def _uniform(generator: torch.Generator, lengths: Tensor, m: int) -> Tensor:
-    """[b, max L] i.i.d. uniform symbols of an alphabet of m (values past a row's length unused)."""
-    return torch.randint(0, m, (len(lengths), int(lengths.max())), generator=generator, device=lengths.device)
 
 
 def _nonzero_bits(generator: torch.Generator, shape: tuple[int, int], width: Tensor, need: Tensor) -> Tensor:

@@ -54,7 +54,7 @@ import torch
 from torch import Tensor
 
 from poslab.errors import ConfigError
-from poslab.tasks.base import Batch, Length, length_range
+from poslab.tasks.base import Batch, Length, check_vocab, length_range
 
 PAD = 0  # the padding id every task shares
 EMPTY = 1  # the empty output slot, the sources' output token
@@ -223,3 +223,32 @@ def render(tokens: Tensor, length: int, symbols: Sequence[str]) -> str:
     ``symbols`` names the source's input symbols; PAD shows as ``.`` and EMPTY as ``_``."""
     names = [".", "_", *symbols]
     return " ".join(names[int(t)] for t in tokens[:length])
+
+
+def uniform_inputs(generator: torch.Generator, lengths: Tensor, high: int) -> Tensor:
+    """I.i.d. uniform symbols in [0, high), [b, max L], 0 past each row's length (one ``randint``)."""
+    hi = int(lengths.max())
+    x = torch.randint(0, high, (len(lengths), hi), generator=generator, device=generator.device)
+    return x.masked_fill(torch.arange(hi, device=x.device) >= lengths[:, None], 0)
+
+
+class AlphabetTask(EncoderTask):
+    """An encoder task over an alphabet of ``m`` symbols (a dataclass field of the task, >= 2) whose
+    output classes are the same m symbols, with i.i.d. uniform inputs: reverse_string,
+    duplicate_string, odds_first, bucket_sort."""
+
+    m: int
+
+    def __post_init__(self):
+        check_vocab(self.m, least=2)
+
+    @property
+    def input_size(self) -> int:
+        return self.m
+
+    @property
+    def output_size(self) -> int:
+        return self.m
+
+    def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
+        return self.answer(uniform_inputs(generator, lengths, self.m), lengths)

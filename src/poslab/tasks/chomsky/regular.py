@@ -37,14 +37,7 @@ import torch
 from torch import Tensor
 
 from poslab.errors import ConfigError
-from poslab.tasks.chomsky.format import EncoderTask, Rows
-
-
-def _bits(generator: torch.Generator, lengths: Tensor, high: int) -> tuple[Tensor, Tensor]:
-    """Uniform symbols in [0, high) [b, L_max], zero past each row's length; and the lengths."""
-    hi = int(lengths.max())
-    x = torch.randint(0, high, (len(lengths), hi), generator=generator, device=generator.device)
-    return x.masked_fill(torch.arange(hi, device=x.device) >= lengths[:, None], 0), lengths
+from poslab.tasks.chomsky.format import EncoderTask, Rows, uniform_inputs
 
 
 def _one(inputs: Tensor, n: Tensor, value: Tensor) -> Rows:
@@ -56,7 +49,7 @@ class _Uniform(EncoderTask):
     """A task over i.i.d. uniform input symbols: draw = uniform symbols, then the rule."""
 
     def draw(self, generator: torch.Generator, lengths: Tensor) -> Rows:
-        return self.answer(*_bits(generator, lengths, self.input_size))
+        return self.answer(uniform_inputs(generator, lengths, self.input_size), lengths)
 
 
 @dataclass(frozen=True, kw_only=True)
