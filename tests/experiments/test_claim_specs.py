@@ -166,3 +166,29 @@ def test_nothing_measured_is_na_not_run():
     spec = ClaimSpec(name="x", paper="p", where=is_("length", 99), measure=mean("a"), op=">", threshold=0)
     (claim,) = spec.evaluate([dict(length=99, a=None, seed=0)])
     assert claim.holds is None and claim.na_kind == "not-run" and claim.note.startswith("n.a. (not run")
+
+
+@pytest.mark.parametrize("op, lows, highs, holds", [
+    (">=", (0.52, 0.55), (0.70, 0.75), True),  # every interval above the line
+    (">=", (0.20, 0.25), (0.45, 0.49), False),  # every interval below it
+    (">=", (0.30, 0.52), (0.49, 0.70), None),  # one seed below, one above: not decided
+    (">=", (0.40, 0.45), (0.60, 0.65), None),  # intervals that hold the line
+    ("<", (0.10, 0.20), (0.40, 0.49), True),
+    ("<", (0.50, 0.60), (0.80, 0.90), False),
+    ("<", (0.30, 0.30), (0.55, 0.55), None),
+])
+def test_an_interval_claim_is_decided_only_where_every_interval_is_on_one_side(op, lows, highs, holds):
+    spec = ClaimSpec(name="x", paper="p", measure=mean("exact"), op=op, threshold=0.5, interval=("lo", "hi"))
+    rows = [dict(seed=s, exact=(lo + hi) / 2, lo=lo, hi=hi) for s, (lo, hi) in enumerate(zip(lows, highs, strict=True))]
+    (claim,) = spec.evaluate(rows)
+    assert claim.holds is holds
+    if holds is None:
+        assert claim.na_kind == "undecidable" and f"span {min(lows):.3f} to {max(highs):.3f}" in claim.note
+        assert claim.measured == pytest.approx(sum(r["exact"] for r in rows) / 2)  # the value is still shown
+    else:
+        assert claim.na_kind is None
+
+
+def test_an_interval_needs_a_one_sided_operator():
+    with pytest.raises(ValueError, match="one-sided"):
+        ClaimSpec(name="x", paper="p", measure=mean("a"), op="~", threshold=1.0, tol=0.1, interval=("lo", "hi"))

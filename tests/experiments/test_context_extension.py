@@ -20,7 +20,7 @@ from poslab.probes.positionwise import bend_rows
 from poslab.store import Store
 from poslab.studies import context_extension as ce
 from poslab.studies.kit import rope_extension
-from poslab.studies.kit.ranking import ranking_rows
+from poslab.studies.kit.ranking import exact_rows, ranking_rows, wilson
 
 TINY_SEARCH = ce.SearchConfig(population=4, generations=1, survivors=2)
 
@@ -308,3 +308,66 @@ def test_ranking_rows_by_hand():
 def test_bad_mixture_settings_stop_before_work(setting, field):
     with pytest.raises(ConfigError, match=field):
         validate(apply_overrides(tiny(), [setting], fixed=ce.FIXED), "cpu", ce.EXPERIMENT)
+
+
+@pytest.mark.parametrize("k, n", [(0, 80), (20, 160), (54, 160), (40, 80), (80, 80), (3, 7)])
+def test_wilson_interval_bounds_solve_the_score_equation(k, n):
+    """Wilson's bounds are the p with |k/n - p| = z sqrt(p (1 - p) / n) (Wilson 1927), found here by bisection."""
+    lo, hi = wilson(k, n)
+    z, share = 1.959964, k / n
+
+    def root(a, b):  # f changes sign on [a, b]
+        f = lambda p: abs(share - p) - z * (p * (1 - p) / n) ** 0.5  # noqa: E731
+        for _ in range(200):
+            m = (a + b) / 2
+            a, b = (m, b) if (f(a) > 0) == (f(m) > 0) else (a, m)
+        return (a + b) / 2
+    assert lo == pytest.approx(0.0 if k == 0 else root(0.0, share), abs=1e-9)
+    assert hi == pytest.approx(1.0 if k == n else root(share, 1.0), abs=1e-9)
+
+
+def _ceiling_rows(per_seed: list[int], task: str = "multivalue") -> list[dict]:
+    """Plain RoPE's reasoning rows at L0 = 32: per seed, k correct of 80 spread over five depths of 16."""
+    rows = []
+    for seed, k in enumerate(per_seed):
+        split = [k // 5 + (i < k % 5) for i in range(5)]
+        rows += [dict(probe="reasoning", method="rope", seed=seed, task=task, length=32, depth=d, exact=c / 16,
+                      examples=16) for d, c in zip(ce.PASSKEY_DEPTHS, split, strict=True)]
+    return rows
+
+
+@pytest.mark.parametrize("per_seed, holds", [
+    ([52, 52], True),  # 0.65 each, Wilson [0.541, 0.745]: above 0.5 in both seeds
+    ([30, 30], False),  # 0.375 each, [0.276, 0.486]: below
+    ([52, 30], None),  # one seed above, one below (the pooled 0.513 alone would read yes)
+    ([40, 40], None),  # 0.5 each: the interval holds the line
+    ([44, 10], None),  # 54 of 160 (0.338, the 2026-12-01 multivalue ceiling) split 0.55 / 0.125: not decided
+])
+def test_reasoning_ceiling_is_decided_only_where_every_seed_is_clear_of_it(per_seed, holds):
+    rows = _ceiling_rows(per_seed)
+    rows = rows + ce.derived_rows(rows, 32)
+    (claim,) = [c for c in ce.judge_all(ce.CLAIMS, rows) if c.name.startswith("multivalue: exact match within")]
+    assert claim.holds is holds and claim.measured == pytest.approx(sum(per_seed) / 160)
+    assert (claim.na_kind == "undecidable") == (holds is None)
+
+
+def test_exact_rows_pool_the_depths_as_k_of_n():
+    (row,) = exact_rows(_ceiling_rows([27]), 32)
+    assert (row["correct"], row["examples"], row["multiple"]) == (27, 80, 1.0)
+    assert (row["lo"], row["hi"]) == pytest.approx(wilson(27, 80)) and row["exact"] == pytest.approx(27 / 80)
+
+
+def test_ranking_ties_methods_whose_exact_match_intervals_overlap():
+    """rope 0/4, pi 4/4, yarn 2/4: only (rope, pi) is told apart (Wilson 0.490 < 0.510), and it agrees
+    with the loss order; the other two pairs are ties in exact match: tau_b = 1 / sqrt(3 x 1)."""
+    L0 = 32
+    loss = [dict(probe="loss", method=m, seed=0, length=128, loss=v) for m, v in (("rope", 5.0), ("pi", 4.0),
+                                                                                  ("yarn", 3.0))]
+    exact = [dict(probe="reasoning", method=m, seed=0, task="code", length=128, depth=d, exact=e, examples=2)
+             for m, e in (("rope", 0.0), ("pi", 1.0), ("yarn", 0.5)) for d in (0.0, 1.0)]
+    (got,) = ranking_rows(loss + exact, L0)
+    assert got["tau"] == pytest.approx(3 ** -0.5) and (got["resolved"], got["pairs"]) == (1, 3)
+    assert got["best_task"] is None  # pi's interval overlaps yarn's
+    many = [dict(r, examples=16) for r in exact]  # 32 examples a method: every pair told apart
+    (clear,) = ranking_rows(loss + many, L0)
+    assert clear["tau"] == pytest.approx(1 / 3) and clear["resolved"] == 3 and clear["best_task"] == "pi"

@@ -307,6 +307,10 @@ class ClaimSpec:
     note: str = ""
     percent: bool = False  # show the measured value and threshold as percentages
     scale_by: str | None = None  # the threshold is multiplied by this column of the group (e.g. chance)
+    # (lo, hi): the columns holding each row's 95% interval (e.g. a Wilson interval of an exact match
+    # on few examples). Judged only where every row's interval lies on one side of the line; where
+    # they reach both sides the claim is n.a. (undecidable), the intervals' span in the note
+    interval: tuple[str, str] | None = None
 
     def __post_init__(self):
         if self.op is not None and self.op not in OPS:
@@ -324,6 +328,9 @@ class ClaimSpec:
             raise ValueError(f"ClaimSpec {self.name!r}: a claim needs an op (judged) or an na (with its reason)")
         if self.role not in ROLES:
             raise ValueError(f"ClaimSpec {self.name!r}: role must be one of {ROLES}, got {self.role!r}")
+        if self.interval is not None and self.op not in (">=", "<=", ">", "<"):
+            raise ValueError(f"ClaimSpec {self.name!r}: an interval is judged against a one-sided op "
+                             f"(>=, <=, >, <), got {self.op!r}")
 
     def limit(self, group: list[Row]) -> float | None:
         if self.threshold is None:
@@ -351,6 +358,21 @@ class ClaimSpec:
             return bool(abs(value - limit) <= self.tol)
         return bool(_CMP[self.op](value, limit))
 
+    def sides(self, group: list[Row]) -> tuple[float, float, bool | None] | None:
+        """With ``interval``: (lowest lo, highest hi, verdict) over the group's intervals; the
+        verdict is True / False where every interval meets / misses the line, None where they reach
+        both sides. None without ``interval`` or interval columns."""
+        if self.interval is None:
+            return None
+        lo_col, hi_col = self.interval
+        los = [float(r[lo_col]) for r in group if r.get(lo_col) is not None]
+        his = [float(r[hi_col]) for r in group if r.get(hi_col) is not None]
+        if not los or not his:
+            return None
+        lo, hi = min(los), max(his)
+        a, b = self.judge(lo, group), self.judge(hi, group)
+        return lo, hi, (a if a == b else None)
+
     def evaluate(self, rows: Iterable[Row]) -> list[Claim]:
         groups: dict[tuple, list[Row]] = {}
         for r in rows:
@@ -364,9 +386,16 @@ class ClaimSpec:
             holds = None if self.na else self.judge(value, group)
             note = self.note.format(**fields) if self.note else f"{fields['seeds']} seeds, {len(group)} rows"
             na_kind = None
+            span = None if self.na or holds is None else self.sides(group)
+            if span is not None:
+                holds = span[2]
             if self.na:
                 na_kind = self.na.kind
                 note = f"n.a. ({self.na.text})" + (f"; {note}" if note else "")
+            elif span is not None and holds is None:
+                na_kind = "undecidable"
+                note = (f"n.a. (the task cannot decide it: the 95% intervals span {span[0]:.3f} to {span[1]:.3f}, "
+                        f"both sides of {self.limit(group):g})" + (f"; {note}" if note else ""))
             elif holds is None:
                 na_kind = "not-run"
                 note = "n.a. (not run: nothing measured)" + (f"; {note}" if note else "")
@@ -398,7 +427,11 @@ def synthetic_rows(spec: ClaimSpec, value: float, base: Row | None = None) -> li
         row.setdefault(spec.scale_by, 0.05)
     if spec.measure.agg == "share" and isinstance(spec.measure.test[1], Ref):  # compared with another column
         row.setdefault(spec.measure.test[1].column, 0)
-    return spec.measure.rows_for(value, row)
+    rows = spec.measure.rows_for(value, row)
+    if spec.interval is not None:  # a point interval: the verdict is the measured value's
+        rows = [{**r, spec.interval[0]: r[spec.measure.column], spec.interval[1]: r[spec.measure.column]}
+                for r in rows]
+    return rows
 
 
 def flip_values(spec: ClaimSpec, base: Row | None = None, eps: float = 1e-3) -> tuple[float, float]:

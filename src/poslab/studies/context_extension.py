@@ -28,7 +28,7 @@ from poslab.probes.passkey_eval import passkey, reasoning
 from poslab.probes.positionwise import bend_rows
 from poslab.studies.kit.charlm import CPU_MODEL, RECIPES, context_loss_rows, recipe_train
 from poslab.studies.kit.longrope_search import SearchConfig, SearchSpace, longrope, search, with_scaling
-from poslab.studies.kit.ranking import ranking_rows
+from poslab.studies.kit.ranking import exact_rows, pooled, ranking_rows
 from poslab.studies.kit.rope_extension import (
     FINE_TUNING_METHODS,
     Built,
@@ -121,10 +121,13 @@ CLAIMS = [
               note="{seeds} seeds; a precondition of the ranking and of the central conclusion, not a claim of the "
                    "survey: below it the task cannot rank the extensions past L0"),
     ClaimSpec(name="{task}: exact match within the training length (the ceiling)", measure=mean("exact"),
-              where=probe("reasoning") & is_("method", "rope") & is_("multiple", 1.0), per=("task",), op=">=",
-              threshold=CEILING, paper="the ceiling extensions are measured against", role="check",
-              note="{seeds} seeds; a precondition of the ranking, not a claim of the survey: below it the task cannot "
-                   "rank the extensions past L0"),
+              where=probe("exact") & is_("method", "rope") & is_("multiple", 1.0), per=("task",), op=">=",
+              threshold=CEILING, interval=("lo", "hi"), paper="the ceiling extensions are measured against",
+              role="check",
+              note="{seeds} seeds, each k of n examples (16 per depth) with its Wilson 95% interval, decided only "
+                   "where every seed's interval is on one side of the line (retrained models differ by more "
+                   "than the examples' binomial spread: docs/context-extension.md); a precondition of the ranking, "
+                   "not a claim of the survey: below it the task cannot rank the extensions past L0"),
     ClaimSpec(name="{task}: ranking of the methods by exact match agrees with the ranking by loss (x{multiple})",
               paper="survey: perplexity alone does not judge extension (reasoning and code tasks must)",
               where=probe("ranking"), per=("task", "multiple"), measure=mean("tau", "Kendall's tau"),
@@ -172,6 +175,15 @@ CLAIMS = [
               role="external", note="{seeds} seeds; " + LIU),
 ]
 
+def _pooled_at(multiple: float, group: list[dict]) -> str:
+    return pooled([r for r in group if r["multiple"] == multiple])
+
+
+def _told_apart(group: list[dict]) -> str:
+    got = [f"{r['resolved']}/{r['pairs']}" for r in sorted(group, key=lambda r: str(r["seed"])) if "resolved" in r]
+    return ", ".join(got)
+
+
 _BY = ("#", "method")
 TABLES = [
     Table("Loss by length (nats)", by=_BY, where=probe("loss"), pivot=Pivot("length", "loss", "L={}"),
@@ -185,6 +197,12 @@ TABLES = [
           pivot=Pivot("length", "loss", "L={}")),
     Table("Reasoning and code: exact match of the greedy answer (averaged over depths)", by=(*_BY, "task"),
           where=probe("reasoning"), pivot=Pivot("length", "exact", "L={}")),
+    Table("Reasoning and code: exact match with its n and Wilson 95% interval", by=(*_BY, "task"),
+          where=probe("exact"), columns=tuple(Column(f"{m} L0", partial(_pooled_at, float(m))) for m in MULTIPLES),
+          intro="Pooled over depths and seeds: the share, its Wilson 95% interval and k correct of n examples; then "
+                "each seed's share (its n is the pooled n over the seeds). The interval is the examples' binomial "
+                "spread only: two trainings of one recipe differ by more (docs/context-extension.md, 'Run-to-run "
+                "spread of the reasoning scores')."),
     Table("Reasoning and code: answer-character accuracy (teacher-forced, the leading space excluded)",
           by=(*_BY, "task"), where=probe("reasoning"), pivot=Pivot("length", "answer_accuracy", "L={}")),
     Table("Computing positions past L0 is not using them (the survey's central conclusion, at L_t)", by=_BY,
@@ -196,10 +214,13 @@ TABLES = [
     Table("Rankings: methods by exact match against methods by loss at the same length (L > L0)",
           by=("multiple", "task"), where=probe("ranking"),
           columns=(Column("Kendall tau", "tau"), Column("methods", lambda g: g[0]["methods"]),
+                   Column("pairs told apart by exact match", _told_apart),
                    Column("best by task", lambda g: g[0]["best_task"]),
                    Column("best by loss", lambda g: g[0]["best_loss"])),
-          intro="Per seed: the methods ordered by mean exact match (over depths) and by validation loss at that "
-                "length; tau is empty where every method has the same exact match."),
+          intro="Per seed: the methods ordered by exact match (k of n pooled over depths) and by validation loss at "
+                "that length. Two methods whose Wilson 95% intervals overlap are tied in the exact-match order; tau "
+                "is empty where every pair is tied, and the best by task is named only where its interval clears "
+                "every other method's. Pairs told apart: per seed, of all pairs of methods."),
     Table("RoPE scaling law (Liu et al. 2023)", by=("method",), where=probe("scaling_law"), columns=(
         Column("head dim", "head_dim", 0), Column("base", "base", 0),
         Column("critical dim d_extra", "critical_dimension", 0),
@@ -413,7 +434,8 @@ def derived_rows(rows: list[dict], L0: int) -> list[dict]:
     """Adds to each row its method's registry index (#), L/L0 (multiple), whether it is an
     extension and at the longest length; to loss rows the loss minus plain RoPE's (delta_rope)
     and minus the same method's at L0 (delta_L0); to position-wise rows the method's predicted
-    bound. Returns the comparison rows ("vs"), the bends and the bend shift."""
+    bound. Returns the comparison rows ("vs"), the bends, the bend shift, the rankings and each
+    exact match as k of n with its interval ("exact", :func:`~poslab.studies.kit.ranking.exact_rows`)."""
     order = {m: i for i, m in enumerate(METHODS)}
     longest = max((r["length"] for r in rows if r.get("length")), default=None)
     law = {(r["method"], r["seed"]): r["extrapolation_bound"] for r in rows if r.get("probe") == "scaling_law"}
@@ -442,6 +464,7 @@ def derived_rows(rows: list[dict], L0: int) -> list[dict]:
                 out.append(dict(probe="vs", pair=f"{a} - {b}", seed=seed, length=int(L),
                                 diff=table[(a, seed, int(L))] - table[(b, seed, int(L))]))
     out += unused_rows(rows, L0) + bend_rows(rows, L0, BEND_DELTA, BEND_SHARP) + ranking_rows(rows, L0)
+    out += [{**r, "#": order.get(r["method"], len(order))} for r in exact_rows(rows, L0)]
     bends = {(r["method"], r["seed"]): r for r in out if r["probe"] == "bend"}
     for seed in seeds:
         rope, tuned = bends.get(("rope", seed)), bends.get(("base2x+ft", seed))
