@@ -21,6 +21,7 @@ import base64
 import html
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,20 +52,20 @@ def store_listing(db: Store) -> list[tuple[str, str, int]]:
     return [(e, s, n) for (e, s), n in sorted(counts.items())]
 
 
-def _get(config: dict, path: str):
-    value = config
+def _get(config: dict, path: str) -> object:
+    value: object = config
     for key in path.split("."):
         value = value.get(key) if isinstance(value, dict) else None
     return value
 
 
-def _distinct(values) -> str:
+def _distinct(values: Iterable[object]) -> str:
     seen = sorted({tuple(v) if isinstance(v, list) else v for v in values if v is not None}, key=repr)
     if not seen:
         return "-"
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in seen) and len(seen) > 3 \
-            and seen == list(range(seen[0], seen[-1] + 1)):
-        return f"{seen[0]}..{seen[-1]} ({len(seen)})"
+    ints = [v for v in seen if isinstance(v, int) and not isinstance(v, bool)]
+    if len(ints) == len(seen) > 3 and ints == list(range(ints[0], ints[-1] + 1)):
+        return f"{ints[0]}..{ints[-1]} ({len(ints)})"
     if any(isinstance(v, tuple) for v in seen):  # lists of lengths: one list per distinct value
         return "; ".join(", ".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in seen)
     return ", ".join(map(str, seen))
@@ -98,7 +99,8 @@ def sections(db: Store, results: Path | None) -> list[Section]:
 
 
 def _totals(secs: list[Section]) -> list[list]:
-    rows, total = [], Counter()
+    rows: list[list] = []
+    total: Counter[str] = Counter()
     for s in secs:
         if s.claims is None:
             rows.append([s.name, s.title, "-", "-", "-", "-", "no claims.json (run the experiment to write it)"])

@@ -24,6 +24,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
@@ -111,7 +112,18 @@ def _summarize(cells: list[tuple], summary: str, experiment: str) -> str:
 # ----------------------------------------------------------------------------- measured cost
 
 COST_LENGTHS = (64, 256, 1024)
-TINY = dict(vocab_size=16, d_model=32, n_layers=1, n_heads=2)  # the tiny model every entry is timed on
+
+
+class TinyShape(TypedDict):
+    """The tiny model every entry is timed on: its TransformerConfig shape fields."""
+
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+
+
+TINY: TinyShape = {"vocab_size": 16, "d_model": 32, "n_layers": 1, "n_heads": 2}
 
 
 def tiny_model(name: str, max_len: int):

@@ -25,7 +25,7 @@ from poslab.experiments.spec import EVERY, Measure, Where, _sort_key
 Row = dict
 
 
-def mean_std(values: Sequence[float], digits: int = 3, *, signed: bool = False, empty: str = "") -> str:
+def mean_std(values: Sequence[float | None], digits: int = 3, *, signed: bool = False, empty: str = "") -> str:
     """"mean ± std" (population std over seeds; ``signed``: the mean with its sign); ``empty`` for no values."""
     vals = [float(v) for v in values if v is not None]
     if not vals:
