@@ -178,9 +178,14 @@ def test_unknown_task_in_an_override_is_one_config_error(toy_tasks):
     assert e.value.field == "grid.setting" and "no_such_task" in str(e.value)
 
 
-def _score(task, encoding, seed, score, *, randomized=False, benchmark="kazemnejad"):
+def _score(task, encoding, seed, score, *, randomized=False, benchmark="kazemnejad", in_range=1.0):
+    """A score row as score_rows makes it; ``in_range``: the cell's in-range score (1.0: learned)."""
     return dict(probe="score", task=task, cell=lengthgen.cell_name(encoding, randomized), encoding=encoding,
-                seed=seed, score=score, randomized=randomized, benchmark=benchmark)
+                seed=seed, score=score, randomized=randomized, benchmark=benchmark, in_range_score=in_range,
+                learned=in_range is not None and in_range >= lengthgen.LEARNED_IN_RANGE)
+
+
+JUDGED = [s for s in lengthgen.CLAIMS if s.op is not None]  # each comparison's judged spec (its twin: n.a.)
 
 
 def test_kazemnejad_ordering_from_scores():
@@ -214,13 +219,109 @@ def test_ruoss_gain_only_counts_their_position_reading_encodings():
 
 def test_claims_not_run_are_na_not_missing():
     claims = judge_all(lengthgen.CLAIMS, lengthgen.kazemnejad_rows([]) + lengthgen.gain_rows([]))
-    assert len(claims) == len(lengthgen.CLAIMS)
+    assert len(claims) == len(JUDGED) == 6  # one per comparison: the judged spec's not-run, not its twin
     assert all(c.holds is None and c.na_kind == "not-run" for c in claims)
 
 
 def test_every_claim_flips_at_its_line():
     report = check_flips(lengthgen.CLAIMS)
-    assert not report.failures and len(report.judged) == len(lengthgen.CLAIMS)
+    assert not report.failures and len(report.judged) == len(JUDGED)
+
+
+# ----------------------------------------------------------------------------- the in-range learning gate
+
+FIVE = ["nope", "t5", "alibi", "rope_partial", "sinusoidal"]
+
+
+def _length(task, cell, seed, length, score, *, in_range, benchmark="kazemnejad"):
+    encoding = cell.removesuffix(lengthgen.RANDOMIZED)
+    return dict(probe="length", task=task, cell=cell, encoding=encoding, randomized=cell != encoding, seed=seed,
+                benchmark=benchmark, length=length, in_range=in_range, accuracy=score, exact=score, score=score)
+
+
+def test_in_range_score_is_the_seed_mean_over_lengths_inside_training_and_the_gate_reads_it():
+    gate = lengthgen.LEARNED_IN_RANGE
+    rows = [_length("t", "rope", 0, 2, gate, in_range=True), _length("t", "rope", 0, 4, gate, in_range=True),
+            _length("t", "rope", 1, 4, gate, in_range=True), _length("t", "rope", 0, 8, 0.1, in_range=False),
+            _length("t", "nope", 0, 4, gate - 0.002, in_range=True),
+            _length("t", "nope", 0, 2, gate, in_range=True), _length("t", "nope", 0, 8, 0.3, in_range=False)]
+    assert lengthgen.in_range_scores(rows) == pytest.approx({("t", "rope"): gate, ("t", "nope"): gate - 0.001})
+    got = {r["cell"]: r for r in lengthgen.score_rows(rows)}
+    assert got["rope"]["learned"] is True and got["rope"]["score"] == pytest.approx(0.1)  # the score: past training
+    assert got["nope"]["learned"] is False and got["nope"]["in_range_score"] == pytest.approx(gate - 0.001)
+    assert got["nope"]["in_range_seed"] == pytest.approx(gate - 0.001)  # seed 0's own, the pivot's value
+
+
+def test_kazemnejad_ranks_only_tasks_all_five_learned_in_range():
+    # task a: all five learned, ranks nope t5 alibi rope_partial sinusoidal; task b (sinusoidal did not learn
+    # it in range) would reverse them, and is left out: the ordering is task a's alone
+    rows = [_score("a", e, 0, 1.0 - 0.1 * i) for i, e in enumerate(FIVE)]
+    rows += [_score("b", e, 0, 0.1 * i, in_range=0.5 if e == "sinusoidal" else 1.0) for i, e in enumerate(FIVE)]
+    derived = lengthgen.kazemnejad_rows(rows)
+    ranks = {r["encoding"]: r["mean_rank"] for r in derived if r["probe"] == "kz_rank"}
+    assert ranks == {"nope": 1.0, "t5": 2.0, "alibi": 3.0, "rope_partial": 4.0, "sinusoidal": 5.0}
+    assert {(r["ranked"], r["left_out"]) for r in derived if r["probe"] == "kz_pair"} == {("a", 1)}
+    claims = {c.name: c for c in judge_all(lengthgen.CLAIMS, derived)}
+    assert len(claims) == 4 and all(c.na_kind is None for c in claims.values())  # decided: yes and no
+    assert claims["Kazemnejad et al.: T5 > ALiBi"].holds is True  # one place
+    assert claims["Kazemnejad et al.: NoPE ≈ T5"].holds is False  # one place apart
+    assert "a; 1 left out" in claims["Kazemnejad et al.: T5 > ALiBi"].note
+
+
+def test_kazemnejad_ordering_is_undecidable_where_no_task_was_learned_in_range():
+    # copy: rope_partial best at 0.531; reverse: nope learned it (0.95), the other four did not
+    in_range = {("copy", "rope_partial"): 0.531, ("reverse", "nope"): 0.95}
+    rows = [_score(t, e, 0, 0.0, in_range=in_range.get((t, e), 0.02)) for t in ("copy", "reverse") for e in FIVE]
+    derived = lengthgen.kazemnejad_rows(rows)
+    assert {r["probe"] for r in derived} == {"kz_pair_unlearned"}
+    claims = judge_all(lengthgen.CLAIMS, derived)
+    assert len(claims) == 4 and all(c.holds is None and c.na_kind == "undecidable" for c in claims)
+    assert [c.name for c in claims] == [f"Kazemnejad et al.: {lengthgen._pair_label(*p)}" for p in lengthgen.KZ_PAIRS]
+    note = claims[0].note
+    assert note.startswith("n.a. (the task cannot decide it: no Kazemnejad et al. task was learned in range")
+    assert note.endswith("best in-range exact match 0.950 (reverse, nope)")
+
+
+def test_gain_judges_only_pairs_whose_two_cells_learned_in_range():
+    def pair(encoding, plain, randomized, *, learned_plain=1.0, learned_random=1.0, task="t"):
+        return [_score(task, encoding, 0, plain, benchmark="ruoss", in_range=learned_plain),
+                _score(task, encoding, 0, randomized, randomized=True, benchmark="ruoss", in_range=learned_random)]
+
+    # rope gains +0.1 (both cells learned); learned's randomized cell did not learn: its -0.5 is left out
+    gains = lengthgen.gain_rows(pair("rope", 0.5, 0.6) + pair("learned", 0.9, 0.4, learned_random=0.6))
+    claims = {c.role: c for c in judge_all(lengthgen.CLAIMS, gains)}
+    assert claims["external"].holds is True and claims["control"].holds is True
+    assert "1 pairs whose plain and randomized cells both learned in range" in claims["external"].note
+    assert "1 pairs left out" in claims["external"].note
+    # the same cells with rope's gain negative: decided, no
+    gains = lengthgen.gain_rows(pair("rope", 0.6, 0.5) + pair("learned", 0.4, 0.9, learned_random=0.6))
+    assert [c.holds for c in judge_all(lengthgen.CLAIMS, gains)] == [False, False]
+
+
+def test_gain_is_undecidable_where_no_pair_learned_in_range():
+    rows = [_score("even_pairs", "rope", 0, 0.5, benchmark="ruoss", in_range=0.52),
+            _score("even_pairs", "rope", 0, 0.9, randomized=True, benchmark="ruoss", in_range=0.53),
+            _score("even_pairs", "fire", 0, 1.0, benchmark="ruoss", in_range=1.0),  # not one of Ruoss et al.'s
+            _score("even_pairs", "fire", 0, 0.5, randomized=True, benchmark="ruoss", in_range=0.5)]
+    gains = lengthgen.gain_rows(rows)
+    assert {r["probe"] for r in gains} == {"gain_all_unlearned", "ruoss_gain_unlearned"}
+    claims = {c.role: c for c in judge_all(lengthgen.CLAIMS, gains)}
+    assert set(claims) == {"external", "control"}
+    assert all(c.holds is None and c.na_kind == "undecidable" for c in claims.values())
+    assert claims["external"].note.endswith("best in-range per-token accuracy 0.530 (even_pairs, rope+randomized)")
+    assert claims["control"].note.endswith("best in-range per-token accuracy 1.000 (even_pairs, fire)")
+    assert "no task x encoding pair learned in range" in claims["control"].note
+
+
+def test_gate_table_lists_per_task_the_cells_that_passed():
+    rows = [_score("copy", "rope", 0, 0.0, in_range=0.95), _score("copy", "nope", 0, 0.0, in_range=0.2),
+            _score("reverse", "rope", 0, 0.0, in_range=0.1),
+            dict(probe="score", task="reverse", cell="fire", encoding="fire", score=None, exact=None, na="why",
+                 benchmark="kazemnejad")]  # an n.a. cell: not run, not counted
+    table = next(t for t in lengthgen.TABLES if t.title.startswith("The in-range learning gate"))
+    text = table.markdown(rows)
+    assert "| copy | exact match | rope | 1 / 2 | 0.950 (rope) |" in text
+    assert "| reverse | exact match | none | 0 / 1 | 0.100 (rope) |" in text
 
 
 def test_published_numbers_sit_beside_the_measured_score():
@@ -241,6 +342,7 @@ def test_quick_preset_end_to_end(toy_tasks, tmp_path):
     table = (tmp_path / "out" / "table.md").read_text()
     assert "toy_reverse" in table and "toy_copy" in table and "n.a." in table
     assert "## Cells that cannot run" in table and "causal attention only" in table
+    assert "The in-range learning gate" in table and "In-range score, per cell and task" in table
     assert (tmp_path / "out" / "accuracy_by_length.png").exists()
     claims = json.loads((tmp_path / "out" / "claims.json").read_text())
     assert {c["role"] for c in claims} <= {"external", "control"}

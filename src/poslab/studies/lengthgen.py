@@ -30,6 +30,21 @@ A point that cannot run is n.a. with its reason (``not_applicable``): a causal-o
 encoder task, and randomized positions on an encoding that reads only the order of positions.
 Members of one cell (its seeds) share a shape and train as one ensemble. The protocol, the
 scale-downs and the published numbers found (and not found) are in docs/lengthgen.md.
+
+The in-range learning gate (``LEARNED_IN_RANGE`` = 0.9). A length-generalization comparison is
+decidable only where the models learned the task inside the training range: a cell that scores 0
+everywhere ties with every other such cell, and a ranking or gain over such ties decides nothing.
+A (task, cell) *learned in range* when its in-range score (the source's own score, averaged over
+the evaluation lengths L <= L_train, mean over seeds) reaches 0.9. A fixed bar on the source's own
+score rather than "above the task's chance": chance is a per-token figure (0.5 for the binary Ruoss
+tasks, 0.01 a token for copy), while exact match's chance is near 0, so "above chance" would admit
+an exact match of 0.02; 0.9 means 9 outputs in 10 whole (exact match) or 9 tokens in 10 right, far
+above every task's chance (0.5 at most), the reading "the model solves the task in distribution"
+that the sources' comparisons presuppose (their models are trained until they do). The rule, per
+claim: a Kazemnejad task enters the mean-rank ordering only if all five of their encodings learned
+it in range; a gain pair (task, encoding, seed) enters only if both its plain and its randomized
+cell learned the task in range. Where no task (no pair) enters, the claim is n.a. of the
+"undecidable" kind, its note naming the best in-range score seen and its (task, cell).
 """
 
 from __future__ import annotations
@@ -46,7 +61,7 @@ from poslab.experiments import Experiment, inapplicable
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.experiment import resolve_task
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
-from poslab.experiments.spec import ClaimSpec, abs_mean, is_, judge_all, mean, probe
+from poslab.experiments.spec import ClaimSpec, abs_mean, is_, judge_all, mean, probe, undecidable
 from poslab.positional import encoding_class, registered, small_encoding
 from poslab.tasks import TASKS, build_task, eval_batch
 from poslab.tasks.scoring import sequence_scores
@@ -66,6 +81,10 @@ NOISE_MAX_LENGTH = 2048  # Ruoss et al.'s N (experiments/example.py: noise_max_l
 # ">" : better by more than it. Half a place on a 1-5 scale.
 RANK_MARGIN = 0.5
 RUOSS_GAIN = 0.120  # +12.0% mean test accuracy over 15 tasks, 6,000 models (abstract, arXiv 2305.16843)
+# The in-range learning gate (module docstring): a (task, cell) counts in an ordering or a gain only where its
+# in-range score (the source's score over lengths <= the training length, mean over seeds) reaches this
+LEARNED_IN_RANGE = 0.9
+SCORE_NAME = {RUOSS: "per-token accuracy", KAZEMNEJAD: "exact match"}
 # Published per-task numbers (benchmark, task, source encoding) -> (value, scale, source). Ruoss et al.'s
 # Table 1 and Kazemnejad et al.'s per-task figures could not be read with this project's tools (the
 # search returns the opening of each paper's pages only; their figures are images): none is recorded,
@@ -298,11 +317,14 @@ KZ_PAIRS = (("nope", "t5", "≈"), ("t5", "alibi", ">"), ("alibi", "rope_partial
 KZ_NAME = {v: k for k, v in KAZEMNEJAD_ENCODINGS.items()}
 KZ_ORDER = "NoPE ≈ T5 > ALiBi > RoPE ≈ APE (mean rank over tasks)"
 RANK_NOTE = (f"mean over {{seeds}} seeds of each encoding's mean rank among Kazemnejad et al.'s five (1 = best) "
-             f"over their tasks run here, by exact match past the training length; '≈': mean ranks within "
+             f"over their tasks that all five learned in range (in-range exact match >= {LEARNED_IN_RANGE:g}: "
+             f"{{ranked}}; {{left_out}} left out), by exact match past the training length; '≈': mean ranks within "
              f"{RANK_MARGIN} (half a place), '>': better by more than {RANK_MARGIN}. Rotary = rope_partial (25% "
              f"of each head), APE = sinusoidal. No seed states this ordering: external (arXiv 2305.19466)")
 GAIN_NOTE = ("randomized minus plain score (per-token accuracy averaged over lengths past training) per task x "
-             "encoding x seed, {n} pairs, on Ruoss et al.'s encodings that read positions (sin/cos, relative = "
+             f"encoding x seed, {{n}} pairs whose plain and randomized cells both learned in range (in-range score "
+             f">= {LEARNED_IN_RANGE:g}; {{left_out}} pairs left out), on Ruoss et al.'s encodings that read positions "
+             "(sin/cos, relative = "
              "transformer_xl, ALiBi, RoPE, learned); published: +12.0% over 15 tasks (arXiv 2305.16843); the "
              "line judged is the direction (> 0), the size is shown beside")
 
@@ -311,20 +333,42 @@ def _pair_label(a: str, b: str, relation: str) -> str:
     return f"{KZ_NAME[a]} {relation} {KZ_NAME[b]}"
 
 
+UNLEARNED = "_unlearned"  # probe suffix of the rows of a comparison whose cells did not learn in range
+KZ_UNLEARNED_WHY = (f"no Kazemnejad et al. task was learned in range by all five of their encodings (in-range exact "
+                    f"match >= {LEARNED_IN_RANGE:g} for each), so the ranks past the training length compare "
+                    f"models that did not learn the task")
+GAIN_UNLEARNED_WHY = (f"no task x encoding pair learned in range in both its plain and its randomized cell "
+                      f"(in-range score >= {LEARNED_IN_RANGE:g} for each), so the gain past the training length "
+                      f"compares models that did not learn the task")
+UNLEARNED_NOTE = "best in-range {best}"
+RUOSS_GAIN_NAME = "Ruoss et al.: randomized positions raise the mean score past the training length"
+RUOSS_GAIN_PAPER = f"+{100 * RUOSS_GAIN:.1f}% mean test accuracy (15 tasks, 6,000 models)"
+GAIN_ALL_NAME = ("randomized positions raise the mean score past the training length, every encoding that "
+                 "reads positions, every task run")
+GAIN_ALL_PAPER = "Ruoss et al.'s gain, beyond their encodings and tasks"
+
+# Each comparison twice: judged on the cells that learned in range, or n.a. (undecidable) where none did
 CLAIMS = [
-    *(ClaimSpec(name="Kazemnejad et al.: {pair}", paper=KZ_ORDER, role="external", note=RANK_NOTE,
-                where=probe("kz_pair") & is_("pair", _pair_label(a, b, rel)), per=("pair",),
-                measure=abs_mean("gap", "|mean rank gap|") if rel == "≈" else mean("gap", "mean rank gap"),
-                op="<=" if rel == "≈" else ">", threshold=RANK_MARGIN)
-      for a, b, rel in KZ_PAIRS),
-    ClaimSpec(name="Ruoss et al.: randomized positions raise the mean score past the training length",
-              paper=f"+{100 * RUOSS_GAIN:.1f}% mean test accuracy (15 tasks, 6,000 models)", role="external",
-              where=probe("ruoss_gain"), measure=mean("gain", "mean gain"), op=">", threshold=0.0, percent=True,
+    *(spec for a, b, rel in KZ_PAIRS for spec in (
+        ClaimSpec(name="Kazemnejad et al.: {pair}", paper=KZ_ORDER, role="external", note=RANK_NOTE,
+                  where=probe("kz_pair") & is_("pair", _pair_label(a, b, rel)), per=("pair", "ranked", "left_out"),
+                  measure=abs_mean("gap", "|mean rank gap|") if rel == "≈" else mean("gap", "mean rank gap"),
+                  op="<=" if rel == "≈" else ">", threshold=RANK_MARGIN),
+        ClaimSpec(name="Kazemnejad et al.: {pair}", paper=KZ_ORDER, role="external", note=UNLEARNED_NOTE,
+                  where=probe("kz_pair" + UNLEARNED) & is_("pair", _pair_label(a, b, rel)), per=("pair", "best"),
+                  na=undecidable(KZ_UNLEARNED_WHY)))),
+    ClaimSpec(name=RUOSS_GAIN_NAME, paper=RUOSS_GAIN_PAPER, role="external", where=probe("ruoss_gain"),
+              per=("left_out",), measure=mean("gain", "mean gain"), op=">", threshold=0.0, percent=True,
               note=GAIN_NOTE),
-    ClaimSpec(name="randomized positions raise the mean score past the training length, every encoding that "
-                   "reads positions, every task run", paper="Ruoss et al.'s gain, beyond their encodings and tasks",
-              role="control", where=probe("gain_all"), measure=mean("gain", "mean gain"), op=">", threshold=0.0,
-              percent=True, note="randomized minus plain score per task x encoding x seed, {n} pairs"),
+    ClaimSpec(name=RUOSS_GAIN_NAME, paper=RUOSS_GAIN_PAPER, role="external", where=probe("ruoss_gain" + UNLEARNED),
+              per=("best",), na=undecidable(GAIN_UNLEARNED_WHY), note=UNLEARNED_NOTE),
+    ClaimSpec(name=GAIN_ALL_NAME, paper=GAIN_ALL_PAPER, role="control", where=probe("gain_all"), per=("left_out",),
+              measure=mean("gain", "mean gain"), op=">", threshold=0.0, percent=True,
+              note=f"randomized minus plain score per task x encoding x seed, {{n}} pairs whose plain and randomized "
+                   f"cells both learned in range (in-range score >= {LEARNED_IN_RANGE:g}; {{left_out}} pairs left "
+                   f"out)"),
+    ClaimSpec(name=GAIN_ALL_NAME, paper=GAIN_ALL_PAPER, role="control", where=probe("gain_all" + UNLEARNED),
+              per=("best",), na=undecidable(GAIN_UNLEARNED_WHY), note=UNLEARNED_NOTE),
 ]
 
 
@@ -341,6 +385,20 @@ TABLES = [
                 "cell ran on (their count in brackets). n.a.: the cell cannot run (reasons below)."),
     Table("Exact match past the training length", by=("cell",), where=probe("score"),
           pivot=Pivot("task", "exact", empty="n.a."), intro="Whole-output exact match, every task."),
+    Table("The in-range learning gate: per task, the cells that learned it in range", by=("task",),
+          where=probe("score") & is_("benchmark", RUOSS, KAZEMNEJAD),
+          columns=(Column("score", lambda g: SCORE_NAME[g[0]["benchmark"]]),
+                   Column(f"learned in range (in-range score >= {LEARNED_IN_RANGE:g})", lambda g: _passed(g)),
+                   Column("cells passed / run", lambda g: _passed_count(g)),
+                   Column("best in-range", lambda g: _best_cell(g))),
+          intro=f"In-range score: the source's score averaged over the evaluation lengths inside the training range, "
+                f"mean over seeds. A cell counts in an ordering or a gain only where it reaches {LEARNED_IN_RANGE:g} "
+                f"(a Kazemnejad task enters the mean ranks only if all five of their encodings pass on it; a gain "
+                f"pair only if its plain and randomized cells both pass); n.a. cells are not counted as run."),
+    Table("In-range score, per cell and task", by=("cell",), where=probe("score"),
+          pivot=Pivot("task", "in_range_seed", empty="n.a."),
+          intro="The score the gate reads: the source's score over the evaluation lengths inside the training "
+                "range; mean ± std over seeds (the gate reads the mean)."),
     Table("Kazemnejad et al.'s five by mean rank", by=("encoding",), where=probe("kz_rank"),
           columns=(Column("their name", lambda g: KZ_NAME[g[0]["encoding"]]),
                    Column("mean rank over their tasks", "mean_rank")),
@@ -360,6 +418,29 @@ FIGURES = [
 ]
 
 
+def _cells_run(group: list[dict]) -> dict[str, bool]:
+    """cell -> whether it learned in range, over a group's score rows that ran (n.a. cells have no score)."""
+    return {r["cell"]: bool(r.get("learned")) for r in group if r.get("score") is not None}
+
+
+def _passed(group: list[dict]) -> str:
+    cells = sorted(c for c, ok in _cells_run(group).items() if ok)
+    return ", ".join(cells) if cells else "none"
+
+
+def _passed_count(group: list[dict]) -> str:
+    cells = _cells_run(group)
+    return f"{sum(cells.values())} / {len(cells)}"
+
+
+def _best_cell(group: list[dict]) -> str:
+    scored = [r for r in group if r.get("score") is not None and r.get("in_range_score") is not None]
+    if not scored:
+        return "n.a."
+    top = min(scored, key=lambda r: (-r["in_range_score"], r["cell"]))
+    return f"{top['in_range_score']:.3f} ({top['cell']})"
+
+
 def _mean_rank(group: list[dict]) -> str:
     ranks = {r["task"]: r["rank"] for r in group if r.get("rank") is not None}
     return f"{np.mean(list(ranks.values())):.2f} ({len(ranks)})" if ranks else "n.a."
@@ -367,10 +448,47 @@ def _mean_rank(group: list[dict]) -> str:
 
 # ----------------------------------------------------------------------------- derived rows
 
-def score_rows(rows: list[dict]) -> list[dict]:
+def in_range_per_seed(rows: list[dict]) -> dict[tuple, float]:
+    """(task, cell, seed) -> the source's score (``score``) averaged over the evaluation lengths inside the
+    training range (L <= L_train)."""
+    per_seed: dict[tuple, list[float]] = {}
+    for r in rows:
+        if r.get("probe") == "length" and r["in_range"] and r.get("score") is not None:
+            per_seed.setdefault((r["task"], r["cell"], r["seed"]), []).append(float(r["score"]))
+    return {k: float(np.nanmean(v)) for k, v in per_seed.items()}
+
+
+def in_range_scores(rows: list[dict]) -> dict[tuple[str, str], float]:
+    """(task, cell) -> its in-range score, :func:`in_range_per_seed` averaged over seeds: what the gate
+    LEARNED_IN_RANGE reads."""
+    cells: dict[tuple[str, str], list[float]] = {}
+    for (task, cell, _), v in in_range_per_seed(rows).items():
+        cells.setdefault((task, cell), []).append(v)
+    return {k: float(np.mean(v)) for k, v in cells.items()}
+
+
+def learned(row: dict, gate: float = LEARNED_IN_RANGE) -> bool:
+    """Whether a score row's cell learned its task in range (a row without an in-range score did not)."""
+    got = row.get("in_range_score")
+    return got is not None and not np.isnan(got) and got >= gate
+
+
+def best_in_range(rows: list[dict]) -> str:
+    """The best in-range score of these score rows, its score's name and its (task, cell), for an n.a. note."""
+    scored = [r for r in rows if r.get("in_range_score") is not None and not np.isnan(r["in_range_score"])]
+    if not scored:
+        return "score: none (no evaluation length inside the training range)"
+    top = min(scored, key=lambda r: (-r["in_range_score"], r["task"], r["cell"]))
+    return f"{SCORE_NAME[top['benchmark']]} {top['in_range_score']:.3f} ({top['task']}, {top['cell']})"
+
+
+def score_rows(rows: list[dict], gate: float = LEARNED_IN_RANGE) -> list[dict]:
     """probe="score" per (task, cell, seed): the source's score, accuracy and exact match averaged over the
-    lengths past training; each with the cell's rank on its task (by the mean over seeds)."""
+    lengths past training; each with the cell's rank on its task (by the mean over seeds), its in-range score
+    (``in_range_score``, :func:`in_range_scores`; this seed's: ``in_range_seed``) and whether it clears the
+    gate (``learned``)."""
     past: dict[tuple, list[dict]] = {}
+    inside, inside_seed = in_range_scores(rows), in_range_per_seed(rows)
     for r in rows:
         if r.get("probe") == "length" and not r["in_range"]:
             past.setdefault((r["task"], r["cell"], r["seed"]), []).append(r)
@@ -379,9 +497,12 @@ def score_rows(rows: list[dict]) -> list[dict]:
         first = group[0]
         acc = float(np.nanmean([r["accuracy"] for r in group]))
         exact = float(np.nanmean([r["exact"] for r in group]))
+        in_range = inside.get((task, cell))
         out.append(dict(probe="score", task=task, cell=cell, seed=seed, encoding=first["encoding"],
                         randomized=first["randomized"], benchmark=first["benchmark"], accuracy=acc, exact=exact,
-                        score=acc if SCORE[first["benchmark"]] == "accuracy" else exact))
+                        score=acc if SCORE[first["benchmark"]] == "accuracy" else exact, in_range_score=in_range,
+                        in_range_seed=inside_seed.get((task, cell, seed)),
+                        learned=in_range is not None and in_range >= gate))
     for task in {r["task"] for r in out}:
         mine = [r for r in out if r["task"] == task]
         by_cell = {c: float(np.mean([r["score"] for r in mine if r["cell"] == c])) for c in {r["cell"] for r in mine}}
@@ -396,11 +517,21 @@ def _rank(scores: dict[str, float]) -> dict[str, float]:
     return {k: float(np.mean([i + 1 for i, v in enumerate(values) if v == s])) for k, s in scores.items()}
 
 
-def kazemnejad_rows(scores: list[dict]) -> list[dict]:
-    """probe="kz_rank" (encoding, seed, mean_rank among Kazemnejad et al.'s five over their tasks run) and
-    probe="kz_pair" (pair, seed, gap = mean rank of B - mean rank of A) for each pair of their ordering."""
+def kazemnejad_rows(scores: list[dict], gate: float = LEARNED_IN_RANGE) -> list[dict]:
+    """probe="kz_rank" (encoding, seed, mean_rank among Kazemnejad et al.'s five over their tasks run that all
+    five learned in range, :func:`learned`) and probe="kz_pair" (pair, seed, gap = mean rank of B - mean rank
+    of A; ``ranked``: those tasks, ``left_out``: how many tasks run with all five did not enter) for each pair
+    of their ordering. Where tasks ran with all five but none was learned in range by all five: one
+    probe="kz_pair_unlearned" row per pair, ``best`` the best in-range score (:func:`best_in_range`)."""
     five = set(KAZEMNEJAD_ENCODINGS.values())
     plain = [r for r in scores if r["benchmark"] == KAZEMNEJAD and not r["randomized"] and r["encoding"] in five]
+    complete = sorted(t for t in {r["task"] for r in plain} if {r["encoding"] for r in plain if r["task"] == t} == five)
+    entered = [t for t in complete if all(learned(r, gate) for r in plain if r["task"] == t)]
+    if complete and not entered:
+        best = best_in_range([r for r in plain if r["task"] in complete])
+        return [dict(probe="kz_pair" + UNLEARNED, pair=_pair_label(a, b, rel), best=best) for a, b, rel in KZ_PAIRS]
+    gated = dict(ranked=", ".join(entered) or "none", left_out=len(complete) - len(entered))
+    plain = [r for r in plain if r["task"] in entered]
     out = []
     for seed in sorted({r["seed"] for r in plain}):
         tasks = sorted({r["task"] for r in plain if r["seed"] == seed})
@@ -416,29 +547,38 @@ def kazemnejad_rows(scores: list[dict]) -> list[dict]:
         mean_rank = {enc: float(np.mean(v)) for enc, v in ranks.items()}
         out += [dict(probe="kz_rank", encoding=enc, seed=seed, mean_rank=m, tasks=len(ranks[enc]))
                 for enc, m in mean_rank.items()]
-        out += [dict(probe="kz_pair", pair=_pair_label(a, b, rel), seed=seed, gap=mean_rank[b] - mean_rank[a])
-                for a, b, rel in KZ_PAIRS]
+        out += [dict(probe="kz_pair", pair=_pair_label(a, b, rel), seed=seed, gap=mean_rank[b] - mean_rank[a],
+                     **gated) for a, b, rel in KZ_PAIRS]
     if not out:  # not run: the claims say so (n.a., nothing measured) instead of vanishing
-        out = [dict(probe="kz_pair", pair=_pair_label(a, b, rel), gap=None) for a, b, rel in KZ_PAIRS]
+        out = [dict(probe="kz_pair", pair=_pair_label(a, b, rel), gap=None, ranked="none", left_out=0)
+               for a, b, rel in KZ_PAIRS]
     return out
 
 
-def gain_rows(scores: list[dict]) -> list[dict]:
-    """probe="gain_all" per (task, encoding, seed) with both a plain and a randomized cell: randomized
-    minus plain score; the Ruoss et al. tasks x their position-reading encodings again as probe="ruoss_gain"."""
-    plain = {(r["task"], r["encoding"], r["seed"]): r["score"] for r in scores if not r["randomized"]}
+def gain_rows(scores: list[dict], gate: float = LEARNED_IN_RANGE) -> list[dict]:
+    """probe="gain_all" per (task, encoding, seed) with both a plain and a randomized cell that both learned
+    the task in range (:func:`learned`): randomized minus plain score; the Ruoss et al. tasks x their
+    position-reading encodings again as probe="ruoss_gain". Each row's ``left_out``: the pairs of its probe
+    left out by the gate. Where pairs ran but none entered: one row probe="<probe>_unlearned", ``best`` the
+    best in-range score of their cells (:func:`best_in_range`)."""
+    plain = {(r["task"], r["encoding"], r["seed"]): r for r in scores if not r["randomized"]}
     ruoss = set(RUOSS_ENCODINGS.values())
-    out = []
+    pairs: dict[str, list[tuple[dict, dict]]] = {"gain_all": [], "ruoss_gain": []}
     for r in scores:
         key = (r["task"], r["encoding"], r["seed"])
         if r["randomized"] and key in plain:
-            row = dict(task=r["task"], encoding=r["encoding"], seed=r["seed"], gain=r["score"] - plain[key])
-            out.append(dict(row, probe="gain_all"))
+            pairs["gain_all"].append((plain[key], r))
             if r["benchmark"] == RUOSS and r["encoding"] in ruoss:
-                out.append(dict(row, probe="ruoss_gain"))
-    for probe_name in ("gain_all", "ruoss_gain"):  # not run: an n.a. claim (nothing measured), not a missing one
-        if not any(r["probe"] == probe_name for r in out):
-            out.append(dict(probe=probe_name, gain=None))
+                pairs["ruoss_gain"].append((plain[key], r))
+    out = []
+    for probe_name, got in pairs.items():
+        entered = [(p, r) for p, r in got if learned(p, gate) and learned(r, gate)]
+        if got and not entered:
+            out.append(dict(probe=probe_name + UNLEARNED, best=best_in_range([c for pair in got for c in pair])))
+        elif not got:  # not run: an n.a. claim (nothing measured), not a missing one
+            out.append(dict(probe=probe_name, gain=None, left_out=0))
+        out += [dict(probe=probe_name, task=r["task"], encoding=r["encoding"], seed=r["seed"],
+                     gain=r["score"] - p["score"], left_out=len(got) - len(entered)) for p, r in entered]
     return out
 
 
