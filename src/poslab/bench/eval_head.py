@@ -52,6 +52,7 @@ def bench_eval(*, lengths=(1_000, 10_000, 100_000, 1_000_000), n_sequences: int 
     t0 = time.perf_counter()
     trained = train_ensemble(lambda: RetrievalHead(cfg), [task], [0], TrainConfig(steps=steps), progress=False)
     model = trained.models[0].eval()
+    assert isinstance(model, RetrievalHead)
     echo(f"trained a RoPE head (d=64, m=20, K={K}, {steps} steps) in {time.perf_counter() - t0:.1f} s")
     short = (12, 16, 20, 24, 32, 40, 48)
     a_short, acc_short = [], []

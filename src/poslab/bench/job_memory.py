@@ -15,7 +15,9 @@ def _job_child(experiment: str, job, queue) -> None:
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    rows = get_experiment(experiment).run_job(job, device="cpu")
+    run_job = get_experiment(experiment).run_job
+    assert run_job is not None  # the parent took an evaluate-only study, and Experiment pairs jobs with run_job
+    rows = run_job(job, device="cpu")
     queue.put(dict(seconds=time.perf_counter() - t0, rows=len(rows)))
 
 

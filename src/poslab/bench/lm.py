@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 import torch
 
@@ -100,13 +101,13 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
             raise ConfigError(field, value, "a positive integer")
     member, cfg = _lm_member(preset, encoding, members)
     m, L = member.model_config, cfg.max_length
-    run = dict(preset=preset, encoding=encoding, members=members)
+    poslab_ms = partial(_poslab_ms, preset, encoding, steps, members=members)
+    plain_ms = partial(_plain_ms, preset, encoding, steps, members=members)
 
-    arms: dict[str, Callable[[], float]] = {"poslab": lambda: _poslab_ms(steps=steps, **run),
-                                           "plain SDPA": lambda: _plain_ms(steps=steps, **run)}
+    arms: dict[str, Callable[[], float]] = {"poslab": poslab_ms, "plain SDPA": plain_ms}
     if compile:
-        arms |= {"poslab, train.compile": lambda: _poslab_ms(steps=steps, compiled=True, **run),
-                 "plain SDPA, torch.compile": lambda: _plain_ms(steps=steps, compiled=True, **run)}
+        arms |= {"poslab, train.compile": lambda: poslab_ms(compiled=True),
+                 "plain SDPA, torch.compile": lambda: plain_ms(compiled=True)}
     cores = os.cpu_count() or 1
     n = min(members, cores)
     stack = contextlib.ExitStack()
@@ -147,14 +148,14 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
          f"thread(s) here ({achieved / peak:.0%}): an ensemble can only save what one member leaves idle")
     per_member = {}
     for E in sorted({1, members}):
-        per_member[E] = _poslab_ms(steps=steps, E=E, **run) / E
+        per_member[E] = poslab_ms(E=E) / E
         echo(f"ensemble of {E}: {per_member[E] * E:.1f} ms/step = {per_member[E]:.1f} ms per member-step")
     explicit = None
     if members > 1:
         saved = attention_module.FUSED_UNDER_VMAP
         attention_module.FUSED_UNDER_VMAP = False
         try:
-            explicit = _poslab_ms(steps=steps, E=members, **run) / members
+            explicit = poslab_ms(E=members) / members
         finally:
             attention_module.FUSED_UNDER_VMAP = saved
         echo(f"ensemble of {members}, explicit attention under vmap instead of the looped fused kernel: "

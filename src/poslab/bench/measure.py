@@ -30,4 +30,5 @@ def peak_since_reset() -> tuple[float, float]:
     """(VmRSS, VmHWM) in MiB; write "5" to /proc/self/clear_refs first to reset the high-water mark."""
     with open("/proc/self/status") as f:
         status = f.read()
-    return tuple(int(status.split(f"{key}:")[1].split()[0]) / 1024 for key in ("VmRSS", "VmHWM"))
+    rss, hwm = (int(status.split(f"{key}:")[1].split()[0]) / 1024 for key in ("VmRSS", "VmHWM"))
+    return rss, hwm
