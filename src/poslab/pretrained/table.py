@@ -24,6 +24,7 @@ import json
 import math
 from importlib import resources
 from itertools import groupby
+from typing import Any
 
 from poslab.errors import ConfigError
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies
@@ -84,10 +85,11 @@ def _layer_entries(cfg: dict, entry: dict, types: list[str], params: dict, windo
     on the layers that are not full attention, as transformers' masks apply it)."""
     per_type = params if params and set(params) <= set(types) and all(isinstance(v, dict) for v in params.values()) \
         else None
-    out = {"pattern": layer_pattern(types), "types": {}}
+    out: dict[str, Any] = {"pattern": layer_pattern(types), "types": {}}
     for t in dict.fromkeys(types):
         own = dict(per_type[t]) if per_type else {k: v for k, v in params.items()}
-        sub = {"count": types.count(t), "rope_theta": float(own.get("rope_theta") or entry["rope_theta"])}
+        sub: dict[str, Any] = {"count": types.count(t),
+                               "rope_theta": float(own.get("rope_theta") or entry["rope_theta"])}
         scaling = {k: v for k, v in own.items() if k not in ("rope_theta", "partial_rotary_factor")}
         if scaling.get("rope_type", scaling.get("type", "default")) != "default":
             sub["rope_scaling"] = scaling
@@ -140,7 +142,9 @@ def describe(entry: dict) -> dict:
     row.update(name=entry["name"], encoding=entry["encoding"])
     if entry.get("layers"):
         row["layers"] = entry["layers"]["pattern"]
-    context, head = entry.get("context"), entry.get("head_dim")
+    context: Any = entry.get("context")  # an int; None where a config names none (a rope row then needs the
+    # scaling's original_max_position_embeddings, as int() below takes it)
+    head: int | None = entry.get("head_dim")
     row["window"] = str(entry.get("sliding_window") or "-")
     row["head"] = str(head or "?")
     row["kv_cache"] = "yes"
@@ -149,14 +153,15 @@ def describe(entry: dict) -> dict:
         row["effective"] = row["context"] + (" (learned table)" if entry["encoding"] == "learned" else "")
         return row
     scaling = dict(entry.get("rope_scaling") or {})
-    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    legacy_type: str = scaling.get("type", "default")  # typed here: get(key, <Any>) types as Optional
+    rope_type = scaling.get("rope_type", legacy_type)
     base = float(entry.get("rope_theta", 10000.0))
     frac = float(entry.get("partial_rotary_factor", 1.0))
     r = int(head * frac) if head else None
     orig = int(scaling.get("original_max_position_embeddings") or context)
     row.update(rope_type=rope_type, theta=f"{base:g}", head=f"{head} ({r})" if r != head else str(head),
                context=f"{orig} -> {context}" if orig != context else str(context))
-    if r:
+    if r and head:  # r is set only with a head size
         row["critical"] = str(critical_dimension(base, orig, r))
         bound = extrapolation_bound(base, orig, r)
         row["bound"] = "unlimited" if math.isinf(bound) else f"{bound:,.0f}"

@@ -18,6 +18,7 @@ and ``collect`` give the checkpoint's own logits, tests/pretrained/test_layer_ro
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -40,7 +41,7 @@ def _gemma3_rope(full: dict) -> dict:
             "full_attention": {"rope_theta": 1e6, **full}}
 
 
-CONFIGS = {
+CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {  # kind -> (transformers config class, its options)
     "llama": ("LlamaConfig", dict(_BODY, rope_parameters=_THETA)),
     "llama-linear": ("LlamaConfig", dict(_BODY, rope_parameters={**_THETA, "rope_type": "linear", "factor": 4.0})),
     "llama-dynamic": ("LlamaConfig", dict(_BODY, rope_parameters={**_THETA, "rope_type": "dynamic",
