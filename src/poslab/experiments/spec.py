@@ -23,6 +23,7 @@ import math
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, SupportsFloat
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class Term:
 
     def example(self) -> object:
         """A value of the column that satisfies this term (Refs are resolved by the caller)."""
-        v = self.value
+        v: Any = self.value  # "in": a tuple of values; the other ops: the value compared with
         if self.op == "in":
             return v[0]
         if self.op in ("==", ">=", "<="):
@@ -152,11 +153,11 @@ class Measure:
 
     def __call__(self, rows: list[Row]) -> float | None:
         if self.agg == "share":
-            vals = [r for r in rows if r.get(self.column) is not None]
-            if not vals:
+            present = [r for r in rows if r.get(self.column) is not None]
+            if not present:
                 return None
             op, want = self.test
-            return float(np.mean([bool(_CMP[op](r[self.column], _value(want, r))) for r in vals]))
+            return float(np.mean([bool(_CMP[op](r[self.column], _value(want, r))) for r in present]))
         if self.agg == "lower_bound":
             return _lower_bound(rows, self.column)
         vals = [float(r[self.column]) for r in rows if r.get(self.column) is not None]
@@ -168,8 +169,9 @@ class Measure:
             vals = [float(np.mean(v)) for v in means.values()]
         if not vals:
             return None
-        return float({"mean": np.mean, "min": np.min, "max": np.max, "median": np.median,
-                      "abs_mean": lambda v: abs(np.mean(v))}[self.agg](vals))
+        aggregate: dict[str, Callable[[list[float]], SupportsFloat]] = {
+            "mean": np.mean, "min": np.min, "max": np.max, "median": np.median, "abs_mean": lambda v: abs(np.mean(v))}
+        return float(aggregate[self.agg](vals))
 
     def rows_for(self, value: float, base: Row) -> list[Row]:
         """Rows that meet ``base`` and on which this measure is ``value`` (within 1e-9)."""
@@ -354,7 +356,9 @@ class ClaimSpec:
         if self.op is None or value is None or (isinstance(value, float) and math.isnan(value)):
             return None
         limit = self.limit(group) if group else self.threshold
+        assert limit is not None  # __post_init__: an op comes with a threshold
         if self.op == "~":
+            assert self.tol is not None  # __post_init__: "~" comes with a tol
             return bool(abs(value - limit) <= self.tol)
         return bool(_CMP[self.op](value, limit))
 
@@ -419,17 +423,20 @@ def judge_all(specs: Iterable[ClaimSpec], rows: list[Row]) -> list[Claim]:
 
 def synthetic_rows(spec: ClaimSpec, value: float, base: Row | None = None) -> list[Row]:
     """Rows that meet ``spec.where`` and on which ``spec.measure`` gives ``value``."""
+    measure = spec.measure
+    if measure is None:
+        raise ValueError(f"synthetic_rows: ClaimSpec {spec.name!r} has no measure to give a value")
     row = {**(base or {}), **spec.where.example()}
     for c in spec.per:
         row.setdefault(c, 0)
     row.setdefault("seed", 0)
     if spec.scale_by is not None:
         row.setdefault(spec.scale_by, 0.05)
-    if spec.measure.agg == "share" and isinstance(spec.measure.test[1], Ref):  # compared with another column
-        row.setdefault(spec.measure.test[1].column, 0)
-    rows = spec.measure.rows_for(value, row)
+    if measure.agg == "share" and isinstance(measure.test[1], Ref):  # compared with another column
+        row.setdefault(measure.test[1].column, 0)
+    rows = measure.rows_for(value, row)
     if spec.interval is not None:  # a point interval: the verdict is the measured value's
-        rows = [{**r, spec.interval[0]: r[spec.measure.column], spec.interval[1]: r[spec.measure.column]}
+        rows = [{**r, spec.interval[0]: r[measure.column], spec.interval[1]: r[measure.column]}
                 for r in rows]
     return rows
 
@@ -438,7 +445,10 @@ def flip_values(spec: ClaimSpec, base: Row | None = None, eps: float = 1e-3) -> 
     """(a measured value that meets the claim, one that misses it), just either side of the line."""
     group = synthetic_rows(spec, spec.threshold or 0.0, base)
     limit = spec.limit(group)
+    if spec.op is None or limit is None:
+        raise ValueError(f"flip_values: ClaimSpec {spec.name!r} is not judged (no op, no threshold)")
     if spec.op == "~":
+        assert spec.tol is not None  # __post_init__: "~" comes with a tol
         return limit, limit + 2 * spec.tol + eps
     inside = {">=": limit, ">": limit + eps, "<=": limit, "<": limit - eps, "==": limit}[spec.op]
     outside = {">=": limit - eps, ">": limit, "<=": limit + eps, "<": limit, "==": limit - eps}[spec.op]
