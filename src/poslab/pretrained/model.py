@@ -63,6 +63,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -74,6 +75,9 @@ from poslab.models.loss import masked_cross_entropy
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies, unscaled_positions
 from poslab.pretrained.loading import Source, content_hash, read_causal_config, require_transformers, resolve
 from poslab.tasks.base import Batch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 FULL = "full_attention"  # the layer type of a model without layer types
 SCHEDULE_LAYERS = (FULL,)  # the layer types a schedule applies to unless told ("all": every type)
@@ -132,7 +136,10 @@ class PoslabRotary(nn.Module):
     the layout's pair, in x's dtype, attention factor applied: (cos, sin), each [b, s, r] with
     halves duplicated (half), or GPT-J's (sin, cos), each [b, s, r/2] (interleaved)."""
 
-    def __init__(self, head_dim: int, base: float, scaling: dict | None, *, max_position_embeddings: int,
+    inv_freq: Tensor  # buffers (register_buffer)
+    original_inv_freq: Tensor
+
+    def __init__(self, head_dim: int, base: float, scaling: dict | None, *, max_position_embeddings: int | None,
                  layout: str = "half"):
         super().__init__()
         check_choice("layout", layout, LAYOUTS)
@@ -176,13 +183,19 @@ class LayerRotary(nn.Module):
         self.by_type = nn.ModuleDict(rotaries)
         self.shared = shared
 
+    def rotary(self, layer_type: str) -> PoslabRotary:
+        """The rotary of ``layer_type`` (the ModuleDict types its entries as Module)."""
+        rotary = self.by_type[layer_type]
+        assert isinstance(rotary, PoslabRotary)  # __init__ takes PoslabRotary modules only
+        return rotary
+
     @property
     def attention_scaling(self) -> float:
-        return self.by_type[self.shared].attention_scaling
+        return self.rotary(self.shared).attention_scaling
 
     @property
     def inv_freq(self) -> Tensor:
-        return self.by_type[self.shared].inv_freq
+        return self.rotary(self.shared).inv_freq
 
     def forward(self, x: Tensor, position_ids: Tensor, layer_type: str | None = None):
         return self.by_type[layer_type or self.shared](x, position_ids)
@@ -264,7 +277,8 @@ def _register_attention() -> None:
 class PretrainedLM(nn.Module):
     """A Hugging Face causal LM behind poslab's model interface (see the module docstring)."""
 
-    def __init__(self, hf: nn.Module, *, source: Source | None = None, tokenizer=None, key: str | None = None):
+    def __init__(self, hf: PreTrainedModel, *, source: Source | None = None, tokenizer=None,
+                 key: str | None = None):
         super().__init__()
         self.hf = hf.eval()
         self.source, self.tokenizer = source, tokenizer
@@ -424,7 +438,7 @@ class PretrainedLM(nn.Module):
         layer_type = self._layer_type(layer_type)
         module = self._rotary_module()
         if isinstance(module, LayerRotary):
-            return module.by_type[layer_type].inv_freq
+            return module.rotary(layer_type).inv_freq
         inv_freq = getattr(module, f"{layer_type}_inv_freq" if self.per_type_rope else "inv_freq", None)
         if inv_freq is None:  # a checkpoint module holding a sin/cos table (GPT-J): its own schedule, by poslab
             own = self.own_scaling(layer_type)
@@ -506,7 +520,7 @@ class PretrainedLM(nn.Module):
         head, body = self.hf.get_output_embeddings(), getattr(self.hf, "base_model", None)
         plain = (head is None or body is None or body is self.hf
                  or any(getattr(self.config, k, None) for k in ("final_logit_softcapping", "logit_scale")))
-        if plain:
+        if plain or body is None:  # (plain covers body None; repeated for the type checker)
             logits = self(tokens)
             return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(),
                                                reduction="none").view(tokens.shape[0], -1)
@@ -526,7 +540,7 @@ class PretrainedLM(nn.Module):
         the input embedding at position 0 is replaced ([D] | [b, D]), whatever token sits there."""
         require_transformers()
         _register_attention()
-        records = [dict() for _ in self.layers]
+        records: list[dict] = [{} for _ in self.layers]
         handles, attn_modules = [], []
         if intervention is not None:
             handles.append(self.hf.get_input_embeddings().register_forward_hook(
@@ -535,8 +549,9 @@ class PretrainedLM(nn.Module):
             handles.append(layer.register_forward_pre_hook(_keep_input(records[i]), with_kwargs=True))
             handles.append(layer.register_forward_hook(_keep_output(records[i])))
             attention = next(m for m in layer.modules() if m.__class__.__name__.endswith("Attention"))
-            attention._poslab_record = records[i]
-            attention._poslab_window = self.inference_window
+            # nn.Module.__setattr__ is typed for Tensor | Module values; these are plain attributes
+            attention._poslab_record = records[i]  # type: ignore[assignment]
+            attention._poslab_window = self.inference_window  # type: ignore[assignment]
             attn_modules.append(attention)
             handles.append(attention.register_forward_pre_hook(_keep_rotation(records[i]), with_kwargs=True))
         with self._recording(handles, attn_modules):
@@ -571,8 +586,9 @@ class PretrainedLM(nn.Module):
                 _replace_position0(self._check_intervention(intervention, batch.tokens.shape[0]))))
         for i, layer in enumerate(self.layers):
             attention = next(m for m in layer.modules() if m.__class__.__name__.endswith("Attention"))
-            attention._poslab_record = _HandOn(i, on_layer)
-            attention._poslab_window = self.inference_window
+            # nn.Module.__setattr__ is typed for Tensor | Module values; these are plain attributes
+            attention._poslab_record = _HandOn(i, on_layer)  # type: ignore[assignment]
+            attention._poslab_window = self.inference_window  # type: ignore[assignment]
             attn_modules.append(attention)
         body = getattr(self.hf, "base_model", None) or self.hf
         with self._recording(handles, attn_modules):
@@ -622,7 +638,7 @@ class PretrainedLM(nn.Module):
         module, layer_type = self._rotary_module(), self.layer_types[layer]
         if isinstance(module, LayerRotary):
             handed = layer_type if (self.per_type_rope or self._hooks) else module.shared
-            return float(module.by_type[handed].attention_scaling)
+            return float(module.rotary(handed).attention_scaling)
         name = f"{layer_type}_attention_scaling" if self.per_type_rope else "attention_scaling"
         return float(getattr(module, name, 1.0))
 
@@ -857,7 +873,9 @@ def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | No
         tokenizer = None  # a model without a tokenizer reads bytes (see encode_text)
     if tokenizer is not None and is_empty_tokenizer(tokenizer):
         tokenizer = None  # transformers builds an empty one from a folder with no tokenizer files
-    return PretrainedLM(hf.to(device), source=source, tokenizer=tokenizer, key=content_hash(source))
+    # transformers decorates PreTrainedModel.to with functools.wraps(nn.Module.to), whose type takes self as an argument
+    return PretrainedLM(hf.to(device), source=source, tokenizer=tokenizer,  # type: ignore[arg-type]
+                        key=content_hash(source))
 
 
 def is_empty_tokenizer(tokenizer) -> bool:
