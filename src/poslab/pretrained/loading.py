@@ -172,6 +172,15 @@ def read_causal_config(source: Source) -> dict:
     return config
 
 
+def config_count(config: dict, *keys: str) -> int:
+    """The first non-zero count among ``keys`` of a config (one quantity under its names across
+    families, e.g. ``num_attention_heads`` or GPT-2's ``n_head``); ConfigError where none is set."""
+    for key in keys:
+        if config.get(key):
+            return int(config[key])
+    raise ConfigError(FIELD, config.get("model_type", "config"), f"a config that sets one of {', '.join(keys)}")
+
+
 def gguf_metadata(path: str) -> dict:
     """Every scalar and short array field of a GGUF header, read with the ``gguf`` package."""
     if importlib.util.find_spec("gguf") is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
@@ -79,7 +80,17 @@ ROTARY_BASE = {"base=1e3": 1e3, "base": 1e4, "base=1e5": 1e5}
 BASE_OOD = {1e3: 1.00, 1e4: 1.00, 1e5: 0.97}  # the paper's OOD accuracy per rotary base
 LONGEST = probe("length") & is_("longest", True)
 BASE_CELLS = probe("length") & is_("setting", *ROTARY_BASE)
-FAILS = dict(op="<=", threshold=2, scale_by="chance")  # "at chance", as Table 1 judges APE
+
+
+class Judgement(TypedDict):
+    """A ClaimSpec's op, threshold and scale_by, spread into several claims."""
+
+    op: str
+    threshold: float
+    scale_by: str
+
+
+FAILS: Judgement = {"op": "<=", "threshold": 2, "scale_by": "chance"}  # "at chance", as Table 1 judges APE
 
 CLAIMS = [
     ClaimSpec(name="base: {quantity} at >= 90% of its final value by step", paper="within a few hundred steps",

@@ -130,7 +130,7 @@ def derived_rows(rows: list[dict]) -> list[dict]:
     peak = {(r["task"], r["seed"], r["n_heads"], r["d_head"]): r["peak_height"] for r in at}
     for task, seed in sorted({(r["task"], r["seed"]) for r in at}):
         h1, h4, wide = (peak.get((task, seed, H, d)) for H, d in ((1, WIDTH), (4, WIDTH // 4), (4, WIDTH)))
-        if None not in (h1, h4, wide) and h1 - h4 >= MIN_DROP:
+        if h1 is not None and h4 is not None and wide is not None and h1 - h4 >= MIN_DROP:
             out.append(dict(probe="resource", task=task, seed=seed, peak_h1=h1, peak_h4=h4, peak_h4_wide=wide,
                             recovered=(wide - h4) / (h1 - h4)))
     return out + sv_range_rows(rows)

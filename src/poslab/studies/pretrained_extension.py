@@ -298,7 +298,7 @@ def check_search(search) -> None:
 
 def check(study: StudyConfig) -> None:
     """Every refusal before any weights are read: settings, the checkpoint, the schedule, memory."""
-    from poslab.pretrained.loading import read_causal_config, require_transformers
+    from poslab.pretrained.loading import config_count, read_causal_config, require_transformers
     from poslab.pretrained.model import require_attention_fits
     from poslab.pretrained.table import entry_from_config
 
@@ -311,7 +311,7 @@ def check(study: StudyConfig) -> None:
     if methods and entry["encoding"] != "rope":
         raise ConfigError("model.method", methods[0], f"none (a rotary schedule needs a RoPE model; "
                                                       f"{m['checkpoint']} uses {entry['encoding']})")
-    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
+    heads = config_count(cfg, "num_attention_heads", "n_head")
     for scale in study.axis("model.scale"):
         L = int(round(scale * capped(entry["context"], m)))
         if entry["encoding"] == "learned" and L > entry["context"]:  # past the table: an IndexError in the forward

@@ -377,7 +377,7 @@ def settings(study: StudyConfig, name: str | None = None) -> dict:
 
 def check(study: StudyConfig) -> None:
     from poslab.machine import MEMORY_FRACTION, memory_bytes
-    from poslab.pretrained.loading import read_causal_config, require_transformers
+    from poslab.pretrained.loading import config_count, read_causal_config, require_transformers
     from poslab.pretrained.model import require_attention_fits
 
     settings(study)
@@ -385,7 +385,7 @@ def check(study: StudyConfig) -> None:
     for name in checkpoints(study):
         m = settings(study, name)
         cfg = read_causal_config(checkpoint_source(name))
-        heads = cfg.get("num_attention_heads") or cfg.get("n_head")
+        heads = config_count(cfg, "num_attention_heads", "n_head")
         context = cfg.get("max_position_embeddings") or cfg.get("n_positions")
         if context and m["length"] > context:
             raise ConfigError("model.length", m["length"], f"at most the checkpoint's context ({context}, {name})")
@@ -400,8 +400,10 @@ def check(study: StudyConfig) -> None:
 
 def fit_bytes(length: int, cfg: dict) -> int:
     """Bytes one mode's leakage fit holds at its peak (the lean sums, one layer streamed at a time)."""
-    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
-    layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
+    from poslab.pretrained.loading import config_count
+
+    heads = config_count(cfg, "num_attention_heads", "n_head")
+    layers = config_count(cfg, "num_hidden_layers", "n_layer")
     return lk.leakage_bytes(length, layers, heads, old=False)
 
 
@@ -682,10 +684,10 @@ def checkpoint_rows(rows: list[dict]) -> list[dict]:
         if STANDARD in b:
             base = b[STANDARD]["early_component_b"]
             for name in SWAPS.values():
-                got = [r["early_component_b"] for r in mine if r.get("probe") == "intervention"
-                       and r["intervention"] == name]
-                if got:
-                    value = float(np.mean(got))
+                early = [r["early_component_b"] for r in mine if r.get("probe") == "intervention"
+                         and r["intervention"] == name]
+                if early:
+                    value = float(np.mean(early))
                     change = (value - base) / base if base >= PRESENT else None
                     out.append(dict(probe="swap", intervention=name, seed=seed, setup=b[STANDARD]["setup"],
                                     early_component_b=value, base=base, change=change,
@@ -694,8 +696,8 @@ def checkpoint_rows(rows: list[dict]) -> list[dict]:
     if swaps:
         changes = {}
         for short, name in SWAPS.items():
-            got = [r["change"] for r in swaps if r["intervention"] == name and r["change"] is not None]
-            changes[short] = float(np.mean(got)) if got else None
+            moved = [r["change"] for r in swaps if r["intervention"] == name and r["change"] is not None]
+            changes[short] = float(np.mean(moved)) if moved else None
         out.append(dict(probe="swap3", seed=None, setup=swaps[0]["setup"], **lr.three_swaps(changes),
                         **{f"swap_{k}": v for k, v in changes.items()}))
     return out

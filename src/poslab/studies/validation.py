@@ -9,6 +9,7 @@ interval. The set-up is told in docs/validation-linear-survey.md.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
@@ -35,7 +36,20 @@ from poslab.studies.kit.checks import require_rotary
 from poslab.studies.kit.fixed_offset import EXTRAPOLATION, carrier_vs_untrained, dilution_fit_rows, length_rows, tag
 from poslab.tasks import eval_batch
 
-PAPER = dict(carrier_k=0.80, carrier_cos=0.83, baseline=0.016, carrier_range=(0.72, 0.86), peak_at_48=0.69)
+
+class PaperValues(TypedDict):
+    """The values the seed states for this study's claims."""
+
+    carrier_k: float
+    carrier_cos: float
+    baseline: float
+    carrier_range: tuple[float, float]
+    peak_at_48: float
+
+
+PAPER: PaperValues = {"carrier_k": 0.80, "carrier_cos": 0.83, "baseline": 0.016, "carrier_range": (0.72, 0.86),
+                      "peak_at_48": 0.69}
+
 # "softmax over a growing context forces an inverse-linear decay of the target's attention weight": judged
 # by the exponent of a power law, not by R^2 (a noise-free sqrt(L - 1) curve reaches R^2 0.99 on these lengths)
 DILUTION_OFFSET = 1.0  # fit 1/a* - 1 = c (L - 1)^gamma, Corollary 2's form (a* = 1 at L = 1); 0 would fit 1/a*

@@ -27,6 +27,7 @@ def last_query(model, batch, chunk: int) -> tuple[float, np.ndarray]:
     hits = total = 0
     attn: torch.Tensor | None = None
     for part, inter in over_chunks(model, batch, chunk):
+        assert inter.logits is not None  # collect sets them
         h, t = correct(aligned_logits(inter.logits, part), part.targets, part.loss_mask)
         hits, total = hits + h, total + t
         sums = torch.stack([attention_sum(inter, n, L + inter.prefix) for n in range(len(inter.layers))])

@@ -43,8 +43,10 @@ def rope_encoding(model, scaling: dict | None):
     same table, so a search at 8 L0 works past a quick preset's max_len.)"""
     cfg = model.cfg
     options = {k: v for k, v in cfg.encoding_options.items() if k != "scaling"}
+    if scaling:
+        options["scaling"] = scaling
     enc = build_encoding(cfg.encoding, d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head,
-                         max_len=cfg.max_len, **options, **({"scaling": scaling} if scaling else {}))
+                         max_len=cfg.max_len, **options)
     return enc.to(next(model.parameters()).device)
 
 
@@ -180,7 +182,7 @@ def search(model, objective: Callable[[torch.nn.Module], float], space: SearchSp
     evaluations, trace = len(population), [scored[0][0]]
     for gen in range(config.generations):
         parents = scored[:config.survivors]
-        children = []
+        children: list[tuple] = []
         while len(children) < config.population - len(parents):
             a, b = (parents[i] for i in rng.choice(len(parents), 2))
             child = np.where(rng.random(pairs) < 0.5, a[2], b[2])
