@@ -242,7 +242,7 @@ def carrier_profile(model: PoslabModel, batch: Batch, offsets: Sequence[int] | n
 
 # ----------------------------------------------------------------------------- (v) dilution
 
-def dilution_fit(lengths: Sequence[int], a_star: Sequence[float]) -> dict:
+def dilution_fit(lengths: Sequence[int] | np.ndarray, a_star: Sequence[float] | np.ndarray) -> dict:
     """Least squares of 1/a* on L - 1: ``slope`` (the dilution rate c), ``intercept``, ``r2``."""
     x = np.asarray(lengths, dtype=np.float64) - 1
     a = np.asarray(a_star, dtype=np.float64)

@@ -21,6 +21,7 @@ from poslab.experiments import MemberContext
 from poslab.experiments.outputs import group_stats, save
 from poslab.experiments.spec import Extrapolation, is_, probe
 from poslab.positional import encoding_class
+from poslab.studies.kit.members import poslab_model, retrieval_head, task_offset
 from poslab.tasks import eval_batch
 
 # the length rows past the training range, and what a fixed-offset study measured there for the survey table
@@ -40,11 +41,11 @@ def length_rows(ctx: MemberContext) -> list[dict]:
                              **stream_row(ctx, L)))
             continue
         batch = eval_batch(task, L, study.eval.n_sequences, study.eval.seed, device=ctx.device)
-        acc, attn = probes.accuracy_and_attention(ctx.model, batch, chunk=study.eval.chunk)
+        acc, attn = probes.accuracy_and_attention(retrieval_head(ctx.model), batch, chunk=study.eval.chunk)
         attn = attn[0]  # head 0, [L]
         rows.append(dict(probe="length", length=L, in_range=L <= study.train.max_length,
                          accuracy=acc, **probes.peak(attn, L),
-                         a_star=probes.attention_at_offset(attn, L, -task.K), chance=task.chance))
+                         a_star=probes.attention_at_offset(attn, L, -task_offset(task)), chance=task.chance))
         rows += [dict(probe="attention", length=L, offset=t - (L - 1), weight=float(w)) for t, w in enumerate(attn)]
     return rows
 
@@ -58,7 +59,8 @@ def stream_row(ctx: MemberContext, L: int) -> dict:
     from poslab.probes.streaming import StreamedTokens, stream_length_row
 
     src = StreamedTokens(b=ctx.study.eval.n_sequences, m=ctx.task.vocab_size, L=L, seed=ctx.study.eval.seed)
-    return stream_length_row(ctx.model, src, L, ctx.task.K, device=ctx.device, mass_below=ctx.study.train.max_length)
+    return stream_length_row(ctx.model, src, L, task_offset(ctx.task), device=ctx.device,
+                             mass_below=ctx.study.train.max_length)
 
 
 def tag(rows: list[dict], **columns) -> list[dict]:
@@ -82,7 +84,7 @@ def head_pinning(cells: list[dict], Lmax: int) -> list[dict]:
     one peak position at every unseen length and below L_max (``pinned``), the least-squares
     slope of the peak position against L (~0 absolute, ~1 relative) and the mean attention mass
     inside [0, L_max) (``mass``) beside a uniform head's L_max / L (``uniform_mass``)."""
-    heads = {}
+    heads: dict[tuple, list[dict]] = {}
     for r in cells:
         if r["length"] > Lmax:
             heads.setdefault((r["condition"], r["K"], r["seed"]), []).append(r)
@@ -155,7 +157,8 @@ def untrained_attention(ctx: MemberContext, L: int, offsets: np.ndarray) -> np.n
     """The untrained model's mean attention of head 0 (linear attention: its logits) at ``offsets`` at length L."""
     study = ctx.study
     batch = eval_batch(ctx.task, L, study.eval.n_sequences, study.eval.seed, device=ctx.device)
-    attn = probes.accuracy_and_attention(ctx.untrained, batch, chunk=study.eval.chunk)[1][0]  # head 0, [L]
+    untrained = retrieval_head(ctx.untrained)
+    attn = probes.accuracy_and_attention(untrained, batch, chunk=study.eval.chunk)[1][0]  # head 0, [L]
     return np.array([float(attn[L - 1 + int(d)]) for d in offsets])
 
 
@@ -217,9 +220,9 @@ def score_profile_fits(ctx: MemberContext, rows: list[dict], rcond: float) -> tu
     attn = {r["offset"]: r["weight"] for r in rows if r["probe"] == "attention" and r["length"] == longest}
     offsets = np.array(sorted(attn))
     f = np.array([attn[d] for d in offsets])
-    theta = probes.rotary_theta(ctx.model).detach().cpu().numpy()
+    theta = probes.rotary_theta(poslab_model(ctx.model)).detach().cpu().numpy()
     fits, g, support = interpolant_fits(theta, offsets, f, untrained_attention(ctx, longest, offsets),
-                                        ctx.study.train.max_length, ctx.task.K, rcond)
+                                        ctx.study.train.max_length, task_offset(ctx.task), rcond)
     return fits, [dict(probe="score", offset=int(d), f=float(v), interpolant=float(w), on_support=bool(s))
                   for d, v, w, s in zip(offsets, f, g, support, strict=False)]
 
@@ -227,7 +230,7 @@ def score_profile_fits(ctx: MemberContext, rows: list[dict], rcond: float) -> tu
 def carrier_vs_untrained(ctx: MemberContext, batch) -> dict:
     """Carrier energies (probe (iii), head 0) of the trained queries and keys, of the member's
     untrained model (``baseline_q``, ``baseline_k``) and their ratios."""
-    trained, base = probes.carrier(ctx.model, batch), probes.carrier(ctx.untrained, batch)
+    trained, base = probes.carrier(poslab_model(ctx.model), batch), probes.carrier(poslab_model(ctx.untrained), batch)
     return dict(carrier_q=trained["carrier_q"], carrier_k=trained["carrier_k"], baseline_q=base["carrier_q"],
                 baseline_k=base["carrier_k"], carrier_q_ratio=trained["carrier_q"] / base["carrier_q"],
                 carrier_k_ratio=trained["carrier_k"] / base["carrier_k"])

@@ -15,6 +15,7 @@ from poslab import probes
 from poslab.experiments import MemberContext
 from poslab.probes.layer_heads import accuracy_split, head_rows, retrieving_head
 from poslab.probes.weights import table_row_norms
+from poslab.studies.kit.members import poslab_model, retrieval_head, task_offset
 from poslab.tasks import eval_batch
 
 
@@ -22,8 +23,8 @@ def margin_length_rows(ctx: MemberContext) -> list[dict]:
     """At every evaluation length: accuracy, peak, a* (attention at -K), the margin mu over the
     strongest competitor, over the competitors' mean and the kernel's margin (mean logit profile),
     and the bound 1 / (1 + (L - 1) e^{-mu})."""
-    study, task, model = ctx.study, ctx.task, ctx.model
-    K, Lmax, chunk = task.K, study.train.max_length, study.eval.chunk
+    study, task, model = ctx.study, ctx.task, retrieval_head(ctx.model)
+    K, Lmax, chunk = task_offset(task), study.train.max_length, study.eval.chunk
     rows = []
     for L in study.eval.lengths:
         batch = eval_batch(task, L, study.eval.n_sequences, study.eval.seed, device=ctx.device)
@@ -48,7 +49,7 @@ def carrier_rows(ctx: MemberContext) -> list[dict]:
     :func:`carrier_rank` of the trained and the untrained model, shape, the rotary kernel ratio or
     None) and ``probe="snapshot"`` rows: :func:`carrier_rank` at each of ``ctx.snapshots``' steps,
     then at step 0 (untrained)."""
-    study, task, model = ctx.study, ctx.task, ctx.model
+    study, task, model = ctx.study, ctx.task, retrieval_head(ctx.model)
     Lmax = study.train.max_length
     batch = eval_batch(task, Lmax, study.eval.n_sequences, study.eval.seed, device=ctx.device)
     ck, cq, rank = carrier_rank(model, batch, study.eval.chunk)
@@ -71,8 +72,8 @@ def shift_rows(ctx: MemberContext) -> list[dict]:
     targets, t < L_max, t >= L_max) and :func:`~poslab.probes.layer_heads.head_rows`; the retrieving
     head's ``probe="member"`` row, its last-query attention by offset at every length
     (``probe="offset"``) and its carrier kernel (``probe="kernel"``). Every row carries d_model, d_head."""
-    study, task, model = ctx.study, ctx.task, ctx.model
-    K, Lmax, lengths = task.K, study.train.max_length, sorted(study.eval.lengths)
+    study, task, model = ctx.study, ctx.task, poslab_model(ctx.model)
+    K, Lmax, lengths = task_offset(task), study.train.max_length, sorted(study.eval.lengths)
     width = lengths[0]  # offsets -(width - 1) .. 0 exist at every evaluated length
     shape = dict(d_model=model.cfg.d_model, d_head=model.cfg.d_head)
     rows, heads, last = [], [], {}  # last[L]: the last query's mean attention [layers, h, L]
