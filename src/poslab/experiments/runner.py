@@ -26,6 +26,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from poslab.errors import ConfigError, check_choice
@@ -68,10 +69,7 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     with span("setup"):
         check_output_folder(out)
         trained = validated if validated is not None else validate(study, device, experiment)
-    if not isinstance(workers, int) or workers < 1:
-        raise ConfigError("workers", workers, "a positive integer")
-    if reevaluate and force:
-        raise ConfigError("--reevaluate", True, "without --force (--force trains again; --reevaluate never trains)")
+    _check_run_options(workers, force, reevaluate)
     stored = check_reevaluate(experiment, study, trained, store) if reevaluate else {}
     if experiment.jobs is not None:
         return run_jobs(experiment, study, experiment.jobs(study), store=store, out=out, device=device, force=force,
@@ -79,6 +77,42 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     with span("setup"):
         variants = variant_members(study, trained)
         everyone = trained + [v for v, _ in variants]
+    done = _done_keys(experiment, store, trained, everyone, span, force=force, reevaluate=reevaluate)
+    todo = [m for m in trained if m.key not in done]
+    with span("setup"):
+        revision = git_revision(Path(__file__).parent)
+    start = time.perf_counter()
+    record = _recorder(experiment, store, revision, span)
+    _train_missing(experiment, todo, record, span, device=device, progress=progress, workers=workers,
+                   executor=executor, timer=timer)
+    if reevaluate:
+        with span("evaluation"):
+            reevaluate_members(experiment, trained, stored, store, device=device, progress=progress,
+                               revision=revision)
+    stages = Stages(store, experiment.name, revision, force)
+    evaluated = _evaluate_variants(experiment, variants, done, store, stages, record, span, device=device)
+    files = _write_report(experiment, study, store, everyone, out, span)
+    return dict(members=len(trained), trained=len(todo), reused=len(trained) - len(todo),
+                reevaluated=len(trained) if reevaluate else 0, variants=len(variants), evaluated=evaluated,
+                seconds=time.perf_counter() - start, files=files)
+
+
+Span = Callable[[str], AbstractContextManager]  # spans(timer): a phase's timing context
+Record = Callable[[list[MemberResult]], None]
+
+
+def _check_run_options(workers: int, force: bool, reevaluate: bool) -> None:
+    """The run options' own checks (after validation, before the store is read)."""
+    if not isinstance(workers, int) or workers < 1:
+        raise ConfigError("workers", workers, "a positive integer")
+    if reevaluate and force:
+        raise ConfigError("--reevaluate", True, "without --force (--force trains again; --reevaluate never trains)")
+
+
+def _done_keys(experiment: Experiment, store: Store, trained: list[Member], everyone: list[Member], span: Span, *,
+               force: bool, reevaluate: bool) -> set[str]:
+    """The keys of the members (trained and variants) the store already holds, which are not run
+    again (``force``: each deleted first, so none; ``reevaluate``: every trained member's)."""
     with span("store"):
         if force:
             for m in everyone:
@@ -86,21 +120,27 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
         done = {r["key"] for r in store.runs(experiment=experiment.name)} & {m.key for m in everyone}  # diverged too
     if reevaluate:  # nothing trains; the trained members and every variant are evaluated again below
         done = {m.key for m in trained}
-    todo = [m for m in trained if m.key not in done]
-    groups: dict[str, list[Member]] = {}
-    for m in todo:
-        groups.setdefault(m.group_key(), []).append(m)
-    with span("setup"):
-        revision = git_revision(Path(__file__).parent)
-    start = time.perf_counter()
+    return done
 
+
+def _recorder(experiment: Experiment, store: Store, revision: str | None, span: Span) -> Record:
+    """A function that records members' results in the store, one transaction each."""
     def record(results: list[MemberResult]) -> None:
         with span("store"):
             for r in results:
                 store.record(r.member.key, experiment=experiment.name, config=r.member.config(), rows=r.rows,
                              status="finished" if r.diverged_at is None else "diverged", timings=r.timings,
                              weights=r.weights, revision=revision)
+    return record
 
+
+def _train_missing(experiment: Experiment, todo: list[Member], record: Record, span: Span, *, device: str,
+                   progress: bool, workers: int, executor: Executor | str | None, timer: PhaseTimer | None) -> None:
+    """Train the members in ``todo`` in groups of one model and training config, side by side on
+    the executor, recording each group's members as it comes back."""
+    groups: dict[str, list[Member]] = {}
+    for m in todo:
+        groups.setdefault(m.group_key(), []).append(m)
     if isinstance(executor, str) or executor is None:
         executor = make_executor(executor or "local", workers=min(workers, max(1, len(todo))), device=device)
     if timer is not None and not isinstance(executor, Inline):
@@ -113,12 +153,12 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
     for results in executor.map_unordered(train_group, jobs):
         record(results)
 
-    if reevaluate:
-        with span("evaluation"):
-            reevaluate_members(experiment, trained, stored, store, device=device, progress=progress,
-                               revision=revision)
+
+def _evaluate_variants(experiment: Experiment, variants: list[tuple[Member, Member]], done: set[str], store: Store,
+                       stages: Stages, record: Record, span: Span, *, device: str) -> int:
+    """Evaluate every variant not in ``done`` on its base member's stored weights and record it;
+    returns how many were evaluated."""
     evaluated = 0
-    stages = Stages(store, experiment.name, revision, force)
     for variant, base in variants:
         if variant.key in done:
             continue
@@ -128,6 +168,12 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
             result = evaluate_variant(experiment, variant, weights, device, stages)
         record([result])
         evaluated += 1
+    return evaluated
+
+
+def _write_report(experiment: Experiment, study: StudyConfig, store: Store, everyone: list[Member], out: Path,
+                  span: Span) -> list:
+    """The experiment's report over every member's stored rows, written to ``out``; its files."""
     with span("store"):
         rows = store.rows(keys=[m.key for m in everyone])
     with span("tables and figures"):
@@ -135,9 +181,7 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
         files = experiment.report(rows, study, out)
     with span("store"):
         store.record_outputs(experiment.name, out)
-    return dict(members=len(trained), trained=len(todo), reused=len(trained) - len(todo),
-                reevaluated=len(trained) if reevaluate else 0, variants=len(variants), evaluated=evaluated,
-                seconds=time.perf_counter() - start, files=files)
+    return files
 
 
 def run_jobs(experiment: Experiment, study: StudyConfig, jobs: list[Job], *, store: Store, out: Path,
