@@ -150,7 +150,7 @@ def study(preset: str) -> StudyConfig:
         model = dict(L0=16, decode=48, factor=2.0, stride=8, pattern_tokens=12, angle_positions=32,
                      depths=[0.5], char=dict(d_model=32, n_layers=1, n_heads=2, context=16, steps=10,
                                              batch_size=8, windows=2))
-        checkpoints = (CHAR, TINY)
+        checkpoints: tuple[str, ...] = (CHAR, TINY)
     else:
         model = dict(L0=256, decode=1024, factor=2.0, stride=64, pattern_tokens=64, angle_positions=256,
                      depths=[0.25, 0.75], char=dict(d_model=64, n_layers=2, n_heads=4, context=64, steps=600,
@@ -237,6 +237,7 @@ def kv_steps(L0: int, decode: int, stride: int, first: int) -> list[int]:
 
 def char_rows(config: dict, device: str) -> list[dict]:
     from poslab.models.transformer import Transformer, TransformerConfig
+    from poslab.positional.rope import RoPE
     from poslab.probes import kv_cache as kv
     from poslab.tasks.base import Batch
     from poslab.tasks.text import CharText
@@ -251,6 +252,7 @@ def char_rows(config: dict, device: str) -> list[dict]:
                        warmup_steps=min(100, c["steps"] // 10))
     trained, losses = train_plain(partial(Transformer, TransformerConfig(**shape, encoding="rope")), task, 0, recipe,
                                   device=device)
+    assert isinstance(trained, Transformer)  # what make_model built
     trained.eval()
     scaled = Transformer(TransformerConfig(**shape, encoding="rope",
                                            encoding_options=dict(scaling=dynamic(config, L0)))).to(device).eval()
@@ -263,10 +265,12 @@ def char_rows(config: dict, device: str) -> list[dict]:
     n = config["pattern_tokens"]
     inter = trained.collect(Batch(tokens=tokens[:1, :n], targets=tokens[:1, :n], lengths=torch.tensor([n]),
                                   loss_mask=torch.ones(1, n, dtype=torch.bool)))
-    theta = trained.encoding.rotary_frequencies().double().cpu()
+    rope = trained.encoding
+    assert isinstance(rope, RoPE)  # encoding="rope"
+    theta = rope.rotary_frequencies().double().cpu()
     qk = [(layer.q[0].double().cpu(), layer.k[0].double().cpu(), theta) for layer in inter.layers]
     rows += angle_rows({"rope (base 10^4)": theta}, config)
-    rows += pattern_rows(qk, config, scale=1 / math.sqrt(trained.cfg.d_head), layout=trained.encoding.layout)
+    rows += pattern_rows(qk, config, scale=1 / math.sqrt(trained.cfg.d_head), layout=rope.layout)
     return rows
 
 

@@ -69,7 +69,8 @@ class Batch:
 class Task(Protocol):
     """What the trainer and the probes rely on; the concrete tasks are plain frozen dataclasses."""
 
-    name: str
+    @property
+    def name(self) -> str: ...  # the registry name (a class variable of each task)
 
     @property
     def vocab_size(self) -> int: ...
