@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from pathlib import Path
+from typing import ClassVar, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 import torch
@@ -136,8 +137,36 @@ CPU_LONGEST = 2.5  # the cpu and quick presets evaluate up to this multiple of t
 
 def benchmark_tasks(benchmark: str | None = None) -> tuple[str, ...]:
     """Every registered task with a ``benchmark`` class variable (of ``benchmark``), registry order."""
-    return tuple(n for n, cls in TASKS.items() if getattr(cls, "benchmark", None) is not None
-                 and (benchmark is None or cls.benchmark == benchmark))
+    return tuple(n for n, cls in TASKS.items()
+                 if is_benchmark(cls) and (benchmark is None or cls.benchmark == benchmark))
+
+
+class BenchmarkTask(Protocol):
+    """The class variables a benchmark task declares (Ruoss et al.'s and Kazemnejad et al.'s tasks)."""
+
+    benchmark: ClassVar[str]
+    model_form: ClassVar[str]  # "encoder" | "decoder"
+    train_range: ClassVar[tuple[int, int]]
+
+
+def is_benchmark(cls: type) -> TypeGuard[type[BenchmarkTask]]:
+    """A registered task class with a ``benchmark`` class variable."""
+    return getattr(cls, "benchmark", None) is not None
+
+
+@runtime_checkable
+class TokenBudget(Protocol):
+    """A task that bounds its sequences' tokens at a length (the benchmark tasks)."""
+
+    def max_tokens(self, length: int) -> int: ...
+
+
+def max_tokens(task: str, length: int) -> int:
+    """The most tokens a sequence of ``task`` has at ``length``."""
+    built = build_task(task)
+    if not isinstance(built, TokenBudget):
+        raise TypeError(f"task {task!r} declares no max_tokens")
+    return built.max_tokens(length)
 
 
 def preset_tasks(which: str) -> tuple[str, ...]:
@@ -179,6 +208,8 @@ def _poses(_: str, cls) -> functools._lru_cache_wrapper:
 def task_setting(task: str, scale: Scale) -> dict:
     """The bundle of one benchmark task: its model form, lengths, and its source's model and training."""
     cls = TASKS[task]
+    if not is_benchmark(cls):
+        raise ConfigError("task_type", task, ", ".join(benchmark_tasks()))
     lo, hi = cls.train_range
     return {"task_type": task, "model.causal": cls.model_form == "decoder",
             **{f"model.{k}": v for k, v in scale.model[cls.benchmark].items()},
@@ -199,7 +230,7 @@ def quick_encodings() -> tuple[str, ...]:
 def noise_positions(tasks: tuple[str, ...], scale: Scale, paper: bool) -> int:
     """N of randomized positions: Ruoss et al.'s 2048 at the paper preset (more if a sequence is longer);
     else the power of two at least twice the longest sequence evaluated, so every test position has room."""
-    longest = max((build_task(t).max_tokens(max(eval_lengths(TASKS[t], scale.eval_lengths))) for t in tasks),
+    longest = max((max_tokens(t, max(eval_lengths(TASKS[t], scale.eval_lengths))) for t in tasks),
                   default=1)
     need = 1 << int(np.ceil(np.log2(2 * longest)))
     return max(NOISE_MAX_LENGTH, need) if paper else need
@@ -240,7 +271,7 @@ def order_only(encoding: str) -> bool:
         weights = torch.softmax(torch.randn(1, 1, s, s), dim=-1)
 
         def hooks(pos: torch.Tensor) -> list[torch.Tensor]:
-            out = [enc.embed(x, pos), *enc.rotate_qk(q, k, pos, pos)]
+            out: list[torch.Tensor | None] = [enc.embed(x, pos), *enc.rotate_qk(q, k, pos, pos)]
             extra = {"x": x} if enc.reads_stream else {}
             out += [enc.score_bias(q, k, pos, pos, **extra), enc.value_bias(weights, pos, pos)]
             return [o for o in out if o is not None]
@@ -570,7 +601,7 @@ def gain_rows(scores: list[dict], gate: float = LEARNED_IN_RANGE) -> list[dict]:
             pairs["gain_all"].append((plain[key], r))
             if r["benchmark"] == RUOSS and r["encoding"] in ruoss:
                 pairs["ruoss_gain"].append((plain[key], r))
-    out = []
+    out: list[dict] = []
     for probe_name, got in pairs.items():
         entered = [(p, r) for p, r in got if learned(p, gate) and learned(r, gate)]
         if got and not entered:

@@ -256,6 +256,7 @@ def evaluate(ctx) -> list[dict]:
         acc, exact, right_out, n_out, patterns, srcs, masks = [], [], 0, 0, [], [], []
         with torch.no_grad():
             for part, inter in over_chunks(model, batch, study.eval.chunk):
+                assert inter.logits is not None  # collect sets them
                 pred = aligned_logits(inter.logits, part).argmax(-1)  # [b, s]
                 a, e = sequence_scores(pred, part)
                 acc.append(a)
