@@ -131,11 +131,13 @@ def test_each_task_gets_its_sources_model_form(toy_tasks):
     assert paper.seeds == 3 and paper.axis("model.random_positions") == (None, 2048)
 
 
-def test_every_registered_encoding_is_in_the_cpu_and_paper_grids(toy_tasks):
+def test_every_registered_encoding_is_in_the_paper_grid_and_the_sources_in_the_cpu_grid(toy_tasks):
     from poslab.positional import ENCODINGS
 
-    for preset in ("cpu", "paper"):
-        assert set(lengthgen.study(preset).axis("encoding")) == set(ENCODINGS)
+    assert set(lengthgen.study("paper").axis("encoding")) == set(ENCODINGS)
+    cpu = set(lengthgen.study("cpu").axis("encoding"))
+    assert cpu == {*lengthgen.RUOSS_ENCODINGS.values(), *lengthgen.KAZEMNEJAD_ENCODINGS.values()}
+    assert len(cpu) == 8 and cpu < set(ENCODINGS)
 
 
 def test_causal_only_encoding_is_na_on_encoder_tasks(toy_tasks):
