@@ -350,3 +350,25 @@ def test_quick_preset_end_to_end(toy_tasks, tmp_path):
     assert {c["role"] for c in claims} <= {"external", "control"}
     scores = (tmp_path / "out" / "scores.csv").read_text().splitlines()
     assert len(scores) > 1
+
+
+def test_set_reaches_one_key_of_a_setting_bundle(toy_tasks):
+    """``--set settings.NAME.model.n_layers=4`` changes that key of the bundle NAME only; an unknown bundle
+    and a bad path inside one are each one ConfigError naming the field."""
+    from poslab.experiments.config import apply_overrides, apply_point, grid_points
+
+    study = lengthgen.study("quick")
+    name = study.axis("setting")[0]
+    deeper = apply_overrides(study, [f"settings.{name}.model.n_layers=4", f"settings.{name}.train.steps=7"])
+    assert deeper.settings[name]["model.n_layers"] == 4 and deeper.settings[name]["train.steps"] == 7
+    others = {n: b for n, b in deeper.settings.items() if n != name}
+    assert others == {n: b for n, b in study.settings.items() if n != name}
+    member = apply_point(deeper, next(p for p in grid_points(deeper) if p["setting"] == name))
+    assert (member.model["n_layers"] if isinstance(member.model, dict) else member.model.n_layers) == 4
+    assert member.train.steps == 7
+    with pytest.raises(ConfigError, match="--set") as e:
+        apply_overrides(study, ["settings.no_such_bundle.train.steps=3"])
+    assert name in str(e.value)
+    with pytest.raises(ConfigError, match=f"settings.{name}.train.no_such_field"):
+        apply_point(apply_overrides(study, [f"settings.{name}.train.no_such_field=3"]),
+                    next(p for p in grid_points(study) if p["setting"] == name))

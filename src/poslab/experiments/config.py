@@ -199,6 +199,8 @@ def _set(obj, keys: list[str], value, path: str):
         prefix = path[: len(path) - len(".".join(keys))]
         raise ConfigError("--set", path, sorted(prefix + n for n in names))
     current = getattr(obj, head)
+    if head == "settings" and isinstance(obj, StudyConfig) and len(keys) > 2:
+        return dataclasses.replace(obj, settings=_set_bundle(current, keys[1], ".".join(keys[2:]), value, path))
     if len(keys) > 1:
         if isinstance(current, dict):
             new = {**current, keys[1]: _set_dict(current.get(keys[1]), keys[2:], value, path)}
@@ -209,6 +211,14 @@ def _set(obj, keys: list[str], value, path: str):
     else:
         new = _coerce(value, typing.get_type_hints(type(obj))[head], path)
     return dataclasses.replace(obj, **{head: new})
+
+
+def _set_bundle(settings: dict, name: str, sub: str, value, path: str) -> dict:
+    """``settings.NAME.a.b=v``: the bundle NAME's dotted key ``a.b`` set to v (a bundle maps dotted config
+    paths to values; the path is checked when the bundle is applied to a member)."""
+    if name not in settings:
+        raise ConfigError("--set", path, sorted(f"settings.{n}" for n in settings) or "no settings declared")
+    return {**settings, name: {**settings[name], sub: value}}
 
 
 def _set_dict(current, keys: list[str], value, path):
