@@ -406,3 +406,26 @@ def test_model_fields_added_later_leave_the_run_key_alone_at_their_defaults():
     fields = model_fields(cfg)
     assert not set(LATER_MODEL_DEFAULTS) & set(fields)  # the key of a run stored before they existed
     assert model_fields(dataclasses.replace(cfg, random_positions=256))["random_positions"] == 256
+
+
+def test_lines_share_a_colour_per_hue_and_dash_the_flagged_series(tmp_path, monkeypatch):
+    """Lines(hue=, dash=, shared_legend=): one colour per hue value in every panel, dashed where the
+    flag is true, and one figure legend naming each series once."""
+    import matplotlib.pyplot as plt
+
+    from poslab.experiments.outputs import Lines
+
+    rows = [dict(task=t, cell=f"{e}{'+r' if r else ''}", encoding=e, randomized=r, length=L, score=0.5)
+            for t in ("a", "b") for e in ("rope", "alibi") for r in (False, True) for L in (1, 2)]
+    seen = {}
+    monkeypatch.setattr(plt, "close", lambda fig: seen.setdefault("fig", fig))
+    Lines("f.png", x="length", y="score", series=("cell",), panel="task", hue="encoding", dash="randomized",
+          shared_legend=True).draw(rows, tmp_path)
+    fig = seen["fig"]
+    assert (tmp_path / "f.png").exists() and len(fig.legends) == 1
+    assert sorted(t.get_text() for t in fig.legends[0].get_texts()) == ["alibi", "alibi+r", "rope", "rope+r"]
+    for ax in fig.axes:
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        assert lines["rope"].get_color() == lines["rope+r"].get_color() != lines["alibi"].get_color()
+        assert lines["rope+r"].get_linestyle() == "--" and lines["rope"].get_linestyle() == "-"
+        assert ax.get_legend() is None

@@ -163,6 +163,9 @@ class Lines:
     title: str = ""
     wrap: int | None = None  # at most this many panels to a line (None: every panel on one line)
     legend: bool = True  # False: no legend (too many series to name)
+    hue: str | None = None  # a column: lines with one value of it share a colour in every panel
+    dash: str | None = None  # a boolean column: lines whose rows have it true are dashed
+    shared_legend: bool = False  # one legend for the figure, beside the panels, instead of one a panel
 
     def draw(self, rows: list[Row], out: Path) -> Path | None:
         import matplotlib
@@ -179,6 +182,9 @@ class Lines:
         fig, axes = plt.subplots(lines, cols, figsize=(4.2 * cols, 3.3 * lines), squeeze=False, sharey=True)
         for ax in axes.flat[len(panels):]:
             ax.set_visible(False)
+        hues = sorted({str(r.get(self.hue)) for r in chosen}) if self.hue else []
+        palette = plt.get_cmap("tab10" if len(hues) <= 10 else "tab20")
+        handles: dict[str, object] = {}
         for ax, ((pv,), prows) in zip(axes.flat, panels.items(), strict=False):
             for key, srows in groups(prows, self.series).items():
                 pts = groups(srows, (self.x,))
@@ -186,8 +192,14 @@ class Lines:
                 ys = [np.array([float(r[self.y]) for r in g]) for g in pts.values()]
                 m, s = np.array([v.mean() for v in ys]), np.array([v.std() for v in ys])
                 label = " ".join(f"{v}" for v in key) if key else None
-                ax.plot(xs, m, marker="o", ms=3, label=label)
-                ax.fill_between(xs, m - s, m + s, alpha=0.15)
+                style: dict = {}
+                if self.hue:
+                    style["color"] = palette(hues.index(str(srows[0].get(self.hue))) % palette.N)
+                if self.dash and srows[0].get(self.dash):
+                    style["ls"] = "--"
+                (line,) = ax.plot(xs, m, marker="o", ms=3, label=label, **style)
+                handles.setdefault(str(label), line)
+                ax.fill_between(xs, m - s, m + s, alpha=0.15, color=line.get_color())
             for value, style in ((self.vline, "--"), (self.hline, ":")):
                 if value is not None:
                     v = value(prows) if callable(value) else value
@@ -197,10 +209,14 @@ class Lines:
                 ax.set_xscale("log")
             if self.ylim:
                 ax.set_ylim(*self.ylim)
-            if self.series and self.legend:
+            if self.series and self.legend and not self.shared_legend:
                 ax.legend(fontsize=6, ncol=2)
-        for line in axes:
-            line[0].set_ylabel(self.ylabel or self.y)
+        for row_axes in axes:
+            row_axes[0].set_ylabel(self.ylabel or self.y)
+        if self.series and self.legend and self.shared_legend:
+            names = sorted(handles)
+            fig.legend([handles[n] for n in names], names, loc="center left", bbox_to_anchor=(1.0, 0.5),
+                       fontsize=7, frameon=False)
         return save(fig, out / self.filename)
 
 
@@ -287,7 +303,7 @@ def save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight" if fig.legends else None)  # a figure legend sits outside
     plt.close(fig)
     return path
 

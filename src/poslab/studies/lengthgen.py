@@ -446,10 +446,10 @@ TABLES = [
 FIGURES = [
     Lines("accuracy_by_length.png", x="length", y="score", series=("cell",), panel="task", wrap=4,
           where=probe("length") & is_("encoding", *SOURCE_ENCODINGS), xlabel="length (the task's unit)",
-          ylabel="score", ylim=(-0.02, 1.02)),
+          ylabel="score", ylim=(-0.02, 1.02), hue="encoding", dash="randomized", shared_legend=True),
     Lines("accuracy_by_length_all.png", x="length", y="score", series=("cell",), panel="task", wrap=4,
           where=probe("length"), xlabel="length (the task's unit)", ylabel="score", ylim=(-0.02, 1.02),
-          legend=False),
+          legend=False, hue="encoding", dash="randomized"),
 ]
 
 
