@@ -96,6 +96,10 @@ def test_member_row_picks_the_copy_head_and_judges_pinning():
     assert [r["copy_head"] for r in heads] == [True] * 3 + [False] * 3
     heads[2]["slope_out"] = 0.5  # one unseen length moves with the query: not pinned
     assert not lp.member_row(heads, 20, {})["pinned"]
+    heads[2]["slope_out"] = -0.05
+    short = _head(21, False, None, None, hit=0.0)  # an unseen length with no query past T: not measured
+    assert lp.member_row([*heads, short], 20, {})["pinned"]
+    assert not lp.member_row([heads[0], short], 20, {})["pinned"]  # nothing measured: not pinned
 
 
 def test_claims_flip_and_carry_their_roles():

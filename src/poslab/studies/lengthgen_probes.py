@@ -127,7 +127,7 @@ TABLES = [
                 "argmax key is a source (trained lengths / unseen lengths / unseen queries at positions >= T); "
                 "source offsets and peak offsets (argmax minus query): most common per unseen length; slope of the "
                 "argmax key on the query position and share of argmax keys < T over queries >= T (mean over unseen "
-                "lengths); pinned: at every unseen length |slope| < 0.1 and ≥ 90% of argmax keys < T.",
+                "lengths); pinned: at every unseen length with a query past T, |slope| < 0.1 and ≥ 90% of argmax keys < T.",
           columns=(Column("head", joined("head_name")), Column("hits trained", "hit_trained"),
                    Column("hits unseen", "hit_unseen"), Column("hits past T", "hit_out"),
                    Column("source offsets", joined("src_offsets")), Column("peak offsets", joined("peak_offsets")),
@@ -298,8 +298,11 @@ def member_row(heads: list[dict], Lmax: int, ids: dict) -> dict:
         vals = [r[col] for r in rs if r[col] is not None]
         return float(np.mean(vals)) if vals else None
 
-    pinned = bool(unseen) and all(r["slope_out"] is not None and abs(r["slope_out"]) < SLOPE_MAX
-                                  and r["in_trained_out"] >= PINNED_SHARE for r in unseen)
+    # an unseen length whose sequences end at or before T has no query past T (copy at L = 21: 43 tokens,
+    # T = 43): nothing to measure there, so pinning is judged on the unseen lengths that have one
+    measured = [r for r in unseen if r["slope_out"] is not None]
+    pinned = bool(measured) and all(abs(r["slope_out"]) < SLOPE_MAX and r["in_trained_out"] >= PINNED_SHARE
+                                    for r in measured)
     return dict(ids, probe="member", head_name=f"{best[0]}.{best[1]}", layer=best[0], head=best[1],
                 hit_trained=avg([r for r in mine if r["in_range"]], "hit"), hit_unseen=avg(unseen, "hit"),
                 hit_out=avg(unseen, "hit_out"), slope_out=avg(unseen, "slope_out"),
