@@ -127,7 +127,8 @@ TABLES = [
                 "argmax key is a source (trained lengths / unseen lengths / unseen queries at positions >= T); "
                 "source offsets and peak offsets (argmax minus query): most common per unseen length; slope of the "
                 "argmax key on the query position and share of argmax keys < T over queries >= T (mean over unseen "
-                "lengths); pinned: at every unseen length with a query past T, |slope| < 0.1 and ≥ 90% of argmax keys < T.",
+                "lengths); pinned: at every unseen length with a query past T, |slope| < 0.1 and ≥ 90% of argmax "
+                "keys < T.",
           columns=(Column("head", joined("head_name")), Column("hits trained", "hit_trained"),
                    Column("hits unseen", "hit_unseen"), Column("hits past T", "hit_out"),
                    Column("source offsets", joined("src_offsets")), Column("peak offsets", joined("peak_offsets")),
