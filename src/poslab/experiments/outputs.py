@@ -16,11 +16,15 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from poslab.experiments.claims import Claim, claims_markdown, markdown_table, write_claims
 from poslab.experiments.spec import EVERY, Measure, Where, _sort_key
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
 
 Row = dict
 
@@ -184,7 +188,7 @@ class Lines:
             ax.set_visible(False)
         hues = sorted({str(r.get(self.hue)) for r in chosen}) if self.hue else []
         palette = plt.get_cmap("tab10" if len(hues) <= 10 else "tab20")
-        handles: dict[str, object] = {}
+        handles: dict[str, Artist] = {}
         for ax, ((pv,), prows) in zip(axes.flat, panels.items(), strict=False):
             for key, srows in groups(prows, self.series).items():
                 pts = groups(srows, (self.x,))
@@ -200,10 +204,10 @@ class Lines:
                 (line,) = ax.plot(xs, m, marker="o", ms=3, label=label, **style)
                 handles.setdefault(str(label), line)
                 ax.fill_between(xs, m - s, m + s, alpha=0.15, color=line.get_color())
-            for value, style in ((self.vline, "--"), (self.hline, ":")):
+            for value, rule in ((self.vline, "--"), (self.hline, ":")):
                 if value is not None:
                     v = value(prows) if callable(value) else value
-                    (ax.axvline if value is self.vline else ax.axhline)(v, color="grey", ls=style, lw=1)
+                    (ax.axvline if value is self.vline else ax.axhline)(v, color="grey", ls=rule, lw=1)
             ax.set(xlabel=self.xlabel or self.x, title=f"{self.panel} = {pv}" if self.panel else self.title)
             if self.logx:
                 ax.set_xscale("log")
