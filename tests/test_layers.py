@@ -42,3 +42,54 @@ def test_the_package_keeps_its_layers(tmp_path):
 def test_an_upward_import_fails_lint(tmp_path, module, line, broken):
     done = lint(tmp_path, (module, line))
     assert done.returncode != 0 and broken in done.stdout, done.stdout + done.stderr
+
+
+# Literals outside studies/ that spell a study's name but name something else, each with what it names.
+HOMONYMS = {
+    "mope": "the encoding (positional.ENCODINGS)",
+    "induction": "the task (tasks.TASKS)",
+    "lm": "the survey's loss column and `bench eval --model lm` (the character LM as a model kind)",
+}
+
+
+def test_no_module_outside_studies_names_a_study():
+    """The engine, the command line, bench, report and survey reach a study only through the
+    registry (``studies.EXPERIMENTS``, ``studies.DEFAULTS``): no import of a study module, lazy
+    ones included, and no string literal that is a study's name (the homonyms above aside)."""
+    import ast
+
+    from poslab.positional import ENCODINGS
+    from poslab.studies import EXPERIMENTS
+    from poslab.tasks import TASKS
+
+    assert "mope" in ENCODINGS and "induction" in TASKS  # the homonyms are what they say
+    study_modules = {p.stem for p in (ROOT / "src" / "poslab" / "studies").glob("*.py")} - {"__init__"}
+    found = []
+    for path in sorted((ROOT / "src" / "poslab").rglob("*.py")):
+        if "studies" in path.relative_to(ROOT / "src" / "poslab").parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                parts = node.module.split(".")
+                if parts[:2] == ["poslab", "studies"] and (
+                        (len(parts) > 2 and parts[2] in study_modules)
+                        or (len(parts) == 2 and any(a.name in study_modules for a in node.names))):
+                    found.append(f"{path.name}:{node.lineno} imports {node.module}")
+            elif isinstance(node, ast.Import):
+                found += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names
+                          if a.name.split(".")[:2] == ["poslab", "studies"] and len(a.name.split(".")) > 2
+                          and a.name.split(".")[2] in study_modules]
+            elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in EXPERIMENTS
+                  and node.value not in HOMONYMS):
+                found.append(f"{path.name}:{node.lineno} names {node.value!r}")
+    assert not found, found
+
+
+def test_the_study_name_check_sees_a_study_named(tmp_path, monkeypatch):
+    """The check above fails where a module outside studies/ names one (a scratch copy)."""
+    scratch = tmp_path / "src" / "poslab"
+    shutil.copytree(ROOT / "src" / "poslab", scratch, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    (scratch / "report.py").write_text((scratch / "report.py").read_text() + '\nSTUDY = "two-layer"\n')
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    with pytest.raises(AssertionError, match="two-layer"):
+        test_no_module_outside_studies_names_a_study()

@@ -51,13 +51,13 @@ def bench_eval_lm(*, lengths=(1_000, 10_000, 30_000), steps: int = 200, chunk: i
     import multiprocessing
 
     from poslab.experiments import members
-    from poslab.studies.lm import EXPERIMENT as LM
-    from poslab.studies.lm import lm_study
+    from poslab.studies import DEFAULTS, get_experiment
+    from poslab.studies.kit.charlm import lm_study
     from poslab.train import train_ensemble
 
     study = lm_study("paper", encodings=(encoding,), seeds=1,
                      train=dict(steps=max(steps, 1), warmup_steps=min(100, steps // 2)))
-    member = members(LM, study)[0]
+    member = members(get_experiment(DEFAULTS["bench-lm"]), study)[0]
     t0 = time.perf_counter()
     if steps > 0:
         model = train_ensemble(member.make_model(), [member.task], [0], study.train, progress=False).models[0]

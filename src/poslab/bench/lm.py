@@ -20,7 +20,7 @@ from poslab.experiments.executors import worker_pool
 
 def _lm_member(preset: str, encoding: str, members: int):
     """The first member of ``poslab run lm``'s group for ``encoding`` (``members`` seeds) and its recipe."""
-    from poslab.studies.lm import lm_study
+    from poslab.studies.kit.charlm import lm_study
 
     study = lm_study(preset, encodings=(encoding,), seeds=members)
     return study_members("bench", study)[0], study.train

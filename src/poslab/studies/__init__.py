@@ -53,9 +53,10 @@ PAPER_STUDIES: tuple[str, ...] = tuple(n for n, e in EXPERIMENTS.items()
 # The study a command reads when none is named, so that no module outside this folder names one:
 # ``poslab sample`` samples the character LM's members; ``poslab bench profile`` times Table 1's
 # study and ``bench train`` / ``bench parity`` train its grid; ``bench leakage-memory`` measures a job of
-# the evaluate-only study on pretrained checkpoints whose jobs say their peak memory.
+# the evaluate-only study on pretrained checkpoints whose jobs say their peak memory; ``bench
+# eval --model lm`` evaluates the character LM's members.
 DEFAULTS: dict[str, str] = {"sample": "lm", "bench": "phenomenon", "job-memory": "pretrained-leakage",
-                           "bench-ensemble": "lengthgen"}
+                           "bench-ensemble": "lengthgen", "bench-lm": "lm"}
 
 
 def get_experiment(name: str) -> Experiment:
