@@ -1,4 +1,4 @@
-"""Character-level language models on TinyShakespeare, anchored on nanoGPT's ``shakespeare_char``.
+"""The character-LM study: nanoGPT's ``shakespeare_char`` recipes reproduced per encoding, loss and wall time.
 
 One member per encoding x seed (default: learned APE and RoPE), trained by nanoGPT's own recipes
 (``paper``: its CPU recipe, ``gpu``: its GPU recipe; ``quick`` runs in seconds, for the tests),

@@ -1,4 +1,4 @@
-"""Character-level language models on TinyShakespeare, anchored on nanoGPT's ``shakespeare_char``.
+"""The character LM other studies build on: nanoGPT's ``shakespeare_char`` recipes and their evaluation.
 
     loss = - 1/N sum_t log p(c_{t+1} | c_{<=t})        over every character of the validation split
 
