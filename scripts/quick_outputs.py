@@ -134,7 +134,8 @@ def compare(before: dict[str, str], after: dict[str, str]) -> list[str]:
 
 
 def studies(python: str, env: dict) -> list[str]:
-    code = "from poslab.studies import EXPERIMENTS; print('\\n'.join(EXPERIMENTS))"
+    code = ("try:\n from poslab.studies import EXPERIMENTS\nexcept ImportError:\n"  # before issue 37 the registry
+            " from poslab.experiments import EXPERIMENTS\nprint('\\n'.join(EXPERIMENTS))")  # sat in the engine
     names = subprocess.run([python, "-c", code], env=env, check=True, capture_output=True, text=True).stdout.split()
     return [n for n in names if n not in NEEDS_DOWNLOAD]
 

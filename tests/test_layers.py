@@ -44,6 +44,18 @@ def test_an_upward_import_fails_lint(tmp_path, module, line, broken):
     assert done.returncode != 0 and broken in done.stdout, done.stdout + done.stderr
 
 
+
+def test_every_study_module_is_in_the_no_study_imports_another_contract():
+    """A study left out of the studies contract could import another unseen (lengthgen-probes did)."""
+    import re
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    studies = next(c for c in contracts if c["containers"] == ["poslab.studies"])
+    listed = set(re.split(r"[\s|:]+", studies["layers"][0].strip())) - {""}
+    modules = {p.stem for p in (ROOT / "src" / "poslab" / "studies").glob("*.py")} - {"__init__"}
+    assert listed == modules and studies["layers"][1:] == ["kit"]
+
 # Literals outside studies/ that spell a study's name but name something else, each with what it names.
 HOMONYMS = {
     "mope": "the encoding (positional.ENCODINGS)",

@@ -49,28 +49,38 @@ cell learned the task in range. Where no task (no pair) enters, the claim is n.a
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from pathlib import Path
-from typing import ClassVar, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 import torch
 
-from poslab.errors import ConfigError
 from poslab.experiments import Experiment, inapplicable
 from poslab.experiments.config import EvalConfig, StudyConfig
-from poslab.experiments.experiment import resolve_task
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.spec import ClaimSpec, abs_mean, is_, judge_all, mean, probe, undecidable
 from poslab.positional import encoding_class, registered, small_encoding
-from poslab.tasks import TASKS, build_task, eval_batch
+from poslab.studies.kit.benchmarks import (
+    KAZEMNEJAD,
+    KAZEMNEJAD_MODEL,
+    KAZEMNEJAD_TRAIN,
+    RUOSS,
+    RUOSS_MODEL,
+    RUOSS_TRAIN,
+    Scale,
+    benchmark_tasks,
+    check,
+    eval_lengths,
+    max_tokens,
+    table_length,
+    task_setting,
+)
+from poslab.tasks import TASKS, eval_batch
 from poslab.tasks.scoring import sequence_scores
 
 name = "lengthgen"
 title = "Length-generalization benchmarks: Ruoss et al. 2023 (Chomsky tasks) and Kazemnejad et al. 2023"
 
-RUOSS, KAZEMNEJAD = "ruoss", "kazemnejad"
 SCORE = {RUOSS: "accuracy", KAZEMNEJAD: "exact"}  # each source's score: per-token accuracy, exact match
 # each source's encodings by its own name -> poslab's entry
 RUOSS_ENCODINGS = {"none": "nope", "sin/cos": "sinusoidal", "relative": "transformer_xl", "ALiBi": "alibi",
@@ -95,26 +105,6 @@ PUBLISHED: dict[tuple[str, str, str], tuple[float, str, str]] = {}
 
 # ----------------------------------------------------------------------------- presets
 
-@dataclasses.dataclass(frozen=True)
-class Scale:
-    """One preset's model, training and evaluation, per benchmark (the paper preset: each source's)."""
-
-    model: dict  # {benchmark: {model field: value}}
-    train: dict  # {benchmark: {train field: value}}
-    eval_lengths: str  # "every": each length train lo .. test hi; "few": a handful (see eval_lengths)
-    n_sequences: int
-    seeds: int
-    tasks: str  # "all" | "cpu" | "quick"
-    encodings: str = "all"  # "all": every registered; "sources": SOURCE_ENCODINGS; "quick": quick_encodings()
-
-
-RUOSS_MODEL = dict(n_layers=5, d_model=64, n_heads=8, dropout=0.1)  # experiments/example.py; 4x MLP
-RUOSS_TRAIN = dict(steps=10_000, batch_size=128, lr=1e-3, optimizer="adam", length_sampling="batch")
-# T5-base's decoder stack without cross-attention: 12 layers, d = 768, 12 heads, MLP 3072 (~85M without
-# the embeddings; ~107M with T5's 32k vocabulary). Trainer: 40k steps, lr 3e-5, wd 0.05, batch 64, 6% warm-up
-KAZEMNEJAD_MODEL = dict(n_layers=12, d_model=768, n_heads=12, d_mlp=3072, dropout=0.1)
-KAZEMNEJAD_TRAIN = dict(steps=40_000, batch_size=64, lr=3e-5, optimizer="adamw", weight_decay=0.05,
-                        lr_schedule="cosine", warmup_steps=2400, length_sampling="sequence")
 CPU_MODEL = dict(n_layers=2, d_model=64, n_heads=4)
 # 4000 steps: at 400 (2026-12-04) no cell learned copy or reverse in range; at 4000 the rotary cells do
 # (copy: rope_partial 0.945, alibi 0.906, sinusoidal 0.891; NoPE 0.125 at 2 layers), docs/lengthgen.md
@@ -135,41 +125,6 @@ PRESETS = {
 # Kazemnejad et al.'s copy and reverse (every position, in order and mirrored). reverse_string, with
 # twice the tokens, did not fit the hour here beside every encoding with and without randomized positions
 CPU_TASKS = ("even_pairs", "copy", "reverse")
-CPU_LONGEST = 2.5  # the cpu and quick presets evaluate up to this multiple of the training length
-
-
-def benchmark_tasks(benchmark: str | None = None) -> tuple[str, ...]:
-    """Every registered task with a ``benchmark`` class variable (of ``benchmark``), registry order."""
-    return tuple(n for n, cls in TASKS.items()
-                 if is_benchmark(cls) and (benchmark is None or cls.benchmark == benchmark))
-
-
-class BenchmarkTask(Protocol):
-    """The class variables a benchmark task declares (Ruoss et al.'s and Kazemnejad et al.'s tasks)."""
-
-    benchmark: ClassVar[str]
-    model_form: ClassVar[str]  # "encoder" | "decoder"
-    train_range: ClassVar[tuple[int, int]]
-
-
-def is_benchmark(cls: type) -> TypeGuard[type[BenchmarkTask]]:
-    """A registered task class with a ``benchmark`` class variable."""
-    return getattr(cls, "benchmark", None) is not None
-
-
-@runtime_checkable
-class TokenBudget(Protocol):
-    """A task that bounds its sequences' tokens at a length (the benchmark tasks)."""
-
-    def max_tokens(self, length: int) -> int: ...
-
-
-def max_tokens(task: str, length: int) -> int:
-    """The most tokens a sequence of ``task`` has at ``length``."""
-    built = build_task(task)
-    if not isinstance(built, TokenBudget):
-        raise TypeError(f"task {task!r} declares no max_tokens")
-    return built.max_tokens(length)
 
 
 def preset_tasks(which: str) -> tuple[str, ...]:
@@ -178,47 +133,6 @@ def preset_tasks(which: str) -> tuple[str, ...]:
     if which == "cpu":
         return tuple(n for n in CPU_TASKS if n in benchmark_tasks())
     return tuple(n for b in (RUOSS, KAZEMNEJAD) for n in benchmark_tasks(b)[:1])  # quick: one of each
-
-
-def eval_lengths(cls, how: str) -> tuple[int, ...]:
-    """Evaluation lengths in the task's own unit that the task can pose (SCAN has no command of 41
-    actions): every length from the shortest trained to the longest tested, or a few: half the
-    training length, the training length, and four lengths past it up to min(test hi, CPU_LONGEST x
-    training length), each moved to the nearest length above it that the task can pose."""
-    (lo, hi), (_, test_hi) = cls.train_range, cls.test_range
-    poses = _poses(cls.__name__, cls)
-    if how == "every":
-        return tuple(L for L in range(lo, test_hi + 1) if poses(L))
-    top = max(hi + 1, min(test_hi, int(CPU_LONGEST * hi)))
-    wanted = [max(lo, hi // 2), hi, *(int(v) for v in np.unique(np.linspace(hi + 1, top, 4).round()))]
-    return tuple(sorted({next((L for L in range(w, test_hi + 1) if poses(L)), hi) for w in wanted}))
-
-
-@functools.cache
-def _poses(_: str, cls) -> functools._lru_cache_wrapper:
-    task = cls()
-
-    @functools.cache
-    def poses(L: int) -> bool:
-        try:
-            task.sample(torch.Generator().manual_seed(0), 1, L)
-        except ConfigError:
-            return False
-        return True
-    return poses
-
-
-def task_setting(task: str, scale: Scale) -> dict:
-    """The bundle of one benchmark task: its model form, lengths, and its source's model and training."""
-    cls = TASKS[task]
-    if not is_benchmark(cls):
-        raise ConfigError("task_type", task, ", ".join(benchmark_tasks()))
-    lo, hi = cls.train_range
-    return {"task_type": task, "model.causal": cls.model_form == "decoder",
-            **{f"model.{k}": v for k, v in scale.model[cls.benchmark].items()},
-            **{f"train.{k}": v for k, v in scale.train[cls.benchmark].items()},
-            "train.min_length": lo, "train.max_length": hi,
-            "eval.lengths": list(eval_lengths(cls, scale.eval_lengths))}
 
 
 def quick_encodings() -> tuple[str, ...]:
@@ -293,22 +207,6 @@ def not_applicable(cfg: StudyConfig) -> str | None:
     if cfg.model.get("random_positions") is not None and order_only(cfg.encoding):
         return ORDER_ONLY_WHY.format(**fields)
     return None
-
-
-def table_length(cfg: StudyConfig) -> int:
-    """Positions the tables must hold: the most tokens of the longest length used, or N of randomized
-    positions (a learned table is read at every sampled position)."""
-    task = resolve_task(cfg)
-    tokens = task.max_tokens(max((*cfg.eval.lengths, cfg.train.max_length)))  # type: ignore[attr-defined]
-    return max(tokens, cfg.model.get("random_positions") or 0)
-
-
-def check(cfg: StudyConfig) -> None:
-    """Every task of the grid is a benchmark task (one ConfigError naming the allowed ones otherwise)."""
-    for setting in cfg.axis("setting"):
-        task = cfg.settings[setting]["task_type"]
-        if getattr(TASKS.get(task), "benchmark", None) is None:
-            raise ConfigError("grid.setting", setting, list(benchmark_tasks()) or "a registered benchmark task")
 
 
 # ----------------------------------------------------------------------------- evaluation

@@ -38,7 +38,7 @@ from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe, shar
 from poslab.models.loss import aligned_logits
 from poslab.probes.attention import SLOPE_MAX
 from poslab.probes.common import over_chunks
-from poslab.studies import lengthgen as lg
+from poslab.studies.kit import benchmarks as lg
 from poslab.tasks import eval_batch
 from poslab.tasks.scoring import sequence_scores
 
@@ -151,7 +151,7 @@ FIGURES = [
 
 def study(preset: str) -> StudyConfig:
     """Copy and addition x RoPE, learned APE, NoPE, causal decoder; each task's lengths and model from
-    :func:`poslab.studies.lengthgen.task_setting` at this study's scale (PRESETS); APE also clamp-to-last."""
+    :func:`poslab.studies.kit.benchmarks.task_setting` at this study's scale (PRESETS); APE also clamp-to-last."""
     scale = PRESETS[preset]
     return StudyConfig(model_type="transformer", task_type=TASKS_RUN[0],
                        settings={t: lg.task_setting(t, scale) for t in TASKS_RUN},
