@@ -192,8 +192,9 @@ def test_quick_pretrained_extension_caps_the_context_whatever_the_model(tiny, tm
     (long / "config.json").write_text(json.dumps(dict(cfg, max_position_embeddings=32768)))
     out = CliRunner().invoke(main, ["run", "pretrained-extension", "--preset", "quick", "--model", str(long),
                                     "--set", 'grid.model.method=["none", "pi"]', "--set", "model.reasoning=[]",
-                                    "--set", "model.capability=null", "--out", str(tmp_path / "out"),
-                                    "--store", str(tmp_path / "s.sqlite"), "--no-progress"])
+                                    "--set", "model.capability=null", "--executor", "inline",
+                                    "--out", str(tmp_path / "out"), "--store", str(tmp_path / "s.sqlite"),
+                                    "--no-progress"])
     assert out.exit_code == 0, out.output
     with Store(tmp_path / "s.sqlite") as store:
         lengths = {r.get("length") for r in store.rows() if r.get("length") is not None}
