@@ -159,8 +159,8 @@ def test_a_killed_run_leaves_no_worker_running(tmp_path):
         pytest.skip("needs /proc to find the workers")
     sets = [a for s in _overrides() for a in ("--set", s)]
     cmd = [sys.executable, "-m", "poslab", "run", "phenomenon", "--preset", "quick", *sets, "--set",
-           "train.steps=100000", "--workers", "2", "--no-progress", "--store", str(tmp_path / "s.sqlite"),
-           "--out", str(tmp_path / "out")]
+           "train.steps=100000", "--executor", "local", "--workers", "2", "--no-progress",
+           "--store", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "out")]
     workers: set[int] = set()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -180,8 +180,12 @@ def test_a_killed_run_leaves_no_worker_running(tmp_path):
         left = {p: _cmdline(p) for p in started if _alive(p)}
         assert not left, f"processes outlived their killed parent: {left}"
         workers = started
-    finally:
-        for p in _children(proc.pid) | workers:
+    finally:  # whatever failed above, nothing of this run is left running (the run itself included)
+        left_over = _children(proc.pid) | workers
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for p in left_over:
             try:
                 os.kill(p, signal.SIGKILL)
             except OSError:

@@ -3,7 +3,7 @@
     poslab list                                   encodings (with metadata), tasks, experiments
     poslab run EXPERIMENT|all [--preset paper|quick] [--seeds N] [--set key=value ...]
                           [--device cpu|cuda] [--out DIR] [--store PATH] [--force | --reevaluate]
-                          [--executor local|inline|ray [--address ADDR] [--task-cpus N]]
+                          [--executor auto|local|inline|ray [--address ADDR] [--task-cpus N]]
     poslab report [--store PATH] [--results DIR] [--out FILE.html]
                                                   what the store holds; one HTML + markdown page
     poslab encodings [--store PATH] [--cost-lengths 64,256,1024]   the survey table: cost and extrapolation measured
@@ -109,7 +109,9 @@ def _table(header, rows) -> str:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="override any config field by dotted path, e.g. train.steps=100 (repeatable)")
 @click.option("--device", default="cpu", show_default=True, help="cpu | cuda")
-@click.option("--executor", default="local", show_default=True, help="local (worker processes) | inline | ray")
+@click.option("--executor", default="auto", show_default=True,
+              help="auto (worker processes; a run estimated under 4 s of training trains in this process) | "
+                   "local (worker processes) | inline | ray")
 @click.option("--address", default=None, help="with --executor ray: the Ray cluster (host:port, or auto); "
                                                "default: a local Ray instance")
 @click.option("--task-cpus", type=int, default=1, show_default=True, help="with --executor ray: CPUs per Ray task")

@@ -9,6 +9,9 @@ the names ``--executor`` takes to factories; another backend is one class and on
 - ``inline``: in this process, one job after another;
 - ``local``: a pool of fresh worker processes (``spawn``: safe after torch has started threads),
   each with its share of the CPU cores; one worker, or a CUDA device, runs inline;
+- ``auto`` (``poslab run``'s default): ``local``, except that a run whose training is estimated
+  (:func:`~poslab.experiments.schedule.step_costs`) under ``WORKER_START_SECONDS`` trains in this
+  process, where starting the workers would cost more than the training (:class:`Auto`);
 - ``ray``: each job a Ray task on a Ray cluster (``--address``, or a local instance), with
   ``cpus`` CPUs (and one GPU when the device is ``cuda``) reserved per task. Only the driver
   (the process that called ``poslab run``) writes the store: workers return results.
@@ -48,6 +51,9 @@ class Inline:
             yield fn(*job)
 
 
+WORKER_START_SECONDS = 4.0  # two spawned workers, from start to their first (empty) results: 4.3-5.0 s here (2 cores)
+
+
 class ProcessPool:
     """Run jobs in ``workers`` fresh processes, each with ``threads`` CPU threads; with fewer jobs
     than workers, one process per job and the cores shared among them (one group alone gets every
@@ -73,6 +79,27 @@ class ProcessPool:
             futures = [pool.submit(fn, *job) for job in jobs]
             for future in as_completed(futures):
                 yield future.result()
+
+
+class Auto:
+    """A :class:`ProcessPool` of ``workers``, or this process for small work: :meth:`choose` takes a
+    run's estimated training seconds (one thread, the schedule's estimate) and gives :class:`Inline`
+    below ``WORKER_START_SECONDS``, the pool otherwise. Jobs handed to :meth:`map_unordered` without
+    a choice (evaluate-only members, which have no estimate) go to the pool. Both give the same
+    rows (an ensemble member computes what it computes alone; tests/experiments/test_experiments.py)."""
+
+    def __init__(self, workers: int):
+        self.pool = ProcessPool(workers)
+
+    @property
+    def slots(self) -> int:
+        return self.pool.slots
+
+    def choose(self, training_seconds: float) -> Inline | ProcessPool:
+        return Inline() if training_seconds < WORKER_START_SECONDS else self.pool
+
+    def map_unordered(self, fn: Callable, jobs: Iterable[tuple]) -> Iterator:
+        return self.pool.map_unordered(fn, jobs)
 
 
 def worker_pool(workers: int) -> tuple[ProcessPoolExecutor, int]:
@@ -110,6 +137,10 @@ def _exit_with_parent(parent: int, every: float = 0.5) -> None:
 
 def _local(workers: int = 1, device: str = "cpu", **_) -> Executor:
     return Inline() if workers <= 1 or device != "cpu" else ProcessPool(workers)
+
+
+def _auto(workers: int = 1, device: str = "cpu", **_) -> Executor:
+    return Inline() if workers <= 1 or device != "cpu" else Auto(workers)
 
 
 def _inline(**_) -> Executor:
@@ -168,7 +199,7 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise ConfigError("--executor", "ray", "local or inline; ray needs the extra: "
+        raise ConfigError("--executor", "ray", "auto, local or inline; ray needs the extra: "
                                                "pip install 'poslab[ray]'") from None
     return ray
 
@@ -178,6 +209,7 @@ def _ray(address: str | None = None, device: str = "cpu", cpus: int | None = Non
 
 
 EXECUTORS: dict[str, Callable[..., Executor]] = {
+    "auto": _auto,
     "local": _local,
     "inline": _inline,
     "ray": _ray,

@@ -31,10 +31,10 @@ from pathlib import Path
 
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments.config import StudyConfig, apply_overrides
-from poslab.experiments.executors import Executor, Inline, make_executor
+from poslab.experiments.executors import Auto, Executor, Inline, make_executor
 from poslab.experiments.experiment import Experiment, Job, Member, variant_members
 from poslab.experiments.preflight import check_output_folder, check_reevaluate, validate
-from poslab.experiments.schedule import share_out
+from poslab.experiments.schedule import share_out, step_costs, training_seconds
 from poslab.experiments.stages import Stages
 from poslab.experiments.training import (
     MemberResult,
@@ -147,8 +147,11 @@ def _train_missing(experiment: Experiment, todo: list[Member], record: Record, s
         raise ValueError("a PhaseTimer sees this process only: time a study with the inline executor")
     batches = list(groups.values())
     if device == "cpu":  # a core per job beats every core on one job (poslab bench lm measures it)
-        with span("setup"):  # the groups' measured costs decide the shares
-            batches = share_out(batches, getattr(executor, "slots", 1))
+        with span("setup"):  # the groups' measured costs decide the shares (and, for auto, where they train)
+            costs = step_costs(batches) if batches and isinstance(executor, Auto) else None
+            if costs is not None and isinstance(executor, Auto):
+                executor = executor.choose(training_seconds(batches, costs))
+            batches = share_out(batches, getattr(executor, "slots", 1), costs)
     jobs = [(experiment, group, device, progress, i, timer) for i, group in enumerate(batches)]
     for results in executor.map_unordered(train_group, jobs):
         record(results)
@@ -247,7 +250,7 @@ def out_folder(out: Path | None, name: str, studies: int) -> Path:
 
 def run(experiments: Sequence[Experiment], preset: str = "paper", *, store: Path | str = "runs/poslab.sqlite",
         out: Path | None = None, seeds: int | None = None, overrides: Sequence[str] = (), device: str = "cpu",
-        executor: str = "local", address: str | None = None, task_cpus: int = 1, workers: int | None = None,
+        executor: str = "auto", address: str | None = None, task_cpus: int = 1, workers: int | None = None,
         force: bool = False, reevaluate: bool = False, progress: bool = True, corpus: Path | None = None,
         checkpoint: str | None = None, on_study: Callable[[str, dict, Path], None] | None = None) -> list[dict]:
     """What ``poslab run`` does, callable from a notebook: every study prepared (:func:`prepare`) and

@@ -77,11 +77,19 @@ def wall_estimate(parts: list, slots: int, cost: Callable | None = None) -> floa
     return max(loads)
 
 
-def share_out(groups: list[list[Member]], slots: int) -> list[list[Member]]:
-    """:func:`split_groups` weighed by :func:`step_costs` where there are shares to make (more than
-    one slot and one group), by member count otherwise: how ``poslab run`` and ``bench train``
-    share groups out on a CPU."""
-    return split_groups(groups, slots, step_costs(groups) if slots > 1 and len(groups) > 1 else None)
+def share_out(groups: list[list[Member]], slots: int, costs: list[float] | None = None) -> list[list[Member]]:
+    """:func:`split_groups` weighed by ``costs`` (default: :func:`step_costs` where there are shares
+    to make, more than one slot and one group; by member count otherwise): how ``poslab run`` and
+    ``bench train`` share groups out on a CPU."""
+    if costs is None and slots > 1 and len(groups) > 1:
+        costs = step_costs(groups)
+    return split_groups(groups, slots, costs)
+
+
+def training_seconds(groups: list[list[Member]], costs: list[float]) -> float:
+    """The groups' estimated training seconds on one thread, each trained whole as one ensemble
+    (its members plus SPLIT_OVERHEAD, times its cost per member from :func:`step_costs`)."""
+    return float(sum((len(g) + SPLIT_OVERHEAD) * c for g, c in zip(groups, costs, strict=True)))
 
 
 CALIBRATION_STEPS = 8  # timed steps per group in step_costs (after one untimed step); their median counts
