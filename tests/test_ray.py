@@ -35,26 +35,31 @@ def _inline_rows(exp, study, out):
         torch.set_num_threads(threads)
 
 
-def test_ray_executor_equals_inline(tmp_path):
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray instance (two CPUs) for this module's tests: its start, and its workers'
+    imports, are paid once."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_executor_equals_inline(tmp_path, local_ray):
     exp = get_experiment("phenomenon")
     study = apply_overrides(exp.study("quick"), SETS)
     inline = _inline_rows(exp, study, tmp_path / "inline")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        with Store(tmp_path / "ray" / "s.sqlite") as db:
-            summary = run_study(exp, study, store=db, out=tmp_path / "ray", progress=False,
-                                executor=make_executor("ray", cpus=1))
-            got = db.rows()
-            assert summary["trained"] == summary["members"] >= 2
-            assert len(db.runs()) == summary["members"] + summary["variants"]
-            assert all(db.load_weights(r["key"]) for r in db.runs())  # the driver wrote every weight file
-    finally:
-        ray.shutdown()
+    with Store(tmp_path / "ray" / "s.sqlite") as db:
+        summary = run_study(exp, study, store=db, out=tmp_path / "ray", progress=False,
+                            executor=make_executor("ray", cpus=1))
+        got = db.rows()
+        assert summary["trained"] == summary["members"] >= 2
+        assert len(db.runs()) == summary["members"] + summary["variants"]
+        assert all(db.load_weights(r["key"]) for r in db.runs())  # the driver wrote every weight file
     assert _metrics(got) == _metrics(inline)
     assert (tmp_path / "ray" / "claims.json").exists()
 
 
-def test_ray_spreads_a_pretrained_studys_members(tmp_path):
+def test_ray_spreads_a_pretrained_studys_members(tmp_path, local_ray):
     """pretrained-extension's members (method x scale points of a checkpoint) run as Ray tasks; the
     driver alone writes the store; the rows equal an inline run's with one thread."""
     pytest.importorskip("transformers", reason="the pretrained extra (transformers) is not installed")
@@ -66,14 +71,10 @@ def test_ray_spreads_a_pretrained_studys_members(tmp_path):
                                               "reasoning": ["multikey"], "capability": None},
                                 grid={"model.method": ("none", "pi"), "model.scale": (1, 2)})
     inline = _inline_rows(exp, study, tmp_path / "inline")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        with Store(tmp_path / "ray.sqlite") as db:
-            summary = run_study(exp, study, store=db, out=tmp_path / "ray", progress=False,
-                                executor=make_executor("ray", cpus=1))
-            got = db.rows()
-            assert summary["trained"] == summary["members"] == 4 and len(db.runs()) == 4
-    finally:
-        ray.shutdown()
+    with Store(tmp_path / "ray.sqlite") as db:
+        summary = run_study(exp, study, store=db, out=tmp_path / "ray", progress=False,
+                            executor=make_executor("ray", cpus=1))
+        got = db.rows()
+        assert summary["trained"] == summary["members"] == 4 and len(db.runs()) == 4
     drop = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
     assert _metrics(drop(got)) == _metrics(drop(inline))
