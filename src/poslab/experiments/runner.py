@@ -148,8 +148,9 @@ def _train_missing(experiment: Experiment, todo: list[Member], record: Record, s
     batches = list(groups.values())
     if device == "cpu":  # a core per job beats every core on one job (poslab bench lm measures it)
         with span("setup"):  # the groups' measured costs decide the shares (and, for auto, where they train)
-            costs = step_costs(batches) if batches and isinstance(executor, Auto) else None
-            if costs is not None and isinstance(executor, Auto):
+            costs = None
+            if batches and isinstance(executor, Auto):
+                costs = step_costs(batches)
                 executor = executor.choose(training_seconds(batches, costs))
             batches = share_out(batches, getattr(executor, "slots", 1), costs)
     jobs = [(experiment, group, device, progress, i, timer) for i, group in enumerate(batches)]
