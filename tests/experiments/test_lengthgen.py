@@ -10,6 +10,7 @@ import json
 import time
 from typing import ClassVar
 
+import numpy as np
 import pytest
 import torch
 
@@ -326,12 +327,50 @@ def test_gate_table_lists_per_task_the_cells_that_passed():
     assert "| reverse | exact match | none | 0 / 1 | 0.100 (rope) |" in text
 
 
+def _measured_at(task, encoding, seed, length, *, in_range=False):
+    return dict(probe="length", task=task, cell=lengthgen.cell_name(encoding, False), seed=seed, length=length,
+                in_range=in_range)
+
+
 def test_published_numbers_sit_beside_the_measured_score():
     scores = [_score("parity_check", "rope", 0, 0.5, benchmark="ruoss"),
               _score("parity_check", "rope", 1, 0.7, benchmark="ruoss")]
-    got = lengthgen.published_rows(scores, {("ruoss", "parity_check", "RoPE"): (52.0, "% accuracy", "src")})
+    got = lengthgen.published_rows([], scores, {("ruoss", "parity_check", "RoPE"): lengthgen.Published(
+        52.0, "% accuracy", "src")})
     assert got[0]["measured"] == pytest.approx(0.6) and got[0]["published"] == 52.0
     assert got[0]["source encoding"] == "RoPE (rope)"
+    assert got[0]["published_at"] is None and got[0]["gap"] is None  # no per-length numbers: nothing to read at
+
+
+def test_published_numbers_are_read_at_the_lengths_the_run_measured():
+    """The source's per-length numbers averaged over exactly the lengths past training this run measured (a
+    length the source lacks is left out and not named); in-range lengths never enter."""
+    pub = lengthgen.Published(0.5, "exact", "src", by_length={21: 0.9, 27: 0.5, 34: 0.1, 40: 0.0, 30: 0.7})
+    lengths = [_measured_at("copy", "nope", 0, n) for n in (21, 34, 41)] + [
+        _measured_at("copy", "nope", 0, 10, in_range=True), _measured_at("copy", "alibi", 0, 27)]
+    scores = [_score("copy", "nope", 0, 0.2, in_range=0.95)]
+    got = lengthgen.published_rows(lengths, scores, {("kazemnejad", "copy", "NoPE"): pub})[0]
+    assert got["published_at"] == pytest.approx((0.9 + 0.1) / 2) and got["lengths"] == "21, 34"
+    assert got["gap"] == pytest.approx(0.2 - 0.5) and got["in_range_score"] == 0.95
+    unmeasured = lengthgen.published_rows([], [], {("kazemnejad", "copy", "NoPE"): pub})[0]
+    assert unmeasured["measured"] is None and unmeasured["published_at"] is None
+
+
+def test_recorded_published_numbers_name_what_lengthgen_runs():
+    """Kazemnejad et al.'s recorded runs: their five encodings on registered tasks, every length inside the
+    task's test range, the whole-range number the mean of the seeds' (and, where their length bins are the same
+    size, of the per-length numbers)."""
+    from poslab.studies.kit.published import RUNS
+
+    assert {their for _, their in RUNS} == set(lengthgen.KAZEMNEJAD_ENCODINGS)
+    for (task, _), run in RUNS.items():
+        low, high = TASKS[task].test_range
+        assert all(low <= n <= high for n in run["by_length"]) and len(run["seeds"]) == 3
+        assert run["overall"] == pytest.approx(np.mean(run["seeds"]), abs=1e-4)
+        if task in ("copy", "reverse"):  # equal bins of 21..40
+            assert sorted(run["by_length"]) == list(range(21, 41))
+            assert run["overall"] == pytest.approx(np.mean(list(run["by_length"].values())), abs=1e-3)
+    assert set(lengthgen.PUBLISHED) == {("kazemnejad", task, their) for task, their in RUNS}
 
 
 def test_quick_preset_end_to_end(toy_tasks, tmp_path):

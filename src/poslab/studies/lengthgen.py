@@ -49,6 +49,7 @@ cell learned the task in range. Where no task (no pair) enters, the claim is n.a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -60,6 +61,7 @@ from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.spec import ClaimSpec, abs_mean, is_, judge_all, mean, probe, undecidable
 from poslab.positional import encoding_class, registered, small_encoding
+from poslab.studies.kit import published
 from poslab.studies.kit.benchmarks import (
     KAZEMNEJAD,
     KAZEMNEJAD_MODEL,
@@ -96,11 +98,27 @@ RUOSS_GAIN = 0.120  # +12.0% mean test accuracy over 15 tasks, 6,000 models (abs
 # in-range score (the source's score over lengths <= the training length, mean over seeds) reaches this
 LEARNED_IN_RANGE = 0.9
 SCORE_NAME = {RUOSS: "per-token accuracy", KAZEMNEJAD: "exact match"}
-# Published per-task numbers (benchmark, task, source encoding) -> (value, scale, source). Ruoss et al.'s
-# Table 1 and Kazemnejad et al.'s per-task figures could not be read with this project's tools (the
-# search returns the opening of each paper's pages only; their figures are images): none is recorded,
-# and none is invented. docs/lengthgen.md says so.
-PUBLISHED: dict[tuple[str, str, str], tuple[float, str, str]] = {}
+# Published per-task numbers (benchmark, task, source encoding) -> Published: Kazemnejad et al.'s own runs (their
+# repository's results files, poslab.studies.kit.published). Ruoss et al.'s Table 1 could not be read with this
+# project's tools (the search returns the opening of the paper's pages only): none of theirs is recorded, and none
+# is invented. docs/lengthgen.md says so.
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    """A source's number for one task and encoding: ``value`` over its whole test range, and (where the source
+    gives it) ``by_length``, its number per test length, so it can be read at the lengths a run measured."""
+
+    value: float
+    scale: str
+    source: str
+    by_length: dict[int, float] = dataclasses.field(default_factory=dict)
+
+
+PUBLISHED: dict[tuple[str, str, str], Published] = {
+    (KAZEMNEJAD, task, their): Published(run["overall"], published.SCALE.format(lengths=published.TEST_LENGTHS[task]),
+                                         published.SOURCE, run["by_length"])
+    for (task, their), run in published.RUNS.items()}
 
 
 # ----------------------------------------------------------------------------- presets
@@ -338,8 +356,19 @@ TABLES = [
           intro="Rank among NoPE, T5, ALiBi, Rotary (rope_partial) and APE (sinusoidal) per task by exact match "
                 "past the training length, averaged over the Kazemnejad et al. tasks run; mean ± std over seeds."),
     Table("Published numbers beside the measured ones", by=("task", "source encoding"), where=probe("published"),
-          columns=(Column("published", lambda g: g[0]["published"]), Column("its scale", lambda g: g[0]["scale"]),
-                   Column("measured (this run's score)", "measured"), Column("source", lambda g: g[0]["source"]))),
+          columns=(Column("published, whole test range", lambda g: g[0]["published"]),
+                   Column("published, at the lengths measured", lambda g: g[0]["published_at"]),
+                   Column("measured (this run's score, mean over seeds)", lambda g: g[0]["measured"]),
+                   Column("measured - published (same lengths)", lambda g: g[0]["gap"]),
+                   Column("this run's in-range score", lambda g: g[0]["in_range_score"]),
+                   Column("lengths", lambda g: g[0]["lengths"]), Column("source's scale", lambda g: g[0]["scale"]),
+                   Column("source", lambda g: g[0]["source"])),
+          intro="The source's own number for the same task and encoding: over its whole test range, and the mean "
+                "of its per-length numbers at the lengths past training this run measured (the average this "
+                "run's score takes). This run's scale is the report's first paragraph; the source's is beside "
+                "each number. A gap where this run's in-range score is below the gate "
+                f"({LEARNED_IN_RANGE:g}) is a model that did not learn the task, not a length-generalization "
+                "difference. An empty measured cell: the task or encoding was not run at this preset."),
 ]
 FIGURES = [
     Lines("accuracy_by_length.png", x="length", y="score", series=("cell",), panel="task", wrap=4,
@@ -515,17 +544,28 @@ def gain_rows(scores: list[dict], gate: float = LEARNED_IN_RANGE) -> list[dict]:
     return out
 
 
-def published_rows(scores: list[dict], published: dict | None = None) -> list[dict]:
+def published_rows(lengths: list[dict], scores: list[dict], published: dict | None = None) -> list[dict]:
     """probe="published": each published number (PUBLISHED) beside this run's score of the same task and
-    encoding (the source's scale stated with it)."""
+    encoding, the source's scale stated with it. Where the source gives a number per length, it is also read at
+    the lengths this run measured past training (``published_at``: the mean of the source's numbers at those
+    lengths, the same average the run's score takes), and ``gap`` = measured - published_at."""
     out = []
     names = {**{(RUOSS, k): v for k, v in RUOSS_ENCODINGS.items()},
              **{(KAZEMNEJAD, k): v for k, v in KAZEMNEJAD_ENCODINGS.items()}}
-    for (bench, task, their), (value, scale, source) in (PUBLISHED if published is None else published).items():
+    for (bench, task, their), pub in (PUBLISHED if published is None else published).items():
         cell = names[(bench, their.removesuffix(RANDOMIZED))] + (RANDOMIZED if their.endswith(RANDOMIZED) else "")
         mine = [r["score"] for r in scores if r["task"] == task and r["cell"] == cell]
-        out.append({"probe": "published", "task": task, "source encoding": f"{their} ({cell})", "published": value,
-                    "scale": scale, "source": source, "measured": float(np.mean(mine)) if mine else None})
+        inside = [r["in_range_score"] for r in scores if r["task"] == task and r["cell"] == cell]
+        measured_at = sorted({int(r["length"]) for r in lengths
+                              if r["task"] == task and r["cell"] == cell and not r["in_range"]})
+        shared = [n for n in measured_at if n in pub.by_length]
+        published_at = float(np.mean([pub.by_length[n] for n in shared])) if shared else None
+        measured = float(np.mean(mine)) if mine else None
+        out.append({"probe": "published", "task": task, "source encoding": f"{their} ({cell})",
+                    "published": pub.value, "published_at": published_at,
+                    "lengths": ", ".join(map(str, shared)) if shared else None, "scale": pub.scale,
+                    "source": pub.source, "measured": measured, "in_range_score": inside[0] if inside else None,
+                    "gap": measured - published_at if measured is not None and published_at is not None else None})
     return out
 
 
@@ -544,7 +584,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     lengths = [dict(r, score=r[SCORE[r["benchmark"]]]) for r in rows if r.get("probe") == "length"]
     scores = score_rows(lengths)
     nas = na_rows(study)
-    derived = [*lengths, *scores, *nas, *kazemnejad_rows(scores), *gain_rows(scores), *published_rows(scores)]
+    derived = [*lengths, *scores, *nas, *kazemnejad_rows(scores), *gain_rows(scores), *published_rows(lengths, scores)]
     tasks = sorted({r["task"] for r in lengths})
     settings = {t: study.settings[t] for t in study.axis("setting")}
     scale = "; ".join(f"{t}: train {s['train.min_length']}-{s['train.max_length']}, evaluated at "
@@ -556,12 +596,12 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"{study.eval.n_sequences} sequences per length. {scale}. The paper preset is each source's protocol; "
              "the cpu and quick presets are scaled down (model, steps, tasks, lengths): docs/lengthgen.md.")
     na_text = "\n".join(f"- {r['cell']} on {r['task']}: {r['na']}" for r in nas) or "- none"
-    found = ("Published per-task numbers beside the measured ones: none recorded. Ruoss et al.'s Table 1 "
-             "(accuracy per task and encoding) and Kazemnejad et al.'s per-task figures could not be read with "
-             "this project's tools; their headline numbers are the claims below." if not PUBLISHED else "")
+    found = ("Published per-task numbers: Kazemnejad et al.'s, from their repository's results files (the runs "
+             "behind their figures). Ruoss et al.'s Table 1 could not be read with this project's tools, so none of "
+             "theirs is recorded; their headline number is a claim below (docs/lengthgen.md).")
     return write_outputs(out, title=title, rows=derived, claims=judge_all(CLAIMS, derived), intro=intro,
                          tables=TABLES, figures=FIGURES, csv_rows=lengths,
-                         sections=[f"## Cells that cannot run\n\n{na_text}", *([found] if found else [])],
+                         sections=[f"## Cells that cannot run\n\n{na_text}", found],
                          columns=["benchmark", "task", "model_form", "cell", "encoding", "kind", "randomized", "seed",
                                   "length", "in_range", "tokens", "accuracy", "exact", "score", "chance"],
                          csvs={"scores.csv": "score"})
