@@ -544,7 +544,7 @@ def gain_rows(scores: list[dict], gate: float = LEARNED_IN_RANGE) -> list[dict]:
     return out
 
 
-def published_rows(lengths: list[dict], scores: list[dict], published: dict | None = None) -> list[dict]:
+def published_rows(lengths: list[dict], scores: list[dict], numbers: dict | None = None) -> list[dict]:
     """probe="published": each published number (PUBLISHED) beside this run's score of the same task and
     encoding, the source's scale stated with it. Where the source gives a number per length, it is also read at
     the lengths this run measured past training (``published_at``: the mean of the source's numbers at those
@@ -552,7 +552,7 @@ def published_rows(lengths: list[dict], scores: list[dict], published: dict | No
     out = []
     names = {**{(RUOSS, k): v for k, v in RUOSS_ENCODINGS.items()},
              **{(KAZEMNEJAD, k): v for k, v in KAZEMNEJAD_ENCODINGS.items()}}
-    for (bench, task, their), pub in (PUBLISHED if published is None else published).items():
+    for (bench, task, their), pub in (PUBLISHED if numbers is None else numbers).items():
         cell = names[(bench, their.removesuffix(RANDOMIZED))] + (RANDOMIZED if their.endswith(RANDOMIZED) else "")
         mine = [r["score"] for r in scores if r["task"] == task and r["cell"] == cell]
         inside = [r["in_range_score"] for r in scores if r["task"] == task and r["cell"] == cell]
