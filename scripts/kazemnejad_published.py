@@ -1,4 +1,4 @@
-"""Rebuild poslab.studies.published_kazemnejad from Kazemnejad et al.'s own results files.
+"""Rebuild poslab.studies.kit.published's RUNS from Kazemnejad et al.'s own results files.
 
 McGill-NLP/length-generalization publishes its runs in ``results/*.jsonl``: one JSON object per
 W&B run, with ``job_type`` ``best_run_seed_exp`` for the three seeds trained at the selected
@@ -26,16 +26,17 @@ ENCODINGS = {"none": "NoPE", "t5": "T5", "alibi": "ALiBi", "rotary": "Rotary", "
 FILES = ("sanity_check.jsonl", "classic.jsonl")  # copy and reverse; SCAN (and PCFG, not run here)
 
 
-def parse_group(group: str) -> tuple[str, str, str] | None:
-    """'SW-t5_dec_base_pe_alibi_scan_sweep___data-scan-len_tr25_ts48' -> ('ALiBi', 'scan', 'len_tr25_ts48')."""
+def parse_group(group: str) -> tuple[str, str] | None:
+    """'SW-t5_dec_base_pe_alibi_scan_sweep___data-scan-len_tr25_ts48' -> ('scan', 'ALiBi'): poslab's task and
+    their encoding, or None for a run lengthgen has no counterpart of."""
     head, _, data = group.partition("___data-")
     if not head.startswith("SW-t5_dec_base_pe_") or "scratchpad" in head:
         return None
     encoding = head.removeprefix("SW-t5_dec_base_pe_").split("_s2s_")[0].removesuffix("_scan_sweep")
     encoding = encoding.removesuffix("_pcfg_sweep")
-    for (name, split) in SPLITS:
+    for (name, split), task in SPLITS.items():
         if data == f"{name}-{split}" and encoding in ENCODINGS:
-            return ENCODINGS[encoding], name, split
+            return task, ENCODINGS[encoding]
     return None
 
 
@@ -46,8 +47,7 @@ def collect(results: Path) -> dict[tuple[str, str], dict]:
             run = json.loads(line)
             parsed = parse_group(run["run_group"]) if run["job_type"] == "best_run_seed_exp" else None
             if parsed:
-                their, name, split = parsed
-                runs.setdefault((SPLITS[(name, split)], their), []).append(run)
+                runs.setdefault(parsed, []).append(run)
     out = {}
     for key, seeds in sorted(runs.items()):
         lengths = sorted(int(k.rsplit("_", 1)[1]) for k in seeds[0]
@@ -55,8 +55,7 @@ def collect(results: Path) -> dict[tuple[str, str], dict]:
         overall = [run["sum__pred/test_acc_overall"] for run in seeds]
         out[key] = dict(seeds=overall, overall=round(sum(overall) / len(overall), 4),
                         by_length={n: round(sum(run[f"sum__pred/test_acc_{n}"] for run in seeds) / len(seeds), 4)
-                                   for n in lengths},
-                        runs=[run["id"] for run in seeds])
+                                   for n in lengths})
     return out
 
 

@@ -327,11 +327,6 @@ def test_gate_table_lists_per_task_the_cells_that_passed():
     assert "| reverse | exact match | none | 0 / 1 | 0.100 (rope) |" in text
 
 
-def _measured_at(task, encoding, seed, length, *, in_range=False):
-    return dict(probe="length", task=task, cell=lengthgen.cell_name(encoding, False), seed=seed, length=length,
-                in_range=in_range)
-
-
 def test_published_numbers_sit_beside_the_measured_score():
     scores = [_score("parity_check", "rope", 0, 0.5, benchmark="ruoss"),
               _score("parity_check", "rope", 1, 0.7, benchmark="ruoss")]
@@ -346,8 +341,8 @@ def test_published_numbers_are_read_at_the_lengths_the_run_measured():
     """The source's per-length numbers averaged over exactly the lengths past training this run measured (a
     length the source lacks is left out and not named); in-range lengths never enter."""
     pub = lengthgen.Published(0.5, "exact", "src", by_length={21: 0.9, 27: 0.5, 34: 0.1, 40: 0.0, 30: 0.7})
-    lengths = [_measured_at("copy", "nope", 0, n) for n in (21, 34, 41)] + [
-        _measured_at("copy", "nope", 0, 10, in_range=True), _measured_at("copy", "alibi", 0, 27)]
+    lengths = [_length("copy", "nope", 0, n, 0.2, in_range=False) for n in (21, 34, 41)] + [
+        _length("copy", "nope", 0, 10, 1.0, in_range=True), _length("copy", "alibi", 0, 27, 0.2, in_range=False)]
     scores = [_score("copy", "nope", 0, 0.2, in_range=0.95)]
     got = lengthgen.published_rows(lengths, scores, {("kazemnejad", "copy", "NoPE"): pub})[0]
     assert got["published_at"] == pytest.approx((0.9 + 0.1) / 2) and got["lengths"] == "21, 34"

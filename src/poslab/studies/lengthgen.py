@@ -554,17 +554,17 @@ def published_rows(lengths: list[dict], scores: list[dict], numbers: dict | None
              **{(KAZEMNEJAD, k): v for k, v in KAZEMNEJAD_ENCODINGS.items()}}
     for (bench, task, their), pub in (PUBLISHED if numbers is None else numbers).items():
         cell = names[(bench, their.removesuffix(RANDOMIZED))] + (RANDOMIZED if their.endswith(RANDOMIZED) else "")
-        mine = [r["score"] for r in scores if r["task"] == task and r["cell"] == cell]
-        inside = [r["in_range_score"] for r in scores if r["task"] == task and r["cell"] == cell]
+        mine = [r for r in scores if r["task"] == task and r["cell"] == cell]
         measured_at = sorted({int(r["length"]) for r in lengths
                               if r["task"] == task and r["cell"] == cell and not r["in_range"]})
         shared = [n for n in measured_at if n in pub.by_length]
         published_at = float(np.mean([pub.by_length[n] for n in shared])) if shared else None
-        measured = float(np.mean(mine)) if mine else None
+        measured = float(np.mean([r["score"] for r in mine])) if mine else None
         out.append({"probe": "published", "task": task, "source encoding": f"{their} ({cell})",
                     "published": pub.value, "published_at": published_at,
                     "lengths": ", ".join(map(str, shared)) if shared else None, "scale": pub.scale,
-                    "source": pub.source, "measured": measured, "in_range_score": inside[0] if inside else None,
+                    "source": pub.source, "measured": measured,
+                    "in_range_score": mine[0]["in_range_score"] if mine else None,
                     "gap": measured - published_at if measured is not None and published_at is not None else None})
     return out
 

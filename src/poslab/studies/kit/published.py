@@ -5,10 +5,10 @@ repository (McGill-NLP/length-generalization, commit 40f8a44) publishes the runs
 ``results/sanity_check.jsonl`` (copy, reverse) and ``results/classic.jsonl`` (SCAN, PCFG): the runs
 their figure notebook (``notebooks/plot_aggregate_final.ipynb``) reads by those two tags. For each
 (task, encoding) there are three seeds trained at the selected hyper-parameters (``job_type``
-``best_run_seed_exp``; T5-base decoder-only, ~107M parameters, up to 40k steps). Each run logs
+``best_run_seed_exp``; T5-base decoder-only, ~107M parameters, 40k steps). Each run logs
 ``pred/test_acc_<L>``, the exact match of the generated answer over the test examples of length
 bin L (a fraction, rounded to 4 places by their analyzer), and ``pred/test_acc_overall``, over every
-test example (about one bin in 20 each for copy and reverse).
+test example (copy and reverse: 20 bins of equal size, so the mean of the bins).
 
 ``RUNS`` holds, for the task variants and splits poslab's lengthgen runs by default -- copy
 (``cmc_tr20_ts40``: L uniform symbols, train 2..20, test 21..40), reverse (``mc_tr20_ts40``) and
