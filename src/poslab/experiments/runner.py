@@ -30,6 +30,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from poslab.errors import ConfigError, check_choice
+from poslab.experiments import registry
 from poslab.experiments.config import StudyConfig, apply_overrides
 from poslab.experiments.executors import Auto, Executor, Inline, make_executor
 from poslab.experiments.experiment import Experiment, Job, Member, variant_members
@@ -182,7 +183,8 @@ def _write_report(experiment: Experiment, study: StudyConfig, store: Store, ever
         rows = store.rows(keys=[m.key for m in everyone])
     with span("tables and figures"):
         out.mkdir(parents=True, exist_ok=True)
-        files = experiment.report(rows, study, out)
+        with registry.active(experiment.name):
+            files = experiment.report(rows, study, out)
     with span("store"):
         store.record_outputs(experiment.name, out)
     return files
@@ -210,7 +212,8 @@ def run_jobs(experiment: Experiment, study: StudyConfig, jobs: list[Job], *, sto
                   progress=progress, prepared=prepared, revision=revision)
     rows = store.rows(keys=[job.key for job in jobs])
     out.mkdir(parents=True, exist_ok=True)
-    files = experiment.report(rows, study, out)
+    with registry.active(experiment.name):
+        files = experiment.report(rows, study, out)
     store.record_outputs(experiment.name, out)
     return dict(members=len(jobs), trained=len(todo), reused=len(jobs) - len(todo), reevaluated=0, variants=0,
                 evaluated=0, seconds=time.perf_counter() - start, files=files)

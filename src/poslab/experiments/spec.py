@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, SupportsFloat
 
 import numpy as np
 
+from poslab.experiments import registry
 from poslab.experiments.claims import NA_KINDS, ROLES, Claim
+from poslab.experiments.fingerprint import canonical, digest
 
 Row = dict
 
@@ -266,7 +269,7 @@ class NA:
     @property
     def text(self) -> str:
         lead = {"undecidable": "the task cannot decide it", "comparison": "a number for comparison only",
-                "not-run": "not run"}[self.kind]
+                "not-run": "not run", "not-learned": "did not learn in range"}[self.kind]
         return f"{lead}: {self.why}"
 
 
@@ -285,10 +288,110 @@ def not_run(why: str) -> NA:
     return NA("not-run", why)
 
 
+# ----------------------------------------------------------------------------- what a claim is
+
+SOURCES = ("seed", "derivation", "cited", "next-step", "survey", "hypothesis")
+SETTINGS = ("seed", "usual", "other")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a claim comes from: ``seed`` (a seed states it: ``which`` seed, ``text`` the sentence or the
+    place it is stated), ``derivation`` (it follows from the definitions: a check), ``cited`` (an outside
+    paper, arXiv id in ``text``), ``next-step`` (a next step's predicted outcome: the seed names the step,
+    not its outcome), ``survey`` (a measurement the survey only names) or ``hypothesis`` (the study's own)."""
+
+    kind: str
+    text: str
+    which: str = ""  # the seed ("000", "001") for kind "seed"
+
+    def __post_init__(self):
+        if self.kind not in SOURCES:
+            raise ValueError(f"Source: kind must be one of {SOURCES}, got {self.kind!r}")
+        if not self.text.strip():
+            raise ValueError(f"Source({self.kind!r}): say what it states or where, got {self.text!r}")
+
+
+def seed_states(text: str, which: str = "000") -> Source:
+    """A seed states it: ``text`` is the sentence (or its place, e.g. "§4 Proposition 2")."""
+    return Source("seed", text, which)
+
+
+def derivation(text: str) -> Source:
+    """It follows from the definitions (holds by construction): shown as a check, never a verdict."""
+    return Source("derivation", text)
+
+
+def cited(text: str) -> Source:
+    """An outside paper states it: ``text`` names the paper and its arXiv id."""
+    return Source("cited", text)
+
+
+def next_step(text: str) -> Source:
+    """A next step's predicted outcome: the seed names the step, not its outcome."""
+    return Source("next-step", text)
+
+
+def survey_names(text: str) -> Source:
+    """A measurement the seed's survey only names (it states no outcome)."""
+    return Source("survey", text)
+
+
+def hypothesis(text: str) -> Source:
+    """The study's own hypothesis."""
+    return Source("hypothesis", text)
+
+
+def role_of(source: Source, setting: str) -> str:
+    """The one rule from what a claim is to its role:
+
+    ==============================  ====================  ==============
+    source                          setting               role
+    ==============================  ====================  ==============
+    a seed states it                the seed's, or usual  ``paper``
+    a seed states it                another               ``control``
+    an outside paper states it      any                   ``external``
+    a next step, the survey, own    any                   ``prediction``
+    a derivation                    any                   ``check``
+    ==============================  ====================  ==============
+
+    ``usual`` is the field's usual choice where the seed is silent (named in the note)."""
+    if setting not in SETTINGS:
+        raise ValueError(f"setting must be one of {SETTINGS}, got {setting!r}")
+    if source.kind == "seed":
+        return "paper" if setting in ("seed", "usual") else "control"
+    return {"derivation": "check", "cited": "external"}.get(source.kind, "prediction")
+
+
+@dataclass(frozen=True)
+class InRange:
+    """A study's learned-in-range gate, declared once: the rows holding each model's in-range score
+    (``where``, ``column``) and the line it must reach. A claim that reads trained behaviour
+    (``ClaimSpec(trained=True)``) is n.a. (``not-learned``, the score in the note) where the models
+    its group reads did not learn in range: the lowest, over the distinct values of the ``match``
+    columns its group holds (each encoding, each task), of the mean in-range score."""
+
+    where: Where
+    column: str
+    threshold: float
+    match: tuple[str, ...] = ("encoding",)
+    text: str = "in-range score"
+
+    def score(self, group: list[Row], rows: list[Row]) -> float | None:
+        """The lowest mean in-range score of the models ``group`` reads (None where none was measured)."""
+        wanted = {c: {r.get(c) for r in group} for c in self.match if any(r.get(c) is not None for r in group)}
+        means: dict[tuple, list[float]] = {}
+        for r in rows:
+            if self.where(r) and r.get(self.column) is not None and all(r.get(c) in v for c, v in wanted.items()):
+                means.setdefault(tuple(r.get(c) for c in wanted), []).append(float(r[self.column]))
+        return min(float(np.mean(v)) for v in means.values()) if means else None
+
+
 # ----------------------------------------------------------------------------- claim specs
 
 
 OPS = (">=", "<=", ">", "<", "==", "~")  # "~": |measured - threshold| <= tol
+_REVISED = re.compile(r"^\d{4}-\d{2}-\d{2}: \S.{8,}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,7 +408,14 @@ class ClaimSpec:
     threshold: float | None = None
     tol: float | None = None
     na: NA | None = None  # why the claim carries no verdict (undecidable / comparison_only / not_run)
-    role: str = "paper"  # paper | control | external | check (experiments/claims.py)
+    # what the claim is: its role follows from these two by role_of (a bare ``role`` is the older form)
+    source: Source | None = None
+    setting: str | None = None  # seed | usual | other (SETTINGS)
+    role: str = "paper"  # paper | control | prediction | external | check (experiments/claims.py)
+    trained: bool = False  # it reads trained behaviour (past the range, or a mechanism): the study's InRange gates it
+    # a change of what judges it after its first verdict: "YYYY-MM-DD: the reason" (the registry keeps both)
+    revised: str | None = None
+    renamed_from: str | None = None  # the name template it was registered under, where it was renamed
     note: str = ""
     percent: bool = False  # show the measured value and threshold as percentages
     scale_by: str | None = None  # the threshold is multiplied by this column of the group (e.g. chance)
@@ -328,11 +438,26 @@ class ClaimSpec:
                              f"not_run(...), got {self.na!r}")
         if self.op is None and self.na is None:
             raise ValueError(f"ClaimSpec {self.name!r}: a claim needs an op (judged) or an na (with its reason)")
+        if (self.source is None) != (self.setting is None):
+            raise ValueError(f"ClaimSpec {self.name!r}: source and setting come together (the role follows from both)")
+        if self.source is not None:
+            object.__setattr__(self, "role", role_of(self.source, self.setting or ""))
         if self.role not in ROLES:
             raise ValueError(f"ClaimSpec {self.name!r}: role must be one of {ROLES}, got {self.role!r}")
+        if self.revised is not None and not _REVISED.match(self.revised):
+            raise ValueError(f"ClaimSpec {self.name!r}: revised must read 'YYYY-MM-DD: the reason', "
+                             f"got {self.revised!r}")
         if self.interval is not None and self.op not in (">=", "<=", ">", "<"):
             raise ValueError(f"ClaimSpec {self.name!r}: an interval is judged against a one-sided op "
                              f"(>=, <=, >, <), got {self.op!r}")
+
+    def fingerprint(self, gate: InRange | None = None) -> str:
+        """A hash of what judges the claim: the rows it reads, the measure, the operator, the line, the
+        gate (where it reads trained behaviour) and its role's inputs; never its prose."""
+        what = canonical(self)
+        if self.trained:
+            what["gate"] = canonical(gate)
+        return digest(what)
 
     def limit(self, group: list[Row]) -> float | None:
         if self.threshold is None:
@@ -377,7 +502,8 @@ class ClaimSpec:
         a, b = self.judge(lo, group), self.judge(hi, group)
         return lo, hi, (a if a == b else None)
 
-    def evaluate(self, rows: Iterable[Row]) -> list[Claim]:
+    def evaluate(self, rows: Iterable[Row], gate: InRange | None = None) -> list[Claim]:
+        rows = list(rows)
         groups: dict[tuple, list[Row]] = {}
         for r in rows:
             if self.where(r):
@@ -393,9 +519,16 @@ class ClaimSpec:
             span = None if self.na or holds is None else self.sides(group)
             if span is not None:
                 holds = span[2]
+            learned = gate.score(group, rows) if gate is not None and self.trained and holds is not None else None
             if self.na:
                 na_kind = self.na.kind
                 note = f"n.a. ({self.na.text})" + (f"; {note}" if note else "")
+            elif gate is not None and self.trained and holds is not None and (learned is None
+                                                                               or learned < gate.threshold):
+                holds, na_kind = None, "not-learned"
+                score = "not measured" if learned is None else f"{learned:.3f}"
+                note = (f"n.a. (did not learn in range: {gate.text} {score}, below {gate.threshold:g})"
+                        + (f"; {note}" if note else ""))
             elif span is not None and holds is None:
                 na_kind = "undecidable"
                 note = (f"n.a. (the task cannot decide it: the 95% intervals span {span[0]:.3f} to {span[1]:.3f}, "
@@ -413,9 +546,14 @@ def _sort_key(key: tuple) -> tuple:
     return tuple((0, v) if isinstance(v, (int, float)) else (1, str(v)) for v in key)
 
 
-def judge_all(specs: Iterable[ClaimSpec], rows: list[Row]) -> list[Claim]:
-    """Every spec's claims on these rows, in declaration order."""
-    return [c for spec in specs for c in spec.evaluate(rows)]
+def judge_all(specs: Iterable[ClaimSpec], rows: list[Row], gate: InRange | None = None) -> list[Claim]:
+    """Every spec's claims on these rows, in declaration order; with the study's ``gate``, each claim
+    that reads trained behaviour is n.a. where its models did not learn in range. Where a registry
+    is active (the runner's, :mod:`poslab.experiments.registry`), a revised claim carries its first
+    registered criterion and verdict."""
+    specs = list(specs)
+    claims = [c for spec in specs for c in spec.evaluate(rows, gate)]
+    return registry.annotate(claims, specs, gate)
 
 
 # ----------------------------------------------------------------------------- verdict tests

@@ -1,0 +1,379 @@
+"""Register every study's claims from the git history: their first judgement and every revision since.
+
+    python scripts/register_claims.py              # rebuild src/poslab/data/registry/*.json from the history
+    python scripts/register_claims.py --restate    # and rewrite the stored results' claims.json / table.md
+    python scripts/register_claims.py --withdraw STUDY "CLAIM NAME" "YYYY-MM-DD: why"
+
+It walks the commits since the studies became claim specs (``--since``), oldest first. At each commit that
+touches a study module or the claim machinery it imports that revision's studies (in a fresh Python, from
+``git archive``) and fingerprints each claim spec with today's rule (``poslab.experiments.fingerprint``:
+what judges it, never its prose). At each commit that touches a stored result
+(``docs/paper-preset/STUDY/claims.json``, ``docs/next-steps/STUDY/claims.json``) it reads the verdicts.
+
+- A claim's ``first`` judgement is the first committed verdict of that name, with its criterion and role.
+- A revision is a later commit where its spec's fingerprint changed (the reason: the spec's ``revised=``
+  note, or, before registration existed, the commit's subject), or where the stored role or declared n.a.
+  changed with no spec change (a rule applied after judging); its verdict is the next stored one.
+- A registered claim whose spec is gone is ``withdrawn`` (where it vanished, the commit; or the reason
+  given with ``--withdraw``).
+
+Run it after committing a spec change with its ``revised=`` note, and commit the ledgers it writes. The
+dumps of each commit are cached in ``.cache/register_claims``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from io import BytesIO
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SINCE = "fb03655"  # "Studies move to poslab/studies ... Claims as data (experiments/spec.py: ClaimSpec ...)"
+CODE = ["src/poslab/studies", "src/poslab/experiments/spec.py", "src/poslab/experiments/claims.py"]
+RESULTS = ["docs/paper-preset", "docs/next-steps"]
+CACHE = ROOT / ".cache" / "register_claims"
+LEDGERS = ROOT / "src" / "poslab" / "data" / "registry"
+# renames in the history, before renamed_from= existed (the walk cannot see them): study -> (new name
+# pattern, the old name it replaces). Each was read from the commit named beside it.
+HISTORY_RENAMES = {
+    # f193f74: the BOS swap judged on the three replacements together, n.a. where they disagree
+    "leakage": [(r"(standard RoPE): BOS swap changes early \(b\), all three replacements",
+                 r"\1: BOS swap (most frequent token) changes early (b)")],
+    # c7831de: W's top singular-value energy judged as an overlap of intervals (its name carries the range)
+    "heads": [(r"(.*), H=(\d+), d_model=64: per-head top singular-value energy of W, range .*",
+               r"\1, H=\2, d_model=64: highest per-head top singular-value energy of W")],
+}
+DECLARED_NA = ("undecidable", "comparison")  # n.a. kinds a declaration (or a rule) gives, not the data
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+
+
+# ----------------------------------------------------------------------------- one revision's specs
+
+def dump(src: str) -> dict:
+    """{study: [{name, fingerprint, criterion, role, na_kind, revised, renamed_from}]} of the poslab at ``src``
+    (in this Python: the poslab modules of an earlier dump are dropped first; torch and the rest stay)."""
+    for name in [n for n in sys.modules if n == "poslab" or n.startswith("poslab.")]:
+        del sys.modules[name]
+    sys.path.insert(0, src)
+    importlib.invalidate_caches()
+    try:
+        return _dump_studies()
+    finally:
+        sys.path.remove(src)
+
+
+def _fingerprint_module():
+    here = Path(__file__).resolve().parent.parent / "src" / "poslab" / "experiments" / "fingerprint.py"
+    spec = importlib.util.spec_from_file_location("today_fingerprint", here)
+    assert spec is not None and spec.loader is not None
+    fp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fp)
+    return fp
+
+
+def _dump_studies() -> dict:
+    import pkgutil
+
+    fp = _fingerprint_module()
+    studies = importlib.import_module("poslab.studies")
+    out = {}
+    for m in pkgutil.iter_modules(studies.__path__):
+        if m.ispkg:
+            continue
+        module = importlib.import_module(f"poslab.studies.{m.name}")
+        specs = getattr(module, "CLAIMS", None)
+        experiment = getattr(module, "EXPERIMENT", None)
+        if specs is None or experiment is None:
+            continue
+        specs = specs() if callable(specs) else specs
+        gate = getattr(module, "GATE", None)
+        rows = []
+        for s in specs:
+            what = fp.canonical(s)
+            if getattr(s, "trained", False):
+                what["gate"] = fp.canonical(gate)
+            criterion = s.criterion() if hasattr(s, "criterion") else ""
+            rows.append(dict(name=s.name, fingerprint=fp.digest(what), criterion=criterion,
+                             role=getattr(s, "role", "paper"),
+                             na_kind=getattr(s.na, "kind", "undecidable") if getattr(s, "na", None) else None,
+                             revised=getattr(s, "revised", None), renamed_from=getattr(s, "renamed_from", None),
+                             terms=[[t.column, t.op, t.value] for t in getattr(s.where, "terms", ())
+                                    if not hasattr(t.value, "column")]))
+        out[experiment.name] = json.loads(json.dumps(rows, default=str))
+    return out
+
+
+def dump_all(commits: list[str]) -> None:
+    """Cache every commit's dump, in one Python (``--dump-all``): each revision's src from ``git archive``."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    todo = [c for c in commits if not (CACHE / f"{c}.json").exists()]
+    if not todo:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        for commit in todo:
+            archive = subprocess.run(["git", "archive", commit, "src"], cwd=ROOT, check=True,
+                                     capture_output=True).stdout
+            with tarfile.open(fileobj=BytesIO(archive)) as tar:
+                tar.extractall(f"{tmp}/{commit}", filter="data")
+        env = {**os.environ, "MPLBACKEND": "Agg"}
+        subprocess.run([sys.executable, __file__, "--dump-all", tmp, *todo], env=env, check=True, cwd=tmp)
+
+
+def _dump_many(tmp: str, commits: list[str]) -> None:
+    for i, commit in enumerate(commits):
+        print(f"  dump {i + 1}/{len(commits)} {commit[:7]}", file=sys.stderr)
+        try:
+            got = dump(f"{tmp}/{commit}/src")
+        except Exception as e:  # an earlier revision that does not import: its commit keeps the last dump
+            print(f"  {commit[:7]}: its studies do not import ({type(e).__name__}: {e}); kept the last",
+                  file=sys.stderr)
+            got = {}
+        (CACHE / f"{commit}.json").write_text(json.dumps(got))
+
+
+def dump_at(commit: str) -> dict:
+    return json.loads((CACHE / f"{commit}.json").read_text())
+
+
+# ----------------------------------------------------------------------------- the walk
+
+def _stored(commit: str, study: str) -> list[dict] | None:
+    for folder in RESULTS:
+        try:
+            return json.loads(git("show", f"{commit}:{folder}/{study}/claims.json"))
+        except subprocess.CalledProcessError:
+            continue
+    return None
+
+
+def _judged(c: dict) -> dict:
+    holds = c.get("holds")
+    return dict(criterion=c.get("criterion", ""), role=c.get("role", "paper"),
+                verdict={True: "yes", False: "no", None: "n.a."}[holds], na_kind=c.get("na_kind"))
+
+
+def _declared(j: dict) -> tuple:
+    """What a stored judgement says about how it was decided, apart from the data: its role, and an
+    n.a. that a declaration or a rule gave (an interval or a missing value is the data's)."""
+    na = j.get("na_kind") if j.get("na_kind") in DECLARED_NA and "95% intervals span" not in j.get("note", "") else None
+    return j.get("role") or "paper", na
+
+
+def _fits(spec: dict, name: str) -> bool:
+    """Whether the claim ``name`` can come from ``spec``: its name fits the template, and the values the
+    name gives the template's fields meet the spec's terms on those columns."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from poslab.experiments.registry import template_pattern
+
+    m = template_pattern(spec["name"]).match(name)
+    if m is None:
+        return False
+    import re
+
+    fields = [f.split(":")[0].split("!")[0] for f in re.findall(r"\{([^{}]*)\}", spec["name"])]
+    got = dict(zip(fields, m.groups(), strict=False))
+    for column, op, value in spec.get("terms", []):
+        if column not in got:
+            continue
+        text = got[column]
+        if op == "in":
+            if text not in {str(v) for v in value}:
+                return False
+            continue
+        try:
+            a, b = float(text), float(value)
+        except (TypeError, ValueError):
+            continue
+        if not {"==": a == b, "!=": a != b, ">=": a >= b, "<=": a <= b, ">": a > b, "<": a < b}.get(op, True):
+            return False
+    return True
+
+
+def _spec_for(name: str, rows: list[dict]) -> dict | None:
+    """The spec a claim comes from at one revision (several that fit: one record, their fingerprints joined)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from poslab.experiments.fingerprint import digest
+
+    fit = [r for r in rows if _fits(r, name)]
+    if not fit:
+        return None
+    if len(fit) == 1:
+        return fit[0]
+    notes = [r["revised"] for r in fit if r.get("revised")]
+    return {**fit[0], "fingerprint": digest([r["fingerprint"] for r in fit]), "revised": "; ".join(notes) or None}
+
+
+def walk(since: str) -> dict[str, dict]:
+    commits = git("rev-list", "--reverse", f"{since}^..HEAD", "--", *CODE, *RESULTS).split()
+    dump_all([c for i, c in enumerate(commits) if i == 0 or any(
+        p.startswith(tuple(CODE)) for p in git("show", "--format=", "--name-only", c).split())])
+    ledgers: dict[str, dict] = {}
+    specs: dict[str, list[dict]] = {}  # study -> its spec records at the commit walked
+    for i, commit in enumerate(commits):
+        subject, date = git("show", "-s", "--format=%s%n%ad", "--date=short", commit).strip().split("\n")[:2]
+        changed = git("show", "--format=", "--name-only", commit).split()
+        print(f"[{i + 1}/{len(commits)}] {commit[:7]} {date} {subject[:70]}", file=sys.stderr)
+        if i == 0 or any(p.startswith(tuple(CODE)) for p in changed):
+            for study, rows in dump_at(commit).items():
+                specs[study] = rows
+                _revise(ledgers.setdefault(study, dict(study=study, specs={}, claims={})), rows, commit, date, subject)
+        for study in sorted({p.split("/")[2] for p in changed if p.startswith(tuple(RESULTS))
+                             and p.endswith("/claims.json") and p.count("/") == 3}):
+            stored = _stored(commit, study)
+            if stored is not None:
+                _judge(ledgers.setdefault(study, dict(study=study, specs={}, claims={})), stored,
+                       specs.get(study, []), commit, date, subject)
+    for study, ledger in ledgers.items():  # the spec groups as registered now (what registry.problems compares)
+        ledger["specs"] = _groups(specs.get(study, []))
+    return ledgers
+
+
+def _groups(rows: list[dict]) -> dict[str, dict]:
+    sys.path.insert(0, str(ROOT / "src"))
+    from poslab.experiments.fingerprint import digest
+
+    fps: dict[str, list[str]] = {}
+    notes: dict[str, list[str]] = {}
+    for r in rows:
+        fps.setdefault(r["name"], []).append(r["fingerprint"])
+        if r.get("revised"):
+            notes.setdefault(r["name"], []).append(r["revised"])
+    return {t: dict(fingerprint=f[0] if len(f) == 1 else digest(f), revised="; ".join(notes[t]) if t in notes else None)
+            for t, f in fps.items()}
+
+
+def _revise(ledger: dict, rows: list[dict], commit: str, date: str, subject: str) -> None:
+    """At a commit that changed the code: a revision for each registered claim whose spec's fingerprint
+    changed; ``withdrawn`` for one that no spec gives any more."""
+    for name, claim in ledger["claims"].items():
+        if claim.get("withdrawn"):
+            continue
+        spec = _spec_for(name, rows)
+        if spec is None:
+            renamed = [r for r in rows if r.get("renamed_from") == claim["spec"]]
+            if not renamed:
+                claim["withdrawn"] = (f"its spec vanished in commit {commit[:7]} ({date}), before registration "
+                                      f"existed: {subject[:200]}")
+                continue
+            spec = renamed[0]
+        claim["spec"] = spec["name"]
+        if spec["fingerprint"] == claim["fingerprint"]:
+            continue
+        note = spec.get("revised")
+        reason = note if note and note != claim.get("revised") else \
+            f"before registration, commit {commit[:7]}: {subject[:300]}"
+        claim["revisions"].append(dict(criterion=spec["criterion"], role=spec["role"], verdict="not re-judged",
+                                       na_kind=spec["na_kind"], revision=commit[:7], date=date, reason=reason))
+        claim.update(fingerprint=spec["fingerprint"], revised=note)
+
+
+def _renamed(ledger: dict, name: str) -> str | None:
+    """The registered claim ``name`` replaces under :data:`HISTORY_RENAMES`, where there is one."""
+    import re
+
+    for pattern, old in HISTORY_RENAMES.get(ledger["study"], []):
+        m = re.fullmatch(pattern, name)
+        if m is not None and m.expand(old) in ledger["claims"]:
+            return m.expand(old)
+    return None
+
+
+def _judge(ledger: dict, stored: list[dict], rows: list[dict], commit: str, date: str, subject: str) -> None:
+    """At a commit that stored verdicts: a new claim's first judgement; a pending revision's verdict."""
+    for c in stored:
+        j = _judged(c)
+        claim = ledger["claims"].get(c["name"])
+        old = _renamed(ledger, c["name"]) if claim is None else None
+        if old is not None:
+            record = ledger["claims"][old]
+            ledger["claims"][c["name"]] = claim = {**record, "withdrawn": None, "revisions": [
+                *record["revisions"], dict(**j, revision=commit[:7], date=date, reason=(
+                    f"renamed from {old!r} (a rename before registration, declared in scripts/register_claims.py); "
+                    f"{record.get('withdrawn') or ''}"))]}
+            record["withdrawn"] = f"renamed to {c['name']!r} in commit {commit[:7]}"
+            continue
+        if claim is None or claim.get("withdrawn"):
+            spec = _spec_for(c["name"], rows) or {}
+            ledger["claims"][c["name"]] = dict(spec=spec.get("name"), fingerprint=spec.get("fingerprint"),
+                                               revised=spec.get("revised"),
+                                               first=dict(**j, revision=commit[:7], date=date),
+                                               revisions=[], withdrawn=None)
+            continue
+        last = claim["revisions"][-1] if claim["revisions"] else claim["first"]
+        if last.get("verdict") == "not re-judged":
+            last.update(**j, judged_in=commit[:7])  # what the stored file judged, under the revised spec
+        elif _declared(c) != _declared({**last, "note": ""}):
+            claim["revisions"].append(dict(**j, revision=commit[:7], date=date,
+                                           reason=f"the stored role or n.a. changed with no spec change, "
+                                                  f"commit {commit[:7]}: {subject[:300]}"))
+
+
+# ----------------------------------------------------------------------------- restating stored results
+
+def restate(ledgers: dict[str, dict]) -> None:
+    """Rewrite each stored claims.json with its claims' registration and the claims table of its table.md."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from poslab.experiments.claims import claims_markdown, read_claims, write_claims
+    from poslab.experiments.registry import annotate_stored
+
+    for folder in RESULTS:
+        for path in sorted((ROOT / folder).glob("*/claims.json")):
+            study = path.parent.name
+            if study not in ledgers:
+                continue
+            claims = annotate_stored(read_claims(path), ledgers[study])
+            write_claims(claims, path)
+            table = path.parent / "table.md"
+            if table.exists():
+                head, sep, tail = table.read_text().partition("## The paper's claims beside this run\n\n")
+                if sep:  # the claims table is the run of lines starting with "|" right after the heading
+                    lines = tail.split("\n")
+                    n = next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))
+                    table.write_text(head + sep + "\n".join([claims_markdown(claims), *lines[n:]]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--since", default=SINCE)
+    parser.add_argument("--restate", action="store_true", help="rewrite the stored claims.json and table.md")
+    parser.add_argument("--dump-all", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--withdraw", nargs=3, metavar=("STUDY", "CLAIM", "WHY"))
+    args = parser.parse_args()
+    if args.dump_all:
+        _dump_many(args.dump_all[0], args.dump_all[1:])
+        return
+    LEDGERS.mkdir(parents=True, exist_ok=True)
+    if args.withdraw:
+        study, name, why = args.withdraw
+        path = LEDGERS / f"{study}.json"
+        ledger = json.loads(path.read_text())
+        ledger["claims"][name]["withdrawn"] = why
+        path.write_text(json.dumps(ledger, indent=1, ensure_ascii=False) + "\n")
+        return
+    ledgers = walk(args.since)
+    for study, ledger in sorted(ledgers.items()):
+        old = LEDGERS / f"{study}.json"
+        if old.exists():  # withdrawals given by hand survive a rebuild
+            for name, claim in json.loads(old.read_text())["claims"].items():
+                if claim.get("withdrawn") and name in ledger["claims"] and not ledger["claims"][name]["withdrawn"]:
+                    ledger["claims"][name]["withdrawn"] = claim["withdrawn"]
+        old.write_text(json.dumps(ledger, indent=1, ensure_ascii=False) + "\n")
+        revised = sum(bool(c["revisions"]) for c in ledger["claims"].values())
+        print(f"{study}: {len(ledger['claims'])} claims registered, {revised} revised, "
+              f"{sum(bool(c['withdrawn']) for c in ledger['claims'].values())} withdrawn")
+    if args.restate:
+        restate(ledgers)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Claims registered before they are judged (issue 53): fingerprints, the ledger's rules, roles computed
+from source x setting, the learned-in-range gate, and the registered verdict shown beside the current one."""
+
+import importlib
+import json
+import os
+import pkgutil
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import poslab
+import poslab.studies
+from poslab.experiments import registry
+from poslab.experiments.claims import Claim, claims_markdown, counts_both, read_claims
+from poslab.experiments.spec import (
+    ClaimSpec,
+    InRange,
+    cited,
+    derivation,
+    is_,
+    judge_all,
+    mean,
+    next_step,
+    probe,
+    role_of,
+    seed_states,
+    survey_names,
+    synthetic_rows,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDY_MODULES = [m.name for m in pkgutil.iter_modules(poslab.studies.__path__) if not m.ispkg]
+STORED = sorted([*ROOT.glob("docs/paper-preset/*/claims.json"), *ROOT.glob("docs/next-steps/*/claims.json")])
+
+
+def _spec(**changes):
+    base = dict(name="{encoding}: accuracy at unseen lengths", paper="high", where=probe("length"),
+                per=("encoding",), measure=mean("accuracy"), op=">=", threshold=0.9)
+    return ClaimSpec(**{**base, **changes})
+
+
+def test_fingerprint_reads_what_judges_never_the_prose():
+    spec = _spec()
+    assert _spec(paper="other words", note="n={n}").fingerprint() == spec.fingerprint()
+    assert _spec(measure=mean("accuracy", text="another label")).fingerprint() == spec.fingerprint()
+    for changed in (_spec(threshold=0.8), _spec(op=">"), _spec(where=probe("other")), _spec(per=()),
+                    _spec(measure=mean("loss")), _spec(role="control"), _spec(trained=True)):
+        assert changed.fingerprint() != spec.fingerprint(), changed
+    gate = InRange(where=probe("length") & is_("in_range", True), column="accuracy", threshold=0.9)
+    assert _spec(trained=True).fingerprint(gate) != _spec(trained=True).fingerprint()
+    assert spec.fingerprint(gate) == spec.fingerprint()  # a claim that reads no trained behaviour is not gated
+
+
+def test_role_follows_from_source_and_setting_by_one_rule():
+    s = seed_states("§4: a relative encoding selects -K at every length")
+    assert (role_of(s, "seed"), role_of(s, "usual"), role_of(s, "other")) == ("paper", "paper", "control")
+    assert role_of(cited("Ruoss et al. 2023, arXiv 2305.16843"), "other") == "external"
+    assert role_of(derivation("a causal mask makes it so"), "seed") == "check"
+    assert role_of(next_step("NoPE at depth"), "seed") == role_of(survey_names("KV cache"), "usual") == "prediction"
+    spec = _spec(source=s, setting="other")
+    assert spec.role == "control"
+    with pytest.raises(ValueError, match="source and setting come together"):
+        _spec(source=s)
+    with pytest.raises(ValueError, match="setting must be one of"):
+        _spec(source=s, setting="somewhere")
+
+
+def test_prediction_is_judged_and_counted_apart_from_paper():
+    spec = _spec(source=next_step("the seed names NoPE at depth, not its outcome"), setting="seed")
+    (yes,) = judge_all([spec], synthetic_rows(spec, 0.95))
+    (no,) = judge_all([spec], synthetic_rows(spec, 0.85))
+    assert (yes.role, yes.holds, no.holds) == ("prediction", True, False)
+    paper = Claim(name="p", paper="x", measured=1.0, holds=True)
+    assert "prediction 1 / 0 / 0" in counts_both([paper, yes]) and "paper 1 / 0 / 0" in counts_both([paper, yes])
+
+
+def test_learned_in_range_gate_on_both_sides_of_its_line():
+    gate = InRange(where=probe("length") & is_("in_range", True), column="accuracy", threshold=0.9,
+                   text="in-range accuracy")
+    spec = _spec(where=probe("length") & is_("in_range", False), trained=True, threshold=0.5)
+
+    def rows(in_range: float, unseen: float) -> list[dict]:
+        return [dict(probe="length", encoding="nope", in_range=True, accuracy=in_range, seed=0),
+                dict(probe="length", encoding="nope", in_range=False, accuracy=unseen, seed=0),
+                dict(probe="length", encoding="rope", in_range=True, accuracy=0.2, seed=0)]  # another model's
+
+    (learned,) = judge_all([spec], rows(0.9, 0.3), gate)
+    assert learned.holds is False and learned.na_kind is None
+    (not_learned,) = judge_all([spec], rows(0.899, 0.3), gate)
+    assert not_learned.holds is None and not_learned.na_kind == "not-learned"
+    assert "did not learn in range: in-range accuracy 0.899, below 0.9" in not_learned.note
+    (ungated,) = judge_all([_spec(where=spec.where, threshold=0.5)], rows(0.5, 0.3), gate)
+    assert ungated.holds is False  # a claim that declares no trained behaviour is never gated
+
+
+@pytest.mark.parametrize("name", STUDY_MODULES)
+def test_every_study_is_registered_consistently(name):
+    module = importlib.import_module(f"poslab.studies.{name}")
+    specs = module.CLAIMS() if callable(module.CLAIMS) else module.CLAIMS
+    found = registry.problems(module.EXPERIMENT.name, specs, getattr(module, "GATE", None))
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("path", STORED, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+def test_every_stored_claim_has_its_registration_record(path):
+    ledger = registry.load(path.parent.name)
+    assert ledger is not None, f"no ledger for {path.parent.name}: run scripts/register_claims.py"
+    missing = [c.name for c in read_claims(path) if c.name not in ledger["claims"]]
+    assert not missing, missing
+
+
+def test_the_historys_named_revisions_are_shown_beside_the_current_verdict():
+    """f193f74 (the BOS swap, no -> n.a.) and c7831de (W's singular-value energy, no -> yes), issue 53."""
+    leakage = {c.name: c for c in read_claims(ROOT / "docs/paper-preset/leakage/claims.json")}
+    swap = leakage["standard RoPE: BOS swap changes early (b), all three replacements"]
+    assert swap.holds is None and swap.registered["verdict"] == "no" and "f193f74" in swap.registered["reason"]
+    heads = [c for c in read_claims(ROOT / "docs/paper-preset/heads/claims.json")
+             if "content-conditioned" in c.name and "H=4" in c.name and "singular-value energy" in c.name]
+    assert [(c.holds, c.registered["verdict"]) for c in heads] == [(True, "no")]
+    assert "c7831de" in heads[0].registered["reason"]
+    table = (ROOT / "docs/paper-preset/leakage/table.md").read_text()
+    assert "registered (first criterion → verdict)" in table and "within 20% of -40% → **no**" in table
+
+
+def test_annotate_shows_the_first_judgement_only_where_the_claim_reads_otherwise():
+    ledger = {"study": "x", "specs": {}, "claims": {
+        "a": {"first": {"criterion": "≥ 0.9", "role": "paper", "verdict": "no", "na_kind": None},
+              "revisions": [{"reason": "2026-12-07: the line the seed states"}]},
+        "b": {"first": {"criterion": "≥ 0.9", "role": "paper", "verdict": "yes", "na_kind": None},
+              "revisions": [{"reason": "a rewrite of the spec"}]}}}
+    a = Claim(name="a", paper="p", measured=0.85, holds=True, criterion="≥ 0.8")
+    b = Claim(name="b", paper="p", measured=0.95, holds=True, criterion="≥ 0.9")
+    out = registry.annotate_stored([a, b], ledger)
+    assert out[0].registered["verdict"] == "no" and out[1].registered is None
+    md = claims_markdown(out)
+    assert "≥ 0.9 → **no**" in md and "revised: 2026-12-07: the line the seed states" in md
+    assert counts_both(out) == "registered: paper 1 / 1 / 0; revised: paper 2 / 0 / 0"
+    assert registry.annotate_stored(out, ledger) == out  # judging again under the same record adds nothing
+
+
+def test_revised_note_must_say_when_and_why():
+    with pytest.raises(ValueError, match="YYYY-MM-DD: the reason"):
+        _spec(revised="changed it")
+    assert _spec(revised="2026-12-07: the seed's own line").revised
+
+
+# ----------------------------------------------------------------------------- a scratch copy of the package
+
+CHECK = ("import importlib, sys; from poslab.experiments import registry; m = importlib.import_module("
+         "'poslab.studies.k1'); p = registry.problems('k1', m.CLAIMS); print('\\n'.join(p)); sys.exit(bool(p))")
+K1_LINE = 'measure=mean("content_covariance"),\n              op="<", threshold=0.0,'
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    src = tmp_path_factory.mktemp("scratch") / "src"
+    shutil.copytree(Path(poslab.__file__).parent, src / "poslab", ignore=shutil.ignore_patterns("__pycache__"))
+    return src
+
+
+def _check(src: Path, edit) -> subprocess.CompletedProcess:
+    path = src / "poslab" / "studies" / "k1.py"
+    original = path.read_text()
+    assert K1_LINE in original, "the k1 spec this test edits moved: update K1_LINE"
+    try:
+        path.write_text(edit(original))
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        return subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        path.write_text(original)
+
+
+def test_a_changed_threshold_fails_until_a_revised_note_is_added(scratch):
+    changed = _check(scratch, lambda t: t.replace(K1_LINE, K1_LINE.replace("threshold=0.0", "threshold=-0.5")))
+    assert changed.returncode == 1 and "changed what judges it" in changed.stdout, changed.stdout + changed.stderr
+    revised = _check(scratch, lambda t: t.replace(K1_LINE, K1_LINE.replace(
+        "threshold=0.0,", 'threshold=-0.5, revised="2026-12-07: a test of the rule",')))
+    assert revised.returncode == 0, revised.stdout + revised.stderr
+
+
+def test_a_renamed_claim_fails_until_renamed_from_is_declared(scratch):
+    old = "K=1: content covariance (diag - off-diag of G at delta = 0, in std of G)"
+    new = "K=1: the content covariance"
+    renamed = _check(scratch, lambda t: t.replace(f'name="{old}"', f'name="{new}"'))
+    assert renamed.returncode == 1 and "no longer given by any spec" in renamed.stdout, renamed.stdout + renamed.stderr
+    declared = _check(scratch, lambda t: t.replace(f'name="{old}"', f'name="{new}", renamed_from="{old}"'))
+    assert declared.returncode == 0, declared.stdout + declared.stderr
+
+
+def test_ledgers_are_json_with_the_documented_fields():
+    for path in sorted(registry.LEDGERS.glob("*.json")):
+        ledger = json.loads(path.read_text())
+        assert set(ledger) == {"study", "specs", "claims"} and ledger["study"] == path.stem
+        for claim in ledger["claims"].values():
+            assert {"spec", "first", "revisions", "withdrawn"} <= set(claim)
+            assert {"criterion", "role", "verdict", "revision", "date"} <= set(claim["first"])
+            assert all(r.get("reason") for r in claim["revisions"])
