@@ -1,5 +1,5 @@
 """The README's results tables are read from the stored claims, not typed beside them: each study
-row's counts per role (yes / no / n.a.) equal those of <dir>/<study>/claims.json for the result
+row's counts per role (yes / no / n.a.), as first registered and as revised, equal those of <dir>/<study>/claims.json for the result
 folders in RESULTS (the paper-preset runs, the next steps' and benchmarks' cpu-preset runs), and every
 stored claim carries its role (and an n.a. its reason kind)."""
 
@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from poslab.experiments.claims import NA_KINDS, ROLES, Claim, counts_text
+from poslab.experiments.claims import NA_KINDS, ROLES, Claim, counts_both
 
 ROOT = Path(__file__).resolve().parents[1]
-ROW = re.compile(r"^\| `(?P<study>[a-z0-9-]+)` \|.*?\| (?P<counts>(?:[a-z]+ \d+ / \d+ / \d+(?:; )?)+) \|")
+ROLE_COUNTS = r"(?:[a-z]+ \d+ / \d+ / \d+(?:; )?)+"
+ROW = re.compile(rf"^\| `(?P<study>[a-z0-9-]+)` \|.*?\| (?P<counts>(?:registered: )?{ROLE_COUNTS}(?:revised: {ROLE_COUNTS})?) \|")
 
 
 def readme_counts() -> dict[str, str]:
@@ -51,10 +52,12 @@ def test_every_stored_claim_has_a_role_and_every_na_its_reason_kind(study):
 
 @pytest.mark.parametrize("study", STUDIES)
 def test_readme_counts_per_role_are_the_stored_claims(study):
-    assert readme_counts()[study] == counts_text([Claim(**c) for c in stored(study)])
+    assert readme_counts()[study] == counts_both([Claim(**c) for c in stored(study)])
 
 
 def test_the_count_cell_reads_roles_in_order():
     line = "| `x` | a | paper 1 / 0 / 2; check 3 / 0 / 0 | ran | [page](p.md) |"
     assert ROW.match(line)["counts"] == "paper 1 / 0 / 2; check 3 / 0 / 0"
     assert ROW.match("| `x` | a | 6 / 5 / 14 | needs a rerun |") is None  # a study not restated has no roles
+    both = "| `x` | a | registered: paper 1 / 1 / 0; revised: paper 2 / 0 / 0 | ran | [page](p.md) |"
+    assert ROW.match(both)["counts"] == "registered: paper 1 / 1 / 0; revised: paper 2 / 0 / 0"

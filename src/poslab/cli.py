@@ -197,6 +197,44 @@ def report(store, results, out):
     click.echo(f"wrote {page}\nwrote {md}")
 
 
+@main.command("claims")
+@click.argument("study")
+@click.option("--results", type=click.Path(path_type=Path), default=None,
+              help="the folder holding the study's claims.json (default: the one it last wrote to, recorded "
+                   "in --store)")
+@click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
+def claims_cmd(study, results, store):
+    """A study's stored claims, each revised claim's registered criterion and verdict beside the current ones,
+    and the counts per role as first registered and as revised."""
+    from poslab.experiments import registry
+    from poslab.experiments.claims import claims_markdown, counts_both, read_claims
+    from poslab.store import Store
+    from poslab.studies import get_experiment
+
+    name = get_experiment(study).name
+    if results is None:
+        folder = None
+        if store.is_file():
+            with Store(store) as db:
+                folder = db.outputs().get(name)
+        if folder is None:
+            raise ConfigError("--results", "(none)", f"the folder holding {name}'s claims.json (no run of {name} "
+                                                     f"is recorded in {store})")
+        results = Path(folder)
+    path = results / "claims.json" if (results / "claims.json").is_file() else results / name / "claims.json"
+    if not path.is_file():
+        raise ConfigError("--results", str(results), f"a folder holding {name}'s claims.json")
+    claims = read_claims(path)
+    ledger = registry.load(name)
+    if ledger is not None:
+        claims = registry.annotate_stored(claims, ledger)
+    click.echo(claims_markdown(claims))
+    click.echo(f"\ncounts (yes / no / n.a.): {counts_both(claims)}")
+    revised = sum(bool(c.registered) for c in claims)
+    click.echo(f"{len(claims)} claims, {revised} revised after their first verdict"
+               + ("" if ledger else f"; {name} has no ledger (scripts/register_claims.py)"))
+
+
 @main.command()
 def models():
     """Position encodings of representative LLMs (published configs), with poslab's computed columns."""
