@@ -1,6 +1,6 @@
 """The README's results tables are read from the stored claims, not typed beside them: each study
-row's counts per role (yes / no / n.a.), as first registered and as revised, equal those of <dir>/<study>/claims.json for the result
-folders in RESULTS (the paper-preset runs, the next steps' and benchmarks' cpu-preset runs), and every
+row's counts per role (yes / no / n.a.), as first registered and as revised, equal those of
+<dir>/<study>/claims.json for the result folders in RESULTS (the paper-preset runs, the next steps' and benchmarks' cpu-preset runs), and every
 stored claim carries its role (and an n.a. its reason kind)."""
 
 import json
@@ -13,7 +13,8 @@ from poslab.experiments.claims import NA_KINDS, ROLES, Claim, counts_both
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLE_COUNTS = r"(?:[a-z]+ \d+ / \d+ / \d+(?:; )?)+"
-ROW = re.compile(rf"^\| `(?P<study>[a-z0-9-]+)` \|.*?\| (?P<counts>(?:registered: )?{ROLE_COUNTS}(?:revised: {ROLE_COUNTS})?) \|")
+COUNTS = rf"(?:registered: )?{ROLE_COUNTS}(?:revised: {ROLE_COUNTS})?"
+ROW = re.compile(rf"^\| `(?P<study>[a-z0-9-]+)` \|.*?\| (?P<counts>{COUNTS}) \|")
 
 
 def readme_counts() -> dict[str, str]:
