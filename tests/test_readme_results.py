@@ -1,7 +1,7 @@
 """The README's results tables are read from the stored claims, not typed beside them: each study
 row's counts per role (yes / no / n.a.), as first registered and as revised, equal those of
-<dir>/<study>/claims.json for the result folders in RESULTS (the paper-preset runs, the next steps' and benchmarks' cpu-preset runs), and every
-stored claim carries its role (and an n.a. its reason kind)."""
+<dir>/<study>/claims.json for the result folders in RESULTS (the paper-preset runs, the next steps'
+and benchmarks' cpu-preset runs), and every stored claim carries its role (and an n.a. its reason kind)."""
 
 import json
 import re
