@@ -320,6 +320,60 @@ def _judge(ledger: dict, stored: list[dict], rows: list[dict], commit: str, date
 
 # ----------------------------------------------------------------------------- restating stored results
 
+def _typed(value: str):
+    """A rows.csv cell as the row held it (bool, int, float or text)."""
+    if value in ("True", "False"):
+        return value == "True"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    return None if value == "" else value
+
+
+def recompute(study: str, claims: list, folder: Path) -> list:
+    """A stored study's claims under today's specs where every spec says what it is (source and setting):
+    the role computed from them, and the learned-in-range gate (the study's GATE) read from the stored
+    rows.csv, which only takes a verdict away (an n.a. 'not-learned' with the in-range score). The measured
+    values are the stored ones: nothing is re-measured. Other studies' claims are returned as they are."""
+    import csv
+    import dataclasses
+    import importlib
+
+    from poslab.experiments.registry import template_pattern
+    from poslab.studies import EXPERIMENTS
+
+    module = importlib.import_module(EXPERIMENTS[study].report.__module__)
+    specs, gate = module.CLAIMS, getattr(module, "GATE", None)
+    if any(s.source is None for s in specs):
+        return claims
+    rows = []
+    if (folder / "rows.csv").exists():
+        with open(folder / "rows.csv", newline="") as f:
+            rows = [{k: _typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    out = []
+    for c in claims:
+        mine = [s for s in specs if _fits(dict(name=s.name, terms=[[t.column, t.op, t.value] for t in s.where.terms
+                                                                   if not hasattr(t.value, "column")]), c.name)]
+        if not mine:
+            out.append(c)
+            continue
+        spec = mine[0]
+        c = dataclasses.replace(c, role=spec.role)
+        if spec.trained and gate is not None and c.holds is not None and rows:
+            m = template_pattern(spec.name).match(c.name)
+            fields = [f.split(":")[0] for f in __import__("re").findall(r"\{([^{}]*)\}", spec.name)]
+            group = [{k: _typed(v) for k, v in zip(fields, m.groups(), strict=False)}] if m else []
+            score = gate.score(group, rows)
+            if score is None or score < gate.threshold:
+                shown = "not measured" if score is None else f"{score:.3f}"
+                c = dataclasses.replace(c, holds=None, na_kind="not-learned", note=(
+                    f"n.a. (did not learn in range: {gate.text} {shown}, below {gate.threshold:g}); {c.note}"))
+        out.append(c)
+    return out
+
+
 def restate(ledgers: dict[str, dict]) -> None:
     """Rewrite each stored claims.json with its claims' registration and the claims table of its table.md."""
     sys.path.insert(0, str(ROOT / "src"))
@@ -331,7 +385,7 @@ def restate(ledgers: dict[str, dict]) -> None:
             study = path.parent.name
             if study not in ledgers:
                 continue
-            claims = annotate_stored(read_claims(path), ledgers[study])
+            claims = annotate_stored(recompute(study, read_claims(path), path.parent), ledgers[study])
             write_claims(claims, path)
             table = path.parent / "table.md"
             if table.exists():

@@ -23,15 +23,19 @@ from poslab.experiments.config import EvalConfig, StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, save, select, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
+    InRange,
     above,
     at_least,
+    derivation,
     is_,
     judge_all,
     maximum,
     mean,
     minimum,
     neg,
+    next_step,
     probe,
+    seed_states,
     share,
     undecidable,
 )
@@ -54,52 +58,66 @@ ONE_LAYER_WHY = ("a one-layer NoPE head's logit to an earlier key depends on its
 HYPOTHESIS = ("the seed's next step (limitations paragraph) as a hypothesis, judged with Table 1's line for a "
               "relative encoding; {seeds} seeds, {n} rows")
 CONTROL = "the same criterion on {encoding} at the same depth: a control; {seeds} seeds, {n} rows"
+# what each claim is (its role follows: experiments/spec.role_of)
+STEP = next_step("seed 000, limitations: NoPE at depth, where causal masking may induce relative structure; "
+                 "the seed names the step, not its outcome")
+TABLE1_ROPE = seed_states("Table 1: RoPE near-perfect at every length, its head selecting -K")
+TABLE1_APE = seed_states("Table 1: a learned absolute table ~1 in range and ~chance past it")
+BY_DEFINITION = derivation("a one-layer NoPE head sees no position (exchangeable i.i.d. tokens)")
+# the learned-in-range gate: a claim past the range or about a mechanism needs its models to have learned
+GATE = InRange(where=TRAINED, column="accuracy", threshold=0.9, match=("encoding", "n_layers"),
+               text="in-range accuracy (L ≤ 16, mean over seeds and lengths)")
+ROLES_REVISED = "2026-12-07: role computed from source x setting (issue 53): a next step's predicted outcome"
+GATED = ("2026-12-07: the learned-in-range gate (issue 53): a claim past the range or on the mechanism is n.a. "
+         "where its models did not learn the task in range")
 
 CLAIMS = [
     # one layer: nothing positional reaches the logits, so no offset can be selected by construction
     ClaimSpec(name="nope, 1 layer: largest gap, either sign, of attention at -K from the mean over earlier keys",
               paper="(none: no position at one layer)", where=probe("flat") & NOPE & SHALLOW,
-              measure=maximum("abs_excess"), op="<=", threshold=0.01, role="check",
+              measure=maximum("abs_excess"), op="<=", threshold=0.01, source=BY_DEFINITION, setting="seed",
               note="by construction: " + ONE_LAYER_WHY + "; max over {seeds} seeds, the longest trained length and "
                    "the longest length; its accuracy is above chance (tables) because a bag of the context's "
                    "tokens already beats 1/m"),
     ClaimSpec(name="nope, 1 layer: retrieving head's peak at -K in every seed x length cell",
               paper="(none: no position at one layer)", where=RETRIEVING & NOPE & SHALLOW,
-              measure=share("peak_offset", "==", neg("K")), percent=True, role="check",
+              measure=share("peak_offset", "==", neg("K")), percent=True, source=BY_DEFINITION, setting="seed",
               na=undecidable(ONE_LAYER_WHY)),
     # two and four layers: the hypothesis, with Table 1's lines
     ClaimSpec(name="nope, {n_layers} layers: accuracy at trained lengths (L ≤ 16)", paper="causal masking induces "
               "relative structure", where=TRAINED & NOPE & DEEP, per=("n_layers",), measure=mean("accuracy"),
-              op=">=", threshold=0.95, note=HYPOTHESIS),
+              op=">=", threshold=0.95, note=HYPOTHESIS, source=STEP, setting="seed", revised=ROLES_REVISED),
     ClaimSpec(name="nope, {n_layers} layers: lowest mean accuracy over the unseen lengths (L > 16)",
               paper="causal masking induces relative structure (Table 1: near-perfect)", where=UNSEEN & NOPE & DEEP,
               per=("n_layers",), measure=minimum("accuracy", by=("K", "length")), op=">=", threshold=0.97,
-              note=HYPOTHESIS),
+              note=HYPOTHESIS, source=STEP, setting="seed", trained=True, revised=f"{ROLES_REVISED}; {GATED}"),
     ClaimSpec(name="nope, {n_layers} layers: retrieving head's peak at -K in every seed x length cell",
               paper="causal masking induces relative structure (Table 1: 100% of cells)",
               where=RETRIEVING & NOPE & DEEP,
               per=("n_layers",), measure=share("peak_offset", "==", neg("K")), op=">=", threshold=1.0, percent=True,
-              note=HYPOTHESIS),
+              note=HYPOTHESIS, source=STEP, setting="seed", trained=True, revised=f"{ROLES_REVISED}; {GATED}"),
     ClaimSpec(name="nope, {n_layers} layers: retrieving head peaks at one offset at every length (any offset)",
               paper="a length-invariant peak offset", where=probe("member") & NOPE & DEEP, per=("n_layers",),
-              measure=share("invariant", "==", True), op=">=", threshold=1.0, percent=True, note=HYPOTHESIS),
+              measure=share("invariant", "==", True), op=">=", threshold=1.0, percent=True, note=HYPOTHESIS,
+              source=STEP, setting="seed", trained=True, revised=f"{ROLES_REVISED}; {GATED}"),
     # controls: RoPE and APE at the same depth
     *[ClaimSpec(name="{encoding}, {n_layers} layer(s): lowest mean accuracy over the unseen lengths (L > 16)",
                 paper="Table 1: RoPE near-perfect", where=UNSEEN & ROPE & where, per=("encoding", "n_layers"),
-                measure=minimum("accuracy", by=("K", "length")), op=">=", threshold=0.97, role=role, note=note)
-      for where, role, note in ((SHALLOW, "control", "the one-layer model with MLP and LayerNorm (Table 1's head has "
-                                                      "neither): a control; {seeds} seeds, {n} rows"),
-                                (DEEP, "control", CONTROL))],
+                measure=minimum("accuracy", by=("K", "length")), op=">=", threshold=0.97, note=note,
+                source=TABLE1_ROPE, setting="other", trained=True, revised=GATED)
+      for where, note in ((SHALLOW, "the one-layer model with MLP and LayerNorm (Table 1's head has neither): a "
+                                    "control; {seeds} seeds, {n} rows"), (DEEP, CONTROL))],
     ClaimSpec(name="{encoding}, {n_layers} layer(s): retrieving head's peak at -K in every seed x length cell",
               paper="Table 1: 100% of cells (RoPE)", where=RETRIEVING & ROPE, per=("encoding", "n_layers"),
-              measure=share("peak_offset", "==", neg("K")), op=">=", threshold=1.0, percent=True, role="control",
-              note=CONTROL),
+              measure=share("peak_offset", "==", neg("K")), op=">=", threshold=1.0, percent=True, note=CONTROL,
+              source=TABLE1_ROPE, setting="other", trained=True, revised=GATED),
     ClaimSpec(name="{encoding}, {n_layers} layer(s): accuracy at trained lengths (L ≤ 16)", paper="Table 1: APE ~1",
               where=TRAINED & APE, per=("encoding", "n_layers"), measure=mean("accuracy"), op=">=", threshold=0.95,
-              role="control", note=CONTROL),
+              note=CONTROL, source=TABLE1_APE, setting="other"),
     ClaimSpec(name="{encoding}, {n_layers} layer(s): accuracy at unseen lengths (L > 16)",
               paper="Table 1: APE ~chance (1/m = 0.05)", where=UNSEEN & APE, per=("encoding", "n_layers"),
-              measure=mean("accuracy"), op="<=", threshold=2, scale_by="chance", role="control", note=CONTROL),
+              measure=mean("accuracy"), op="<=", threshold=2, scale_by="chance", note=CONTROL, source=TABLE1_APE,
+              setting="other", trained=True, revised=GATED),
 ]
 
 TABLES = [
@@ -229,7 +247,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"{study.train.lr:g}), lengths U[{study.train.min_length}, {Lmax}] per {study.train.length_sampling}; "
              f"{study.eval.n_sequences} sequences per length. NoPE is the question; RoPE and the learned table "
              "(APE, rows N(0, 0.02²)) are controls at the same depths.")
-    return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro,
+    return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows, GATE), intro=intro,
                          tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length"),
                          more_figures=profile_figure, csvs={"heads.csv": "head", "members.csv": "member"})
 
