@@ -360,7 +360,7 @@ def recompute(study: str, claims: list, folder: Path) -> list:
             out.append(c)
             continue
         spec = mine[0]
-        c = dataclasses.replace(c, role=spec.role)
+        c = _rejudged(dataclasses.replace(c, role=spec.role), spec)
         if spec.trained and gate is not None and c.holds is not None and rows:
             m = template_pattern(spec.name).match(c.name)
             fields = [f.split(":")[0] for f in __import__("re").findall(r"\{([^{}]*)\}", spec.name)]
@@ -372,6 +372,43 @@ def recompute(study: str, claims: list, folder: Path) -> list:
                     f"n.a. (did not learn in range: {gate.text} {shown}, below {gate.threshold:g}); {c.note}"))
         out.append(c)
     return out
+
+
+def _plain(holds: bool | None) -> str:
+    return {True: "yes", False: "no", None: "n.a."}[holds]
+
+
+def _stored_value(claim, spec) -> float | None:
+    """A stored measured value as the measure gave it (a percentage back to a share; text: None)."""
+    m = claim.measured
+    if isinstance(m, (int, float)) and not isinstance(m, bool):
+        return float(m)
+    if isinstance(m, str) and spec.percent and m.endswith("%"):
+        try:
+            return float(m[:-1]) / 100
+        except ValueError:
+            return None
+    return None
+
+
+def _rejudged(claim, spec):
+    """A stored claim under today's spec where only the criterion changed: judged from its stored measured
+    value (a spec that now decides what was n.a., or a new line), or n.a. where the spec now declares it.
+    A criterion scaled by a row column or decided by intervals needs the rows: left as stored."""
+    import dataclasses
+
+    if spec.na is not None and claim.holds is not None:
+        return dataclasses.replace(claim, holds=None, na_kind=spec.na.kind, criterion="",
+                                   note=f"n.a. ({spec.na.text}); was judged {_plain(claim.holds)}: {claim.note}")
+    value = _stored_value(claim, spec)
+    decided = claim.holds is not None or claim.na_kind in DECLARED_NA
+    if (spec.op is None or spec.scale_by or spec.interval or value is None or not decided
+            or (claim.holds is not None and claim.criterion == spec.criterion())):
+        return claim
+    holds = spec.judge(value)
+    return dataclasses.replace(claim, holds=holds, na_kind=None, criterion=spec.criterion(), note=(
+        f"judged from the stored measured value under the revised criterion (nothing re-run); "
+        f"stored as {_plain(claim.holds)}{f' under {claim.criterion}' if claim.criterion else ''}: {claim.note}"))
 
 
 def restate(ledgers: dict[str, dict]) -> None:

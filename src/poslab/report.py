@@ -25,7 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from poslab.experiments.claims import ROLES, Claim, claims_markdown, counts_text, markdown_table, read_claims, summary
+from poslab.experiments import registry
+from poslab.experiments.claims import ROLES, Claim, claims_markdown, counts_both, markdown_table, read_claims, summary
 from poslab.experiments.stages import is_stage
 from poslab.store import Store
 
@@ -92,10 +93,16 @@ def sections(db: Store, results: Path | None) -> list[Section]:
             statuses={**dict(sorted(Counter(r["status"] for r in mine).items())),
                       **({"stored stages": stages} if stages else {})},
             budgets=[(what, _distinct(_get(r["config"], path) for r in mine)) for what, path in BUDGETS],
-            claims=read_claims(claims_file) if claims_file.exists() else None,
+            claims=_registered(name, read_claims(claims_file)) if claims_file.exists() else None,
             figures=sorted(folder.glob("*.png")) if folder.is_dir() else [],
             results=folder if folder.is_dir() else None))
     return out
+
+
+def _registered(name: str, claims: list[Claim]) -> list[Claim]:
+    """The stored claims with each revised one's registered criterion and verdict (the study's ledger)."""
+    ledger = registry.load(name)
+    return claims if ledger is None else registry.annotate_stored(claims, ledger)
 
 
 def _totals(secs: list[Section]) -> list[list]:
@@ -107,7 +114,7 @@ def _totals(secs: list[Section]) -> list[list]:
             continue
         c = summary(s.claims)
         total.update(c)
-        rows.append([s.name, s.title, c["held"], c["failed"], c["not_judged"], counts_text(s.claims), ""])
+        rows.append([s.name, s.title, c["held"], c["failed"], c["not_judged"], counts_both(s.claims), ""])
     rows.append(["all", "", total["held"], total["failed"], total["not_judged"], "", ""])
     return rows
 
@@ -168,7 +175,7 @@ def render_html(secs: list[Section], store: Path) -> str:
     e = html.escape
     contents = []
     for s in secs:
-        tally = f" ({counts_text(s.claims)})" if s.claims is not None else " (no claims yet)"
+        tally = f" ({counts_both(s.claims)})" if s.claims is not None else " (no claims yet)"
         contents.append(f'<li><a href="#{e(s.name)}">{e(s.name)}</a>: {e(s.title)}{e(tally)}</li>')
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>poslab report</title>",
              f"<style>{_CSS}</style></head><body>", "<h1>poslab report</h1>",

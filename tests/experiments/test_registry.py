@@ -199,3 +199,40 @@ def test_ledgers_are_json_with_the_documented_fields():
             assert {"spec", "first", "revisions", "withdrawn"} <= set(claim)
             assert {"criterion", "role", "verdict", "revision", "date"} <= set(claim["first"])
             assert all(r.get("reason") for r in claim["revisions"])
+
+
+# ----------------------------------------------------------------------------- restating stored claims
+
+def _script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("register_claims", ROOT / "scripts" / "register_claims.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_stored_comparison_is_judged_from_its_measured_value_on_both_sides_of_the_line():
+    script = _script()
+    spec = _spec(threshold=0.9)
+    stored = Claim(name="t5: accuracy at unseen lengths", paper="high", measured=0.553, holds=None,
+                   na_kind="comparison", note="n.a. (a number for comparison only: x); 3 seeds")
+    no = script._rejudged(stored, spec)
+    assert (no.holds, no.na_kind, no.criterion) == (False, None, "≥ 0.9") and "stored as n.a." in no.note
+    yes = script._rejudged(Claim(**{**stored.__dict__, "measured": 0.9}), spec)
+    assert yes.holds is True
+    missing = Claim(**{**stored.__dict__, "measured": None, "na_kind": "not-run"})
+    assert script._rejudged(missing, spec) == missing  # nothing measured: nothing to judge
+    pct = _spec(threshold=1.0, percent=True)
+    assert script._rejudged(Claim(**{**stored.__dict__, "measured": "100.0%"}), pct).holds is True
+    assert script._rejudged(Claim(**{**stored.__dict__, "measured": "99.9%"}), pct).holds is False
+
+
+def test_a_stored_verdict_becomes_na_where_the_spec_now_declares_it():
+    from poslab.experiments.spec import undecidable
+
+    script = _script()
+    spec = _spec(op=None, threshold=None, na=undecidable("the seed names no line for this quantity"))
+    judged = Claim(name="x", paper="p", measured=0.4, holds=False, criterion="≥ 0.9", note="3 seeds")
+    got = script._rejudged(judged, spec)
+    assert (got.holds, got.na_kind, got.criterion) == (None, "undecidable", "") and "was judged no" in got.note
