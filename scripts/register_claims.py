@@ -433,6 +433,33 @@ def restate(ledgers: dict[str, dict]) -> None:
                     table.write_text(head + sep + "\n".join([claims_markdown(claims), *lines[n:]]))
 
 
+MARKERS = ("<!-- registered counts -->", "<!-- /registered counts -->")
+
+
+def counts_block() -> str:
+    """docs/results.md's table: each stored study's counts per role as registered and as revised."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from poslab.experiments.claims import as_registered, counts_text, markdown_table, read_claims
+
+    rows = []
+    for folder in RESULTS:
+        for path in sorted((ROOT / folder).glob("*/claims.json")):
+            claims = read_claims(path)
+            revised = sum(bool(c.registered) for c in claims)
+            rows.append([f"`{path.parent.name}`", counts_text(as_registered(claims)), counts_text(claims),
+                         f"{revised} of {len(claims)}"])
+    table = markdown_table(["study", "as first registered (yes / no / n.a.)", "as revised",
+                            "claims revised"], rows)
+    return f"{MARKERS[0]}\n{table}\n{MARKERS[1]}"
+
+
+def write_counts_block(path: Path = ROOT / "docs" / "results.md") -> None:
+    text = path.read_text()
+    head, _, rest = text.partition(MARKERS[0])
+    _, _, tail = rest.partition(MARKERS[1])
+    path.write_text(head + counts_block() + tail)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--since", default=SINCE)
@@ -464,6 +491,7 @@ def main() -> None:
               f"{sum(bool(c['withdrawn']) for c in ledger['claims'].values())} withdrawn")
     if args.restate:
         restate(ledgers)
+        write_counts_block()
 
 
 if __name__ == "__main__":

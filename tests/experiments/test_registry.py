@@ -236,3 +236,8 @@ def test_a_stored_verdict_becomes_na_where_the_spec_now_declares_it():
     judged = Claim(name="x", paper="p", measured=0.4, holds=False, criterion="≥ 0.9", note="3 seeds")
     got = script._rejudged(judged, spec)
     assert (got.holds, got.na_kind, got.criterion) == (None, "undecidable", "") and "was judged no" in got.note
+
+
+def test_results_page_counts_are_the_stored_claims():
+    text = (ROOT / "docs" / "results.md").read_text()
+    assert _script().counts_block() in text, "docs/results.md is stale: run scripts/register_claims.py --restate"
