@@ -102,6 +102,21 @@ _OUTPUTS = """CREATE TABLE IF NOT EXISTS outputs (
     folder     TEXT NOT NULL,
     written_at TEXT NOT NULL
 )"""
+# Every claim's judgements (experiment/registry.py): its first, then each whose fingerprint (what judges it)
+# differs; judging again under a fingerprint already recorded adds nothing. Added to stores of either age.
+_JUDGEMENTS = """CREATE TABLE IF NOT EXISTS judgements (
+    experiment  TEXT NOT NULL,
+    claim       TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    criterion   TEXT,
+    role        TEXT,
+    verdict     TEXT,
+    na_kind     TEXT,
+    reason      TEXT,
+    revision    TEXT,
+    judged_at   TEXT NOT NULL,
+    PRIMARY KEY (experiment, claim, fingerprint)
+)"""
 # The columns of each table, in order: a store from before APPLICATION_ID is recognised by them.
 _COLUMNS = {
     "runs": ("key", "experiment", "config_json", "status", "timings_json", "revision", "weights",
@@ -257,6 +272,29 @@ class Store:
                                (experiment, str(Path(folder).resolve()),
                                 datetime.now(UTC).isoformat(timespec="seconds")))
 
+    def record_judgements(self, experiment: str, judgements: Iterable[Mapping[str, Any]],
+                          revision: str | None = None) -> int:
+        """Record each claim's judgement ({claim, fingerprint, criterion, role, verdict, na_kind, reason})
+        where its fingerprint is new for that claim; returns how many were new."""
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        with self._transaction():
+            before = self._conn.total_changes
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO judgements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ((experiment, j["claim"], j["fingerprint"], j.get("criterion"), j.get("role"), j.get("verdict"),
+                  j.get("na_kind"), j.get("reason"), revision, now) for j in judgements))
+            return self._conn.total_changes - before
+
+    def judgements(self, experiment: str) -> dict[str, list[dict]]:
+        """{claim: its recorded judgements, first first} of one experiment."""
+        out: dict[str, list[dict]] = {}
+        cols = ("claim", "fingerprint", "criterion", "role", "verdict", "na_kind", "reason", "revision", "judged_at")
+        for row in self._conn.execute(f"SELECT {', '.join(cols)} FROM judgements WHERE experiment = ? "
+                                      "ORDER BY judged_at, rowid", (experiment,)):
+            record = dict(zip(cols, row, strict=True))
+            out.setdefault(record["claim"], []).append(record)
+        return out
+
     def outputs(self) -> dict[str, Path]:
         """{experiment: the folder it last wrote its outputs to}."""
         return {e: Path(f) for e, f in self._conn.execute("SELECT experiment, folder FROM outputs")}
@@ -268,6 +306,7 @@ class Store:
         with self._transaction():
             kind = _classify(self._conn, self.path)
             self._conn.execute(_OUTPUTS)
+            self._conn.execute(_JUDGEMENTS)
             if kind == "ours":
                 return
             for statement in _SCHEMA:

@@ -241,3 +241,36 @@ def test_a_stored_verdict_becomes_na_where_the_spec_now_declares_it():
 def test_results_page_counts_are_the_stored_claims():
     text = (ROOT / "docs" / "results.md").read_text()
     assert _script().counts_block() in text, "docs/results.md is stale: run scripts/register_claims.py --restate"
+
+
+# ----------------------------------------------------------------------------- the run's store
+
+def test_a_runs_store_registers_each_claim_once_and_shows_a_changed_line(tmp_path, monkeypatch):
+    import dataclasses
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import demo_shift
+
+    from poslab.experiments.runner import run_study
+    from poslab.store import Store
+    from poslab.studies import EXPERIMENTS
+
+    monkeypatch.setitem(EXPERIMENTS, "demo_shift", demo_shift.EXPERIMENT)
+    study = demo_shift.EXPERIMENT.study("quick")
+    with Store(tmp_path / "s.sqlite") as store:
+        run_study(demo_shift.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
+        first = store.judgements("demo_shift")
+        run_study(demo_shift.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
+        assert store.judgements("demo_shift") == first  # the same fingerprint adds nothing
+        assert sorted(first) == ["learned: accuracy at trained lengths", "learned: accuracy past training",
+                                 "rope: accuracy at trained lengths", "rope: accuracy past training"]
+        moved = [dataclasses.replace(demo_shift.CLAIMS[0], threshold=-1.0), demo_shift.CLAIMS[1]]
+        monkeypatch.setattr(demo_shift, "CLAIMS", moved)
+        run_study(demo_shift.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
+        history = store.judgements("demo_shift")
+    assert [len(history[n]) for n in sorted(history)] == [2, 1, 2, 1]
+    claims = {c.name: c for c in read_claims(tmp_path / "out" / "claims.json")}
+    trained = claims["rope: accuracy at trained lengths"]
+    assert trained.holds is True and trained.criterion == "≥ -1"
+    assert trained.registered["criterion"] == "≥ 0.9" and "no revised= note" in trained.registered["reason"]
+    assert claims["rope: accuracy past training"].registered is None

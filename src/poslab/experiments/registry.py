@@ -43,6 +43,8 @@ from poslab.experiments.fingerprint import digest
 LEDGERS = Path(__file__).resolve().parent.parent / "data" / "registry"
 
 _active: contextvars.ContextVar[str | None] = contextvars.ContextVar("poslab_registry_study", default=None)
+# the store a run's judgements are recorded in, and the code revision that judged them
+_store: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("poslab_registry_store", default=None)
 
 
 def ledger_path(study: str, root: Path | None = None) -> Path:
@@ -56,13 +58,15 @@ def load(study: str, root: Path | None = None) -> dict | None:
 
 
 @contextlib.contextmanager
-def active(study: str) -> Iterator[None]:
-    """Within: :func:`annotate` reads ``study``'s ledger (the runner sets it around a report)."""
-    token = _active.set(study)
+def active(study: str, store=None, revision: str | None = None) -> Iterator[None]:
+    """Within: :func:`annotate` reads ``study``'s ledger and records each judgement in ``store`` (the
+    runner sets it around a report)."""
+    token, stored = _active.set(study), _store.set((store, revision) if store is not None else None)
     try:
         yield
     finally:
         _active.reset(token)
+        _store.reset(stored)
 
 
 def template_pattern(template: str) -> re.Pattern:
@@ -100,18 +104,54 @@ def judgement(claim: Claim) -> dict:
 
 
 def annotate(claims: list[Claim], specs: list, gate=None) -> list[Claim]:
-    """Each revised claim with its first registered judgement (``Claim.registered``), where a ledger
-    is active; the claims unchanged otherwise. A spec with a ``revised=`` note the ledger does not
-    hold yet counts as revised too (registered at the next ``scripts/register_claims.py``)."""
+    """Each revised claim with its first registered judgement (``Claim.registered``), where a study is
+    active: from the project's ledger where the study has one, else from the run's store (whose first
+    judgement of a claim under another fingerprint is its registration). Each judgement is recorded in
+    the store (a fingerprint already recorded for the claim adds nothing). A spec with a ``revised=`` note
+    the ledger does not hold yet counts as revised too (registered at the next
+    ``scripts/register_claims.py``)."""
     study = _active.get()
-    ledger = load(study) if study else None
-    if not ledger:
+    if not study:
         return claims
-    pending = {t: note for t, (fp, note) in by_template(specs, gate).items()
+    groups = by_template(specs, gate)
+    template = {c.name: spec_of(c.name, list(groups)) for c in claims}
+    history = _record(study, claims, groups, template)
+    ledger = load(study) or dict(study=study, specs={}, claims={})
+    pending = {t: note for t, (fp, note) in groups.items()
                if note and ledger["specs"].get(t, {}).get("revised") != note
                and ledger["specs"].get(t, {}).get("fingerprint") not in (None, fp)}
-    return annotate_stored(claims, ledger, {n: pending[t] for n in (c.name for c in claims)
-                                            if (t := spec_of(n, list(pending))) is not None})
+    by_ledger = annotate_stored(claims, ledger, {n: pending[t] for n, t in template.items() if t in pending})
+    by_store = _from_store(claims, groups, template, history)
+    # the project's registration where it holds the claim; a claim it does not know: this store's first judgement
+    return [a if c.name in ledger["claims"] else b for c, a, b in zip(claims, by_ledger, by_store, strict=True)]
+
+
+def _record(study: str, claims: list[Claim], groups: dict, template: dict) -> dict[str, list[dict]]:
+    """Record this report's judgements in the active store; the store's history of the study's claims."""
+    active_store = _store.get()
+    if active_store is None:
+        return {}
+    store, revision = active_store
+    rows = [dict(claim=c.name, fingerprint=groups[template[c.name]][0], reason=groups[template[c.name]][1],
+                 **judgement(c)) for c in claims if template[c.name] is not None]
+    store.record_judgements(study, rows, revision=revision)
+    return store.judgements(study)
+
+
+def _from_store(claims: list[Claim], groups: dict, template: dict, history: dict[str, list[dict]]) -> list[Claim]:
+    out = []
+    for c in claims:
+        records = history.get(c.name, [])
+        t = template.get(c.name)
+        if not records or t is None or records[0]["fingerprint"] == groups[t][0]:
+            out.append(c)
+            continue
+        first = records[0]
+        reason = groups[t][1] or "changed with no revised= note"
+        out.append(dataclasses.replace(c, registered=dict(
+            criterion=first["criterion"], role=first["role"], verdict=first["verdict"], na_kind=first["na_kind"],
+            revision=first["revision"], date=(first["judged_at"] or "")[:10], reason=reason)))
+    return out
 
 
 def annotate_stored(claims: list[Claim], ledger: dict, pending: dict[str, str] | None = None) -> list[Claim]:

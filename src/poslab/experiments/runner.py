@@ -183,7 +183,7 @@ def _write_report(experiment: Experiment, study: StudyConfig, store: Store, ever
         rows = store.rows(keys=[m.key for m in everyone])
     with span("tables and figures"):
         out.mkdir(parents=True, exist_ok=True)
-        with registry.active(experiment.name):
+        with registry.active(experiment.name, store, git_revision(Path(__file__).parent)):
             files = experiment.report(rows, study, out)
     with span("store"):
         store.record_outputs(experiment.name, out)
@@ -212,7 +212,7 @@ def run_jobs(experiment: Experiment, study: StudyConfig, jobs: list[Job], *, sto
                   progress=progress, prepared=prepared, revision=revision)
     rows = store.rows(keys=[job.key for job in jobs])
     out.mkdir(parents=True, exist_ok=True)
-    with registry.active(experiment.name):
+    with registry.active(experiment.name, store, revision):
         files = experiment.report(rows, study, out)
     store.record_outputs(experiment.name, out)
     return dict(members=len(jobs), trained=len(todo), reused=len(jobs) - len(todo), reevaluated=0, variants=0,
