@@ -160,10 +160,11 @@ def annotate_stored(claims: list[Claim], ledger: dict, pending: dict[str, str] |
     ``pending``: {claim name: a revision note not yet in the ledger}. The ledger keeps every revision,
     those that left all four as they were (a rewrite of how a spec is written) too."""
     out = []
+    pending = pending or {}
     for c in claims:
         record = ledger["claims"].get(c.name)
         reasons = [r["reason"] for r in (record or {}).get("revisions", [])]
-        if (pending or {}).get(c.name):
+        if pending.get(c.name):
             reasons.append(pending[c.name])
         first = (record or {}).get("first", {})
         moved = (first.get("criterion", ""), first.get("role"), first.get("verdict"), first.get("na_kind")) != (
