@@ -1,72 +1,56 @@
-"""Rebuild poslab.studies.kit.published's RUNS from Kazemnejad et al.'s own results files.
+"""Extract, from Kazemnejad et al.'s own results files, the runs poslab.studies.kit.published reads.
 
 McGill-NLP/length-generalization publishes its runs in ``results/*.jsonl``: one JSON object per
 W&B run, with ``job_type`` ``best_run_seed_exp`` for the three seeds trained at the selected
 hyper-parameters. Each such run has ``sum__pred/test_acc_<L>`` (exact match of the generated
 answer on the test examples of length bin L, a fraction, rounded to 4 places by their analyzer)
-and ``sum__pred/test_acc_overall`` (over every test example). This script keeps the runs whose
-task, split and encoding poslab's lengthgen study runs (copy cmc, reverse mc, SCAN len_tr25_ts48;
-no scratchpad), averages each number over the seeds, and prints the module's ``RUNS`` literal::
+and ``sum__pred/test_acc_overall`` (over every test example), and, where the trainer logged it,
+``sum__pred/test_seq_acc`` (the share of test outputs whose tokens are all right). This script keeps
+the runs whose task, split and encoding poslab's lengthgen study runs (copy cmc, reverse mc, SCAN
+len_tr25_ts48; no scratchpad), each with its group, seed and every ``sum__pred/test_*`` and
+``sum__pred/valid_*`` number, as they are in the source, and writes them to
+``src/poslab/data/sources/kazemnejad2023_runs.jsonl.gz``, which ``poslab.studies.kit.published``
+reads (and a test recomputes every recorded number from)::
 
     .venv/bin/python scripts/kazemnejad_published.py /path/to/length-generalization/results
 
-It reads data only; it needs the source's results directory (not shipped with poslab).
+It reads data only; it needs the source's results directory (a checkout of the repository).
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import sys
 from pathlib import Path
 
-# (their data, their split) -> poslab task, for the splits poslab runs with its default variant
-SPLITS = {("s2s_copy", "cmc_tr20_ts40"): "copy", ("s2s_reverse", "mc_tr20_ts40"): "reverse",
-          ("scan", "len_tr25_ts48"): "scan"}
-ENCODINGS = {"none": "NoPE", "t5": "T5", "alibi": "ALiBi", "rotary": "Rotary", "abs_sin": "APE"}
+from poslab.studies.kit.published import EXTRACT, parse_group
+
 FILES = ("sanity_check.jsonl", "classic.jsonl")  # copy and reverse; SCAN (and PCFG, not run here)
+KEEP = ("run_group", "job_type", "cfg__global_vars.seed")  # and every sum__pred/{test,valid}_* number
 
 
-def parse_group(group: str) -> tuple[str, str] | None:
-    """'SW-t5_dec_base_pe_alibi_scan_sweep___data-scan-len_tr25_ts48' -> ('scan', 'ALiBi'): poslab's task and
-    their encoding, or None for a run lengthgen has no counterpart of."""
-    head, _, data = group.partition("___data-")
-    if not head.startswith("SW-t5_dec_base_pe_") or "scratchpad" in head:
-        return None
-    encoding = head.removeprefix("SW-t5_dec_base_pe_").split("_s2s_")[0].removesuffix("_scan_sweep")
-    encoding = encoding.removesuffix("_pcfg_sweep")
-    for (name, split), task in SPLITS.items():
-        if data == f"{name}-{split}" and encoding in ENCODINGS:
-            return task, ENCODINGS[encoding]
-    return None
-
-
-def collect(results: Path) -> dict[tuple[str, str], dict]:
-    runs: dict[tuple[str, str], list[dict]] = {}
+def extract(results: Path) -> list[dict]:
+    """The kept runs, each with the fields poslab reads, in a stable order."""
+    out = []
     for file in FILES:
         for line in (results / file).read_text().splitlines():
             run = json.loads(line)
-            parsed = parse_group(run["run_group"]) if run["job_type"] == "best_run_seed_exp" else None
-            if parsed:
-                runs.setdefault(parsed, []).append(run)
-    out = {}
-    for key, seeds in sorted(runs.items()):
-        lengths = sorted(int(k.rsplit("_", 1)[1]) for k in seeds[0]
-                         if k.startswith("sum__pred/test_acc_") and k.rsplit("_", 1)[1].isdigit())
-        overall = [run["sum__pred/test_acc_overall"] for run in seeds]
-        out[key] = dict(seeds=overall, overall=round(sum(overall) / len(overall), 4),
-                        by_length={n: round(sum(run[f"sum__pred/test_acc_{n}"] for run in seeds) / len(seeds), 4)
-                                   for n in lengths})
-    return out
+            if run["job_type"] == "best_run_seed_exp" and parse_group(run["run_group"]):
+                out.append({k: v for k, v in run.items()
+                            if k in KEEP or k.startswith(("sum__pred/test_", "sum__pred/valid_"))})
+    return sorted(out, key=lambda r: (r["run_group"], r["cfg__global_vars.seed"]))
 
 
 def main(results: str) -> None:
-    print("RUNS = {")
-    for (task, their), got in collect(Path(results)).items():
-        items = [f"{n}: {v}" for n, v in got["by_length"].items()]
-        rows = [", ".join(items[i:i + 8]) for i in range(0, len(items), 8)]
-        print(f"    ({task!r}, {their!r}): dict(overall={got['overall']}, seeds={got['seeds']}, by_length={{")
-        print("".join(f"        {row},\n" for row in rows) + "    }),", end="\n")
-    print("}")
+    runs = extract(Path(results))
+    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in runs)
+    with gzip.GzipFile(EXTRACT, "wb", mtime=0) as f:  # mtime 0: the same runs give the same bytes
+        f.write(text.encode())
+    for file in FILES:
+        print(f"{file}: sha256 {hashlib.sha256((Path(results) / file).read_bytes()).hexdigest()}")
+    print(f"wrote {len(runs)} runs to {EXTRACT}")
 
 
 if __name__ == "__main__":

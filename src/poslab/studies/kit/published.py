@@ -30,79 +30,81 @@ tools (docs/lengthgen.md), so none is recorded.
 
 from __future__ import annotations
 
-SOURCE = "their results files (McGill-NLP/length-generalization@40f8a44), mean of 3 seeds"
-SCALE = "exact match, T5-base decoder (~107M), 40k steps, batch 64; tested at {lengths}"
-TEST_LENGTHS = {"copy": "21-40", "reverse": "21-40", "scan": "26-48 actions"}
+import gzip
+import json
+from pathlib import Path
 
-RUNS: dict[tuple[str, str], dict] = {
-    ('copy', 'ALiBi'): dict(overall=0.331, seeds=[0.344, 0.3192, 0.3299], by_length={
-        21: 0.8227, 22: 0.7693, 23: 0.8153, 24: 0.7507, 25: 0.734, 26: 0.7127, 27: 0.6367, 28: 0.568,
-        29: 0.444, 30: 0.2293, 31: 0.0947, 32: 0.0353, 33: 0.0053, 34: 0.0027, 35: 0.0, 36: 0.0,
-        37: 0.0, 38: 0.0, 39: 0.0, 40: 0.0,
-    }),
-    ('copy', 'APE'): dict(overall=0.0277, seeds=[0.0283, 0.0227, 0.0322], by_length={
-        21: 0.5427, 22: 0.012, 23: 0.0, 24: 0.0, 25: 0.0, 26: 0.0, 27: 0.0, 28: 0.0,
-        29: 0.0, 30: 0.0, 31: 0.0, 32: 0.0, 33: 0.0, 34: 0.0, 35: 0.0, 36: 0.0,
-        37: 0.0, 38: 0.0, 39: 0.0, 40: 0.0,
-    }),
-    ('copy', 'NoPE'): dict(overall=0.3054, seeds=[0.2896, 0.3322, 0.2944], by_length={
-        21: 0.788, 22: 0.7427, 23: 0.7767, 24: 0.722, 25: 0.704, 26: 0.6873, 27: 0.5933, 28: 0.4993,
-        29: 0.3393, 30: 0.1727, 31: 0.0527, 32: 0.0253, 33: 0.004, 34: 0.0007, 35: 0.0, 36: 0.0,
-        37: 0.0, 38: 0.0, 39: 0.0, 40: 0.0,
-    }),
-    ('copy', 'Rotary'): dict(overall=0.0114, seeds=[0.0133, 0.0177, 0.0032], by_length={
-        21: 0.0367, 22: 0.0, 23: 0.0, 24: 0.0, 25: 0.0, 26: 0.0, 27: 0.0, 28: 0.0,
-        29: 0.0, 30: 0.0, 31: 0.0, 32: 0.0, 33: 0.0, 34: 0.0667, 35: 0.0967, 36: 0.028,
-        37: 0.0, 38: 0.0, 39: 0.0, 40: 0.0,
-    }),
-    ('copy', 'T5'): dict(overall=0.4195, seeds=[0.435, 0.4082, 0.4154], by_length={
-        21: 0.8027, 22: 0.764, 23: 0.8027, 24: 0.7467, 25: 0.7293, 26: 0.7153, 27: 0.6693, 28: 0.6773,
-        29: 0.6587, 30: 0.5553, 31: 0.4647, 32: 0.368, 33: 0.2353, 34: 0.1287, 35: 0.0507, 36: 0.0173,
-        37: 0.002, 38: 0.002, 39: 0.0007, 40: 0.0,
-    }),
-    ('reverse', 'ALiBi'): dict(overall=0.1709, seeds=[0.1654, 0.1632, 0.184], by_length={
-        21: 0.9967, 22: 0.986, 23: 0.938, 24: 0.4513, 25: 0.0447, 26: 0.0007, 27: 0.0, 28: 0.0,
-        29: 0.0, 30: 0.0, 31: 0.0, 32: 0.0, 33: 0.0, 34: 0.0, 35: 0.0, 36: 0.0,
-        37: 0.0, 38: 0.0, 39: 0.0, 40: 0.0,
-    }),
-    ('reverse', 'APE'): dict(overall=0.023, seeds=[0.0148, 0.0363, 0.018], by_length={
-        21: 0.4607, 22: 0.0, 23: 0.0, 24: 0.0, 25: 0.0, 26: 0.0, 27: 0.0, 28: 0.0,
-        29: 0.0, 30: 0.0, 31: 0.0, 32: 0.0, 33: 0.0, 34: 0.0, 35: 0.0, 36: 0.0,
-        37: 0.0, 38: 0.0, 39: 0.0, 40: 0.0,
-    }),
-    ('reverse', 'NoPE'): dict(overall=0.2301, seeds=[0.2355, 0.2187, 0.236], by_length={
-        21: 0.9907, 22: 0.9793, 23: 0.9527, 24: 0.8047, 25: 0.542, 26: 0.2353, 27: 0.076, 28: 0.0193,
-        29: 0.0013, 30: 0.0, 31: 0.0, 32: 0.0, 33: 0.0, 34: 0.0, 35: 0.0, 36: 0.0,
-        37: 0.0, 38: 0.0, 39: 0.0, 40: 0.0,
-    }),
-    ('reverse', 'Rotary'): dict(overall=0.0774, seeds=[0.028, 0.1635, 0.0406], by_length={
-        21: 0.7893, 22: 0.3273, 23: 0.294, 24: 0.132, 25: 0.0047, 26: 0.0, 27: 0.0, 28: 0.0,
-        29: 0.0, 30: 0.0, 31: 0.0, 32: 0.0, 33: 0.0, 34: 0.0, 35: 0.0, 36: 0.0,
-        37: 0.0, 38: 0.0, 39: 0.0, 40: 0.0,
-    }),
-    ('reverse', 'T5'): dict(overall=0.2423, seeds=[0.2686, 0.2298, 0.2284], by_length={
-        21: 0.994, 22: 0.9853, 23: 0.9573, 24: 0.8453, 25: 0.608, 26: 0.3133, 27: 0.1173, 28: 0.0193,
-        29: 0.0053, 30: 0.0, 31: 0.0, 32: 0.0, 33: 0.0, 34: 0.0, 35: 0.0, 36: 0.0,
-        37: 0.0, 38: 0.0, 39: 0.0, 40: 0.0,
-    }),
-    ('scan', 'ALiBi'): dict(overall=0.0, seeds=[0, 0, 0], by_length={
-        26: 0.0, 27: 0.0, 28: 0.0, 30: 0.0, 32: 0.0, 33: 0.0, 36: 0.0, 40: 0.0,
-        48: 0.0,
-    }),
-    ('scan', 'APE'): dict(overall=0.0434, seeds=[0, 0.0472, 0.0829], by_length={
-        26: 0.2656, 27: 0.0, 28: 0.0, 30: 0.0, 32: 0.0, 33: 0.0, 36: 0.0, 40: 0.0,
-        48: 0.0,
-    }),
-    ('scan', 'NoPE'): dict(overall=0.531, seeds=[0.8087, 0.7844, 0], by_length={
-        26: 0.6667, 27: 0.6659, 28: 0.6131, 30: 0.6441, 32: 0.4271, 33: 0.6328, 36: 0.2344, 40: 0.0456,
-        48: 0.0,
-    }),
-    ('scan', 'Rotary'): dict(overall=0.0, seeds=[0, 0, 0], by_length={
-        26: 0.0, 27: 0.0, 28: 0.0, 30: 0.0, 32: 0.0, 33: 0.0, 36: 0.0, 40: 0.0,
-        48: 0.0,
-    }),
-    ('scan', 'T5'): dict(overall=0.2655, seeds=[0, 0.7966, 0], by_length={
-        26: 0.3275, 27: 0.3289, 28: 0.3036, 30: 0.3038, 32: 0.1815, 33: 0.3138, 36: 0.0, 40: 0.1732,
-        48: 0.0052,
-    }),
-}
+import numpy as np
+
+SOURCE = "their results files (McGill-NLP/length-generalization@40f8a44), mean of 3 seeds"
+SCALE = "T5-base decoder (~107M), 40k steps, batch 64; tested at {lengths}"
+TEST_LENGTHS = {"copy": "21-40", "reverse": "21-40", "scan": "26-48 actions"}
+# the runs of their results files that lengthgen has counterparts of, as the source has them
+# (scripts/kazemnejad_published.py wrote it; sources/ORIGIN.md says from where)
+EXTRACT = Path(__file__).resolve().parents[2] / "data" / "sources" / "kazemnejad2023_runs.jsonl.gz"
+# (their data, their split) -> poslab task, for the splits poslab runs with its default variant
+SPLITS = {("s2s_copy", "cmc_tr20_ts40"): "copy", ("s2s_reverse", "mc_tr20_ts40"): "reverse",
+          ("scan", "len_tr25_ts48"): "scan"}
+ENCODINGS = {"none": "NoPE", "t5": "T5", "alibi": "ALiBi", "rotary": "Rotary", "abs_sin": "APE"}
+STATISTIC = ("token-level exact match (every output token right: their trainer's test_seq_acc, the statistic "
+             "poslab scores; a run that did not log it: their analyzer's exact match where its in-distribution "
+             "exact match is above 0)")
+EXACT_STATISTIC = "their analyzer's exact match (a comparison of the decoded strings)"
+
+
+def parse_group(group: str) -> tuple[str, str] | None:
+    """'SW-t5_dec_base_pe_alibi_scan_sweep___data-scan-len_tr25_ts48' -> ('scan', 'ALiBi'): poslab's task and
+    their encoding, or None for a run lengthgen has no counterpart of."""
+    head, _, data = group.partition("___data-")
+    if not head.startswith("SW-t5_dec_base_pe_") or "scratchpad" in head:
+        return None
+    encoding = head.removeprefix("SW-t5_dec_base_pe_").split("_s2s_")[0].removesuffix("_scan_sweep")
+    encoding = encoding.removesuffix("_pcfg_sweep")
+    for (name, split), task in SPLITS.items():
+        if data == f"{name}-{split}" and encoding in ENCODINGS:
+            return task, ENCODINGS[encoding]
+    return None
+
+
+def token_exact(run: dict) -> float | None:
+    """A run's token-level exact match over its test set (see STATISTIC); None where it has neither."""
+    if run.get("sum__pred/test_seq_acc") is not None:
+        return float(run["sum__pred/test_seq_acc"])
+    if (run.get("sum__pred/valid_acc_overall") or 0) > 0:  # their analyzer worked on this run
+        return float(run["sum__pred/test_acc_overall"])
+    return None
+
+
+def summarize(runs: list[dict]) -> dict[tuple[str, str], dict]:
+    """{(task, encoding): overall (mean of the seeds' token-level exact match), seeds, exact_match (mean of
+    their analyzer's exact match over the runs where it worked: in-distribution exact match above 0),
+    seeds_exact, by_length (the analyzer's exact match per test length bin, over the same runs), left_out
+    (seeds whose analyzer failed: in-distribution exact match 0)}."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for run in runs:
+        key = parse_group(run["run_group"])
+        if key is not None and run["job_type"] == "best_run_seed_exp":
+            groups.setdefault(key, []).append(run)
+    out = {}
+    for key, seeds in sorted(groups.items()):
+        tokens = [v for v in map(token_exact, seeds) if v is not None]
+        working = [r for r in seeds if (r.get("sum__pred/valid_acc_overall") or 0) > 0]
+        bins = sorted({int(k.rsplit("_", 1)[1]) for r in working for k in r
+                       if k.startswith("sum__pred/test_acc_") and k.rsplit("_", 1)[1].isdigit()})
+        out[key] = dict(
+            overall=round(float(np.mean(tokens)), 4), seeds=tokens,
+            exact_match=round(float(np.mean([r["sum__pred/test_acc_overall"] for r in working])), 4)
+            if working else None,
+            seeds_exact=[r["sum__pred/test_acc_overall"] for r in working],
+            by_length={n: round(float(np.mean([r[f"sum__pred/test_acc_{n}"] for r in working])), 4) for n in bins},
+            left_out=len(seeds) - len(working))
+    return out
+
+
+def load(path: Path = EXTRACT) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+# (the extract ships with poslab; only the script that writes it imports this module before it exists)
+RUNS: dict[tuple[str, str], dict] = summarize(load()) if EXTRACT.exists() else {}
