@@ -1,5 +1,5 @@
-"""The README's module list (scripts/layout.py): one line per module, each from its docstring, and
-the README's copy equal to what the script generates now."""
+"""The module list of docs/layout.md (scripts/layout.py): one line per module, each from its docstring, and
+the page's copy equal to what the script generates now."""
 
 import importlib.util
 from pathlib import Path
@@ -13,9 +13,9 @@ spec.loader.exec_module(layout)
 
 
 def test_readme_module_list_is_the_generated_one():
-    got = layout.current((ROOT / "README.md").read_text())
-    assert got is not None, "README.md lost its generated module list"
-    assert got == layout.block(), "README's module list is stale: run python scripts/layout.py --write"
+    got = layout.current((ROOT / "docs" / "layout.md").read_text())
+    assert got is not None, "docs/layout.md lost its generated module list"
+    assert got == layout.block(), "docs/layout.md's module list is stale: run python scripts/layout.py --write"
 
 
 def test_every_module_has_one_line_and_no_two_share_one():

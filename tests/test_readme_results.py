@@ -62,3 +62,15 @@ def test_the_count_cell_reads_roles_in_order():
     assert ROW.match("| `x` | a | 6 / 5 / 14 | needs a rerun |") is None  # a study not restated has no roles
     both = "| `x` | a | registered: paper 1 / 1 / 0; revised: paper 2 / 0 / 0 | ran | [page](p.md) |"
     assert ROW.match(both)["counts"] == "registered: paper 1 / 1 / 0; revised: paper 2 / 0 / 0"
+
+
+def test_the_readme_reads_in_five_minutes_and_names_every_study():
+    """At most 160 lines, none over 400 characters, and a row for every built-in study."""
+    from poslab import plugins
+    from poslab.studies import EXPERIMENTS
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 160 and max(map(len, text.splitlines())) <= 400
+    named = set(re.findall(r"^\| `([a-z0-9-]+)` \|", text, flags=re.M))
+    builtin = {n for n in EXPERIMENTS if plugins.origin("studies", n) == plugins.BUILTIN}
+    assert builtin <= named, sorted(builtin - named)
