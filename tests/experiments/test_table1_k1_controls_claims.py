@@ -82,9 +82,15 @@ def test_k1_claims_read_the_profile_argmax_the_two_attentions_and_the_covariance
     good = [_member(1, s, 0, 0.1, 0.8) for s in range(3)] + [_member(2, s, -2, 0.01, 0.8, cos0=0.2, cost=0.8)
                                                                 for s in range(3)]
     got = {c.name: c.holds for c in judge_all(k1.CLAIMS, k1.derived(good, 48))}
-    assert all(v in (True, None) for v in got.values()) and sum(v is True for v in got.values()) == 5
-    # the old criterion (attention at 0 below 1/L) would say no here: 0.1 > 1/16; the target's attention decides
+    # issue 53: both former n.a. are judged (cos_0 > 0.5, validation's bar; attention at 0 below 1/L, the original
+    # line); at 0.1 > 1/16 the 1/L line says no while the target's attention says yes: two readings, both shown
+    assert got["K=1: attention at delta = 0 minus a uniform head's 1/L (L = L_max)"] is False
+    assert got["K=1: cos(m_Q, R_0 m_K)"] is True
+    assert sum(v is True for v in got.values()) == 6 and None not in got.values()
     assert got["K=1: attention at delta = -1 exceeds attention at delta = 0 (L = L_max)"] is True
+    low = [_member(1, s, 0, 0.05, 0.8) for s in range(3)]  # below a uniform head's 1/16
+    assert {c.name: c.holds for c in judge_all(k1.CLAIMS, k1.derived(low, 48))}[
+        "K=1: attention at delta = 0 minus a uniform head's 1/L (L = L_max)"] is True
     bad = [_member(1, 0, -1, 0.5, 0.4, cov=0.3)] + good[1:]
     got = {c.name: c.holds for c in judge_all(k1.CLAIMS, k1.derived(bad, 48))}
     assert got["K=1: carrier profile argmax over delta <= 0 at 0 (kernel centred at 0)"] is False
