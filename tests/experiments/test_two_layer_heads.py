@@ -59,7 +59,7 @@ def test_secondary_peak_of_a_16_dim_rotary_kernel_sits_where_high_frequencies_re
 
 def _peak_rows(task, seed, peaks):
     """L=48 rows of the heads study: peaks {(H, d_head): peak_height}."""
-    return [dict(probe="length", length=48, task=task, seed=seed, n_heads=H, d_head=d, d_model=H * d,
+    return [dict(probe="length", length=48, task=task, K2=3, seed=seed, n_heads=H, d_head=d, d_model=H * d,
                  peak_height=p) for (H, d), p in peaks.items()]
 
 
