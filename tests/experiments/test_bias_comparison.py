@@ -66,3 +66,33 @@ def test_the_monotone_bias_rows_are_checks_and_unseen_accuracy_is_for_comparison
     assert got["alibi m=0.5, K=2: cells selecting -K (monotone bias: predicted none)"].role == "check"
     accuracy = got["alibi m=0.5, K=2: mean accuracy at unseen lengths"]
     assert accuracy.holds is None and accuracy.na_kind == "comparison"
+
+
+def _accuracy_rows(setup, encoding, kind, unseen_acc, K=2, in_range_acc=1.0, prediction="offset", **extra):
+    return [dict(probe="length", setup=setup, encoding=encoding, kind=kind, K=K, seed=0, length=L, in_range=L <= 16,
+                 accuracy=in_range_acc if L <= 16 else unseen_acc, peak_offset=-K, chance=0.05, by_kind=False,
+                 prediction=prediction, **extra) for L in (12, 16, 32, 48)]
+
+
+def test_unseen_accuracy_is_judged_on_phenomenons_line_and_the_ordering_over_the_same_rows():
+    rows = _accuracy_rows("rope", "rope", "rotary", 0.99) + _accuracy_rows("t5 32/128 N(0,1)", "t5", "relative", 0.553)
+    rows += _accuracy_rows("sinusoidal", "sinusoidal", "absolute", 0.06, prediction="no offset")
+    rows += bc.ordering_rows(rows)
+    got = {c.name: c for c in judge_all(bc.CLAIMS, rows, bc.GATE)}
+    rope = got["rope, K=2: mean accuracy at unseen lengths"]
+    t5 = got["t5 32/128 N(0,1), K=2: mean accuracy at unseen lengths"]
+    assert (rope.role, rope.holds) == ("paper", True) and (t5.role, t5.holds) == ("paper", False)  # 0.553 < 0.97
+    sinus = got["sinusoidal, K=2: mean accuracy at unseen lengths"]
+    assert (sinus.role, sinus.holds) == ("control", True)  # <= 2 x chance
+    (order,) = [c for n, c in got.items() if n.startswith("relative over absolute, K=2")]
+    assert order.role == "paper" and order.holds is True and abs(float(order.measured) - (0.553 - 0.06)) < 1e-9
+    # an absolute head past the range above the lowest relative one reverses the ordering
+    rows = [r for r in rows if r["probe"] == "length" and r["setup"] != "sinusoidal"]
+    rows += _accuracy_rows("sinusoidal", "sinusoidal", "absolute", 0.6, prediction="no offset")
+    rows += bc.ordering_rows(rows)
+    (order,) = [c for c in judge_all(bc.CLAIMS, rows, bc.GATE) if c.name.startswith("relative over absolute")]
+    assert order.holds is False
+    # a model that did not learn in range: n.a., of that kind, with its in-range score
+    rows = _accuracy_rows("t5 32/128 N(0,1)", "t5", "relative", 0.553, in_range_acc=0.5)
+    (t5,) = [c for c in judge_all(bc.CLAIMS, rows, bc.GATE) if "mean accuracy" in c.name]
+    assert t5.holds is None and t5.na_kind == "not-learned" and "0.500" in t5.note

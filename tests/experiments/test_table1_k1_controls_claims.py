@@ -82,9 +82,15 @@ def test_k1_claims_read_the_profile_argmax_the_two_attentions_and_the_covariance
     good = [_member(1, s, 0, 0.1, 0.8) for s in range(3)] + [_member(2, s, -2, 0.01, 0.8, cos0=0.2, cost=0.8)
                                                                 for s in range(3)]
     got = {c.name: c.holds for c in judge_all(k1.CLAIMS, k1.derived(good, 48))}
-    assert all(v in (True, None) for v in got.values()) and sum(v is True for v in got.values()) == 5
-    # the old criterion (attention at 0 below 1/L) would say no here: 0.1 > 1/16; the target's attention decides
+    # issue 53: both former n.a. are judged (cos_0 > 0.5, validation's bar; attention at 0 below 1/L, the original
+    # line); at 0.1 > 1/16 the 1/L line says no while the target's attention says yes: two readings, both shown
+    assert got["K=1: attention at delta = 0 minus a uniform head's 1/L (L = L_max)"] is False
+    assert got["K=1: cos(m_Q, R_0 m_K)"] is True
+    assert sum(v is True for v in got.values()) == 6 and None not in got.values()
     assert got["K=1: attention at delta = -1 exceeds attention at delta = 0 (L = L_max)"] is True
+    low = [_member(1, s, 0, 0.05, 0.8) for s in range(3)]  # below a uniform head's 1/16
+    assert {c.name: c.holds for c in judge_all(k1.CLAIMS, k1.derived(low, 48))}[
+        "K=1: attention at delta = 0 minus a uniform head's 1/L (L = L_max)"] is True
     bad = [_member(1, 0, -1, 0.5, 0.4, cov=0.3)] + good[1:]
     got = {c.name: c.holds for c in judge_all(k1.CLAIMS, k1.derived(bad, 48))}
     assert got["K=1: carrier profile argmax over delta <= 0 at 0 (kernel centred at 0)"] is False
@@ -115,7 +121,7 @@ def _controls_rows(carrier_by_step, margins=(3.0, 3.0, 3.0), slopes=None):
 def _controls_claims(rows):
     study = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(K=2))
     every = controls.derived_rows(rows, study)
-    return every, {c.name: c for c in judge_all(controls.CLAIMS, every)}
+    return every, {c.name: c for c in judge_all(controls.CLAIMS, every, controls.GATE)}  # as its report judges
 
 
 def test_controls_co_emergence_plateau_margin_range_and_width_trend():
@@ -126,7 +132,8 @@ def test_controls_co_emergence_plateau_margin_range_and_width_trend():
     assert claims["base: carrier_k at >= 90% of its final value by step"].holds is True
     assert claims["base: carrier_k largest relative change from step 500 on"].holds is True
     assert claims[KERNEL_MARGIN].holds is True
-    assert claims[SEQUENCE_MARGIN].holds is True and claims[SEQUENCE_MARGIN].role == "control"
+    # issue 53: the seed's own margin in the seed's own setting is paper (was control)
+    assert claims[SEQUENCE_MARGIN].holds is True and claims[SEQUENCE_MARGIN].role == "paper"
     assert claims["dilution rate c by width (d=32, base d=64, d=128): smallest drop from one width to the next"
                   ].holds is True
     _, claims = _controls_claims(_controls_rows({0: 0.05, 100: 0.1, 1000: 0.5, 2000: 0.8}, margins=(2.0, 3.0, 4.0),
@@ -134,7 +141,7 @@ def test_controls_co_emergence_plateau_margin_range_and_width_trend():
     assert claims["base: carrier_k at >= 90% of its final value by step"].holds is False  # step 2000
     assert claims["base: carrier_k largest relative change from step 500 on"].holds is False  # 0.5 -> 0.8
     assert claims[KERNEL_MARGIN].holds is False
-    assert claims[SEQUENCE_MARGIN].holds is False  # judged as a control with the kernel margin's line
+    assert claims[SEQUENCE_MARGIN].holds is False  # judged with the kernel margin's line
     assert claims["dilution rate c by width (d=32, base d=64, d=128): smallest drop from one width to the next"
                   ].holds is False
 
@@ -163,6 +170,7 @@ def test_the_decay_failure_is_judged_only_where_the_head_learned_the_task_in_ran
     _, claims = _controls_claims(rows("ape l2=0.01", 0.13, 0.09) + rows("ape wd=0.01", 1.0, 0.07))
     name = "{}: APE accuracy at the longest length"
     assert claims[name.format("ape l2=0.01")].holds is None  # never learned: n.a., not a "yes"
+    assert claims[name.format("ape l2=0.01")].na_kind == "not-learned"  # the study's gate (issue 53)
     assert claims[name.format("ape wd=0.01")].holds is True
     _, claims = _controls_claims(rows("ape wd=0.01", 1.0, 0.5))
     assert claims[name.format("ape wd=0.01")].holds is False

@@ -59,7 +59,7 @@ def test_secondary_peak_of_a_16_dim_rotary_kernel_sits_where_high_frequencies_re
 
 def _peak_rows(task, seed, peaks):
     """L=48 rows of the heads study: peaks {(H, d_head): peak_height}."""
-    return [dict(probe="length", length=48, task=task, seed=seed, n_heads=H, d_head=d, d_model=H * d,
+    return [dict(probe="length", length=48, task=task, K2=3, seed=seed, n_heads=H, d_head=d, d_model=H * d,
                  peak_height=p) for (H, d), p in peaks.items()]
 
 
@@ -130,7 +130,7 @@ def test_two_layer_control_width_is_judged_by_the_headlines_criteria_as_a_contro
     assert claims[single.format("d_head=16")].criterion == claims[single.format("d_head=64")].criterion
     strict = "learned, {}: retrieving head peaks at one absolute position < 16 at every unseen length"
     assert [(claims[strict.format(w)].role, claims[strict.format(w)].holds) for w in ("d_head=64", "d_head=16")] == \
-        [("control", False), ("control", True)]  # judged: a stricter reading of "pins", not hidden as n.a.
+        [("paper", False), ("control", True)]  # Proposition 2's literal reading at the headline width (issue 53)
     baseline = claims["rope, d_head=64: the carrier probe's random-direction baseline 1/d_head"]
     assert baseline.role == "check" and baseline.holds is None and baseline.na_kind == "comparison"
     for spec in two_layer.CLAIMS:  # every paper claim at the headline width has its control twin at d_head = 16

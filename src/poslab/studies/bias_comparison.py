@@ -34,15 +34,18 @@ from poslab.experiments.outputs import (
 )
 from poslab.experiments.spec import (
     ClaimSpec,
+    InRange,
     at_least,
     below,
     comparison_only,
+    derivation,
     is_,
     judge_all,
     kind,
     mean,
     neg,
     probe,
+    seed_states,
     share,
     undecidable,
 )
@@ -130,63 +133,159 @@ NOT_OFFSET_WHY = ("its logit at a given offset changes with the query position o
                   "length-dependent schedule, a position-normalised bias), so Lemma 1 does not apply past the "
                   "training lengths and the account predicts nothing for it")
 
+# what each claim is (its role follows: experiments/spec.role_of). The seed's own setting is RoPE (Table 1); T5's
+# published 32 buckets / max distance 128 and ALiBi's published one-head slope 2^-8 are the usual choices where the
+# seed names none; other encodings (Shaw, Transformer-XL, MoPE, sinusoidal, the registry's), other ALiBi slopes and
+# other T5 tables are other settings
+LEMMA_1 = seed_states("Lemma 1 / Table 1: the RoPE logit depends on positions only through the relative offset, so "
+                      "the selected offset is length-invariant (-K in 100% of seed x length cells)")
+NOT_ROPE_SPECIFIC = seed_states("Section 5.1: our ALiBi/T5/rotary comparison shows the account is not RoPE-specific")
+K1_PARAGRAPH = seed_states("K = 1 paragraph: for the immediate neighbour a kernel centred at 0 and a suppressed "
+                           "self-logit suffice")
+NEAR_PERFECT = seed_states("Table 1 / Section 5.1: a relative (offset-only) head keeps near-perfect accuracy well "
+                           "beyond the training range; the account is not RoPE-specific")
+ABSOLUTE_FAILS = seed_states("Scale paragraph / Table 1: absolute encodings fail structurally at the first unseen "
+                             "position (APE near chance past the range)")
+PROPOSITION_2 = seed_states("Proposition 2: an absolute head selects a fixed absolute position, so it misses the "
+                            "target outside the training range")
+ORDERING = seed_states("Related work: our account predicts the relative-over-absolute ordering rather than "
+                       "measuring it")
+MONOTONE = derivation(MONOTONE_WHY)
+POSITION_FREE = derivation("a one-layer position-free head's logit to an earlier key depends on its token alone, and "
+                           "tokens are i.i.d.: its mean attention over earlier keys is flat, its argmax noise")
+# the learned-in-range gate: the study states no in-range line, so the project's default 0.9, per setup x K
+GATE = InRange(where=CELLS & is_("in_range", True), column="accuracy", threshold=0.9, match=("setup", "K"),
+               text="in-range accuracy (L <= L_max, mean over seeds and lengths)")
+GATED = ("2026-12-07: the learned-in-range gate (issue 53): a claim past the range or on a trained head's mechanism "
+         "is n.a. where its models did not learn the task in range")
+ROLE = "2026-12-07: role computed from source x setting (issue 53): "
+UNSEEN = CELLS & is_("in_range", False)
+BY_KIND_ROLE = ROLE + "an encoding taken by kind is another setting than the seed's (control, was paper; n.a.)"
+ACCURACY = "{setup}, K={K}: mean accuracy at unseen lengths"
+JUDGED = ("2026-12-07: judged where the task decides (issue 53), was n.a. (comparison only): every such setup "
+          "learned in range, and phenomenon's own line for the same quantity decides it (near-perfect >= 0.97 for a "
+          "relative head, <= 2 x chance for an absolute one); roles from source x setting; the learned-in-range gate")
+NEAR_PERFECT_LINE = dict(measure=mean("accuracy"), op=">=", threshold=0.97, trained=True, revised=JUDGED,
+                         note="{seeds} seeds, {n} rows; phenomenon's line for a relative head (Table 1: near-perfect)")
+
 CLAIMS = [
     ClaimSpec(name="{setup}, K={K}: cells selecting -K", paper="relative: -K at every length (Lemma 1)",
-              where=CELLS & is_("encoding", *FORMULA), per=("setup", "K"), measure=AT_K, op=">=", threshold=1.0,
-              percent=True),
+              where=CELLS & is_("encoding", "rope"), per=("setup", "K"), measure=AT_K, op=">=", threshold=1.0,
+              percent=True, source=LEMMA_1, setting="seed", trained=True,
+              revised=ROLE + "Shaw, Transformer-XL and MoPE are other settings than the seed's RoPE (control, were "
+                             "paper); " + GATED[12:]),
+    ClaimSpec(name="{setup}, K={K}: cells selecting -K", paper="relative: -K at every length (Lemma 1)",
+              where=CELLS & is_("encoding", "mope", "shaw", "transformer_xl"), per=("setup", "K"), measure=AT_K,
+              op=">=", threshold=1.0, percent=True, source=LEMMA_1, setting="other", trained=True,
+              revised=ROLE + "Shaw, Transformer-XL and MoPE are other settings than the seed's RoPE (control, were "
+                             "paper); " + GATED[12:],
+              note="{seeds} seeds, {n} cells; a relative encoding the seed does not run: Lemma 1's statement in "
+                   "another setting"),
     ClaimSpec(name="{setup}, K={K}: cells selecting -K, every length", paper="relative: -K at every length (Lemma 1)",
               where=CELLS & is_("setup", T5_PAPER), per=("setup", "K"), measure=AT_K, op=">=", threshold=1.0,
-              percent=True, note="{seeds} seeds, {n} cells; T5's published 32 buckets / max distance 128 (the seed "
-                                 "names no setting); " + UNTRAINED),
+              percent=True, source=NOT_ROPE_SPECIFIC, setting="usual", trained=True, revised=GATED,
+              note="{seeds} seeds, {n} cells; T5's published 32 buckets / max distance 128 (the seed "
+                   "names no setting); " + UNTRAINED),
     ClaimSpec(name="{setup}, K={K}: cells selecting -K, every length", paper="relative: -K at every length (Lemma 1)",
               where=CELLS & is_("setup", *T5_CONTROLS), per=("setup", "K"), measure=AT_K, op=">=", threshold=1.0,
-              percent=True, role="control", note="{seeds} seeds, {n} cells; another bucket setting or initial "
-                                                 "table; " + UNTRAINED),
+              percent=True, source=NOT_ROPE_SPECIFIC, setting="other", trained=True, revised=GATED,
+              note="{seeds} seeds, {n} cells; another bucket setting or initial table; " + UNTRAINED),
     ClaimSpec(name="{setup}, K={K}: cells selecting -1 (usable slope)",
               paper="K = 1: a kernel peaked at 0 and a suppressed self-logit suffice",
               where=CELLS & is_("encoding", "alibi") & is_("K", 1) & at_least("slope", USABLE_SLOPE),
-              per=("setup", "K"), measure=AT_K, op=">=", threshold=1.0, percent=True,
-              note=f"{{seeds}} seeds, {{n}} cells; slope >= {USABLE_SLOPE:g}"),
+              per=("setup", "K"), measure=AT_K, op=">=", threshold=1.0, percent=True, source=K1_PARAGRAPH,
+              setting="other", trained=True,
+              revised=ROLE + "a usable ALiBi slope (0.5, or learned) is another setting than ALiBi's published "
+                             "one-head slope 2^-8, the usual choice where the seed names none (control, was paper); "
+                             + GATED[12:],
+              note=f"{{seeds}} seeds, {{n}} cells; slope >= {USABLE_SLOPE:g}: another setting than the published "
+                   "one-head slope 2^-8"),
     ClaimSpec(name="{setup}, K={K}: cells selecting -K (monotone bias: predicted none)",
               paper="not RoPE-specific: the account's prediction for a monotone bias",
               where=CELLS & is_("encoding", "alibi") & at_least("K", 2) & at_least("slope", USABLE_SLOPE),
-              per=("setup", "K"), measure=AT_K, op="<=", threshold=0.0, percent=True, role="check",
-              note="{seeds} seeds, {n} cells; a check, true by derivation: " + MONOTONE_WHY),
+              per=("setup", "K"), measure=AT_K, op="<=", threshold=0.0, percent=True, source=MONOTONE,
+              setting="other", note="{seeds} seeds, {n} cells; a check, true by derivation: " + MONOTONE_WHY),
     ClaimSpec(name="{setup}, K={K}: cells selecting -K, slope too flat to order the offsets", paper="not predicted",
               where=CELLS & is_("encoding", "alibi") & below("slope", USABLE_SLOPE), per=("setup", "K"),
-              measure=AT_K, percent=True, na=undecidable(FLAT_WHY)),
+              measure=AT_K, percent=True, source=NOT_ROPE_SPECIFIC, setting="usual", na=undecidable(FLAT_WHY)),
     ClaimSpec(name="{setup}, K={K}: cells selecting -K", paper="not predicted (no relative offset in the logit)",
-              where=CELLS & kind("absolute", "none"), per=("setup", "K"), measure=AT_K,
+              where=CELLS & kind("absolute"), per=("setup", "K"), measure=AT_K, source=PROPOSITION_2,
+              setting="other",
+              revised=ROLE + "an absolute encoding other than the seed's learned table: Proposition 2 in another "
+                             "setting (control, was paper); a position-free head: a derivation (check, was paper)",
               na=undecidable("the account predicts nothing for an absolute or position-free logit"), percent=True),
-    ClaimSpec(name="{setup}, K={K}: mean accuracy at unseen lengths", paper="no number given",
-              where=CELLS & is_("in_range", False), per=("setup", "K"), measure=mean("accuracy"),
-              na=comparison_only("Section 5.1 states no accuracy and no criterion for it; shown beside the "
-                                 "selection claims for comparison")),
+    ClaimSpec(name="{setup}, K={K}: cells selecting -K", paper="not predicted (no relative offset in the logit)",
+              where=CELLS & kind("none"), per=("setup", "K"), measure=AT_K, source=POSITION_FREE, setting="other",
+              revised=ROLE + "an absolute encoding other than the seed's learned table: Proposition 2 in another "
+                             "setting (control, was paper); a position-free head: a derivation (check, was paper)",
+              na=undecidable("the account predicts nothing for an absolute or position-free logit"), percent=True),
+    # accuracy past the range: phenomenon's own line for the same quantity, where the account states one
+    ClaimSpec(name=ACCURACY, paper="near-perfect (Table 1's RoPE)", where=UNSEEN & is_("encoding", "rope"),
+              per=("setup", "K"), source=NEAR_PERFECT, setting="seed", **NEAR_PERFECT_LINE),
+    ClaimSpec(name=ACCURACY, paper="near-perfect (Table 1's RoPE; a relative encoding the seed does not run)",
+              where=UNSEEN & is_("encoding", "mope", "shaw", "transformer_xl"), per=("setup", "K"),
+              source=NEAR_PERFECT, setting="other", **NEAR_PERFECT_LINE),
+    ClaimSpec(name=ACCURACY, paper="near-perfect (not RoPE-specific: T5's published buckets)",
+              where=UNSEEN & is_("setup", T5_PAPER), per=("setup", "K"), source=NEAR_PERFECT, setting="usual",
+              **NEAR_PERFECT_LINE),
+    ClaimSpec(name=ACCURACY, paper="near-perfect (not RoPE-specific: another T5 table)",
+              where=UNSEEN & is_("setup", *T5_CONTROLS), per=("setup", "K"), source=NEAR_PERFECT, setting="other",
+              **NEAR_PERFECT_LINE),
+    ClaimSpec(name=ACCURACY, paper="near-perfect (K = 1: the nearest key suffices)",
+              where=UNSEEN & is_("encoding", "alibi") & is_("K", 1) & at_least("slope", USABLE_SLOPE),
+              per=("setup", "K"), source=K1_PARAGRAPH, setting="other", **NEAR_PERFECT_LINE),
+    ClaimSpec(name=ACCURACY, paper="absolute encodings fail at the first unseen position (~chance)",
+              where=UNSEEN & is_("encoding", "sinusoidal"), per=("setup", "K"), measure=mean("accuracy"), op="<=",
+              threshold=2, scale_by="chance", source=ABSOLUTE_FAILS, setting="other", trained=True, revised=JUDGED,
+              note="{seeds} seeds, {n} rows; phenomenon's line for an absolute head (Table 1: APE <= 2 x chance); "
+                   "a fixed sinusoidal table, another setting than the seed's learned one"),
+    *[ClaimSpec(name=ACCURACY, paper="no number given", where=UNSEEN & where, per=("setup", "K"),
+                measure=mean("accuracy"), source=source, setting=setting, revised=JUDGED,
+                na=comparison_only("the account states no accuracy for it (a monotone bias at K >= 2, a slope too "
+                                   "flat to order the offsets, a position-free head, an encoding taken by kind); "
+                                   "shown beside the selection claims for comparison"))
+      for where, source, setting in ((is_("encoding", "alibi") & at_least("K", 2) & at_least("slope", USABLE_SLOPE),
+                                      NOT_ROPE_SPECIFIC, "other"),
+                                     (is_("encoding", "alibi") & below("slope", USABLE_SLOPE), NOT_ROPE_SPECIFIC,
+                                      "usual"),
+                                     (is_("encoding", "nope"), POSITION_FREE, "other"),
+                                     (is_("by_kind", True), NOT_ROPE_SPECIFIC, "other"))],
+    ClaimSpec(name="relative over absolute, K={K}: lowest mean accuracy at unseen lengths of the offset-only "
+                   "encodings minus the highest of the absolute ones",
+              paper="the account predicts the relative-over-absolute ordering", where=probe("ordering"),
+              per=("K", "setups"),
+              measure=mean("gap"), op=">", threshold=0.0, source=ORDERING, setting="seed", trained=True,
+              note="{n} setups at this K: {setups}; mean over seeds and unseen lengths per setup; offset-only: the "
+                   "logit depends on positions only through the offset (Lemma 1 applies, `prediction` offset)"),
     # every other registered encoding, routed by its form (PREDICTIONS, computed by `prediction`): the
     # seed's statements in another setting (controls), ALiBi's derivation for any nearest-first bias (checks)
     ClaimSpec(name="{setup}, K={K}: cells selecting -K, every length", paper="relative: -K at every length (Lemma 1)",
               where=BY_KIND & is_("prediction", "offset"), per=("setup", "K"), measure=AT_K, op=">=",
-              threshold=1.0, percent=True, role="control",
+              threshold=1.0, percent=True, source=LEMMA_1, setting="other", trained=True, revised=GATED,
               note="{seeds} seeds, {n} cells; taken by kind: its logit depends on positions only through the "
                    "offset (checked on the class at random parameters), so Lemma 1 applies; judged at every "
                    "length, also at offsets no training length reaches"),
     ClaimSpec(name="{setup}, K={K}: cells selecting -1 (usable gap)",
               paper="K = 1: a kernel peaked at 0 and a suppressed self-logit suffice",
               where=BY_KIND & is_("prediction", "nearest-first") & is_("K", 1) & at_least("gap", USABLE_SLOPE),
-              per=("setup", "K"), measure=AT_K, op=">=", threshold=1.0, percent=True, role="control",
+              per=("setup", "K"), measure=AT_K, op=">=", threshold=1.0, percent=True, source=K1_PARAGRAPH,
+              setting="other", trained=True, revised=GATED,
               note=f"{{seeds}} seeds, {{n}} cells; taken by kind: a content-free bias highest at the nearest key; "
                    f"trained gap b(-1) - max b(-d>=2) >= {USABLE_SLOPE:g}"),
     ClaimSpec(name="{setup}, K={K}: cells selecting -K (nearest-first bias: predicted none)",
               paper="not RoPE-specific: the account's prediction for a monotone bias",
               where=BY_KIND & is_("prediction", "nearest-first") & at_least("K", 2) & at_least("gap", USABLE_SLOPE),
-              per=("setup", "K"), measure=AT_K, op="<=", threshold=0.0, percent=True, role="check",
+              per=("setup", "K"), measure=AT_K, op="<=", threshold=0.0, percent=True, source=MONOTONE,
+              setting="other",
               note="{seeds} seeds, {n} cells; a check, true by derivation: ALiBi's argument needs only "
                    "b(-1) >= b(-K): " + MONOTONE_WHY),
     ClaimSpec(name="{setup}, K={K}: cells selecting -K, gap too flat to order the offsets", paper="not predicted",
               where=BY_KIND & is_("prediction", "nearest-first") & below("gap", USABLE_SLOPE), per=("setup", "K"),
-              measure=AT_K, percent=True, na=undecidable(FLAT_WHY.replace("with m <", "with a gap b(-1) - b(-2) <"))),
+              measure=AT_K, percent=True, source=NOT_ROPE_SPECIFIC, setting="other", revised=BY_KIND_ROLE,
+              na=undecidable(FLAT_WHY.replace("with m <", "with a gap b(-1) - b(-2) <"))),
     *(ClaimSpec(name="{setup}, K={K}: cells selecting -K", paper="not predicted", where=BY_KIND & is_("prediction", p),
-                per=("setup", "K"), measure=AT_K, percent=True, na=comparison_only(why))
+                per=("setup", "K"), measure=AT_K, percent=True, source=NOT_ROPE_SPECIFIC, setting="other",
+                revised=BY_KIND_ROLE, na=comparison_only(why))
       for p, why in (("contextual", CONTEXTUAL_WHY), ("not offset-only", NOT_OFFSET_WHY))),
 ]
 TABLES = [
@@ -275,11 +374,37 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
         if r.get("probe") == "length" and "prediction" not in r:
             r["by_kind"] = r["encoding"] not in SEED_FAMILIES
             r["prediction"] = prediction(r["encoding"], json.dumps(options_of(r["encoding"], r["setup"])), *lengths)
-    return write_outputs(out, title=title, rows=rows, claims=judge_all(CLAIMS, rows), intro=INTRO,
+    rows = rows + ordering_rows(rows)
+    return write_outputs(out, title=title, rows=rows, claims=judge_all(CLAIMS, rows, GATE), intro=INTRO,
                          tables=TABLES, figures=FIGURES, csv_rows=[r for r in rows if r.get("probe") == "length"],
                          columns=["setup", "encoding", "kind", "prediction", "K", "seed", "length", "in_range",
                                   "accuracy", "peak_offset", "peak_position", "peak_height", "a_star", "slope", "gap",
                                   "coverage", "chance"])
+
+
+def ordering_rows(rows: list[dict]) -> list[dict]:
+    """Per K where both exist, the relative-over-absolute ordering the seed says its account predicts: the lowest
+    mean accuracy at unseen lengths (over seeds and lengths) of the offset-only setups (``prediction`` offset:
+    Lemma 1 applies) minus the highest of the absolute ones (kind absolute). One ``ordering`` row per setup it
+    reads, each with the same ``gap``, so that the learned-in-range gate reads those setups' models."""
+    acc: dict[tuple, list[float]] = {}
+    side: dict[tuple, str] = {}
+    for r in rows:
+        if r.get("probe") != "length" or r.get("in_range") is not False or r.get("accuracy") is None:
+            continue
+        which = "relative" if r.get("prediction") == "offset" else "absolute" if r.get("kind") == "absolute" else None
+        if which is not None:
+            acc.setdefault((r["setup"], r["K"]), []).append(float(r["accuracy"]))
+            side[(r["setup"], r["K"])] = which
+    out = []
+    for K in sorted({k for _, k in acc}):
+        means = {s: sum(v) / len(v) for (s, k), v in acc.items() if k == K}
+        rel = [m for s, m in means.items() if side[(s, K)] == "relative"]
+        ab = [m for s, m in means.items() if side[(s, K)] == "absolute"]
+        if rel and ab:
+            setups = ", ".join(sorted(means))
+            out += [dict(probe="ordering", K=K, setup=s, gap=min(rel) - max(ab), setups=setups) for s in sorted(means)]
+    return out
 
 
 # ----------------------------------------------------------------------------- the account by form

@@ -28,6 +28,9 @@ from poslab.experiments.outputs import (
 from poslab.experiments.spec import (
     ClaimSpec,
     Extrapolation,
+    InRange,
+    derivation,
+    hypothesis,
     is_,
     judge_all,
     lower_bound,
@@ -36,6 +39,7 @@ from poslab.experiments.spec import (
     minimum,
     neg,
     probe,
+    seed_states,
     share,
     undecidable,
 )
@@ -92,84 +96,123 @@ class Judgement(TypedDict):
 
 FAILS: Judgement = {"op": "<=", "threshold": 2, "scale_by": "chance"}  # "at chance", as Table 1 judges APE
 
+# what each claim is (its role follows: experiments/spec.role_of); the settings are the seed's own sweeps
+FIG4 = "Fig. 4 / supplement controls: "
+EMERGE = seed_states(FIG4 + "the carrier and the rank concentration of W co-emerge within a few hundred steps and "
+                     "then plateau")
+BOUND = seed_states(FIG4 + "the measured margin mu gives a valid but loose bound 1/(1+(L-1)e^-mu) on the target weight")
+MU = seed_states("Corollary 2 / Section 7: the target's weight is set by the length-invariant margin mu at every L")
+CARRIER_RANGE = seed_states(FIG4 + "the carrier fraction holds in 0.72-0.86 across widths, vocabulary sizes, length "
+                            "ranges and softmax temperatures, while the dilution rate c falls with width")
+APE_FAILS = seed_states(FIG4 + "on the APE side the failure survives weight decay, and inference-time fixes (table "
+                        "interpolation, clamp-to-last, index rescaling) all leave accuracy at chance")
+BASE = seed_states(FIG4 + "robust to the rotary base (OOD accuracy 1.00/1.00/0.97 for base 1e3/1e4/1e5, selecting -K "
+                   "throughout)")
+JENSEN = derivation("every competitor trails the target by >= mu in its sequence, so a* >= 1/(1+(L-1)e^-mu) there; "
+                    "the bound at the mean mu is below the mean bound where it is convex in mu (Jensen)")
+MEAN_COMPETITOR = hypothesis("the per-sequence margin's drift with L is the extreme value of L - 1 noisy competitor "
+                             "logits, not the kernel's: the margin over the competitors' mean is length-invariant")
+NO_GRADIENT = derivation("no training sequence reaches the APE rows >= L_max, so only the decay moves them (1 "
+                         "without decay)")
+KERNEL = derivation("g(s) = sum_j cos(s theta_j) is a closed-form function of the frequency schedule (no training)")
+# the learned-in-range gate: the study's own line (LEARNED, mean accuracy at trained lengths), per setting x policy
+GATE = InRange(where=probe("length") & is_("in_range", True), column="accuracy", threshold=LEARNED,
+               match=("setting", "policy"), text="in-range accuracy (L <= L_max, mean over seeds and lengths)")
+GATED = ("2026-12-07: the learned-in-range gate (issue 53): a claim past the range or on a trained head's mechanism "
+         "is n.a. where its models did not learn the task in range")
+ROLE = "2026-12-07: role computed from source x setting (issue 53): "
+
 CLAIMS = [
     ClaimSpec(name="base: {quantity} at >= 90% of its final value by step", paper="within a few hundred steps",
               where=probe("emergence"), per=("quantity",), measure=maximum("reach_step"), op="<=",
-              threshold=FEW_HUNDRED, note="first snapshot whose seed mean reaches 90% of the final seed mean"),
+              threshold=FEW_HUNDRED, source=EMERGE, setting="seed", trained=True, revised=GATED,
+              note="first snapshot whose seed mean reaches 90% of the final seed mean"),
     ClaimSpec(name=f"base: {{quantity}} largest relative change from step {FEW_HUNDRED} on", paper="then plateau",
               where=probe("emergence"), per=("quantity",), measure=maximum("late_change"), op="<=",
-              threshold=PLATEAU_TOL, note="|seed mean - final seed mean| / final seed mean"),
+              threshold=PLATEAU_TOL, source=EMERGE, setting="seed", trained=True, revised=GATED,
+              note="|seed mean - final seed mean| / final seed mean"),
     ClaimSpec(name="base: 1/(1+(L-1)e^-mu) at the mean margin <= measured a* (lengths x seeds)",
               paper="valid but loose", where=probe("length") & is_("setting", "base"), per=("setting",),
-              measure=share("bound_valid", "==", True), op=">=", threshold=1.0, percent=True, role="check",
+              measure=share("bound_valid", "==", True), op=">=", threshold=1.0, percent=True, source=JENSEN,
+              setting="seed",
               note="{n} cells; an inequality: every competitor trails the target by >= mu in its sequence, so "
                    "a* >= 1/(1+(L-1)e^-mu) there, and the mean of those bounds is >= the bound at the mean mu "
                    "where the bound is convex in mu (mu < ln(L-1), Jensen): a miss flags the probes or a wide mu "
                    "spread, not the paper"),
     ClaimSpec(name="base: a* - bound (lengths x seeds), seed mean less 2 standard errors", paper="loose",
               where=probe("length") & is_("setting", "base"), per=("setting",), measure=lower_bound("bound_gap"),
-              op=">", threshold=0.0,
+              op=">", threshold=0.0, source=BOUND, setting="seed", trained=True, revised=GATED,
               note="{seeds} seeds, {n} cells; the seed gives no size for 'loose': judged present (> 0 beyond two "
                    "standard errors over seeds), the project's test where a paper gives none"),
     ClaimSpec(name="{setting}: relative range of the kernel's margin over the evaluation lengths (mean logits, "
                    "then the max over competing offsets)",
               paper="length-invariant mu (Corollary 2)", where=probe("margin_range") & is_("setting", "base"),
-              per=("setting",), measure=maximum("mu_profile_range"), op="<=", threshold=0.1,
+              per=("setting",), measure=maximum("mu_profile_range"), op="<=", threshold=0.1, source=MU,
+              setting="seed", trained=True, revised=GATED,
               note="(max - min) / mean over lengths of the mean over seeds; content averaged out before the max"),
     ClaimSpec(name="{setting}: relative range of the seed-mean margin mu over the evaluation lengths (per "
                    "sequence, over the strongest competitor)",
               paper="length-invariant mu (Corollary 2)", where=probe("margin_range") & is_("setting", "base"),
-              per=("setting",), measure=maximum("mu_range"), op="<=", threshold=0.1, role="control",
-              note="the same statement measured per sequence (the margin the bound uses); on i.i.d. tokens each "
-                   "competitor's logit carries content noise and the max of L - 1 of them grows with L at any "
-                   "fixed kernel, so a drift here is that extreme value's, not the kernel's; (max - min) / mean over "
-                   "lengths of the mean over seeds"),
+              per=("setting",), measure=maximum("mu_range"), op="<=", threshold=0.1, source=MU, setting="seed",
+              trained=True,
+              revised=ROLE + "the seed's own margin mu (the one its bound uses) in the seed's own setting: paper, "
+                             "was control; " + GATED[12:],
+              note="the margin the seed's bound uses, per sequence over the strongest competitor; on i.i.d. tokens "
+                   "each competitor's logit carries content noise and the max of L - 1 of them grows with L at any "
+                   "fixed kernel (the kernel's margin and the competitors' mean are shown beside it); (max - min) / "
+                   "mean over lengths of the mean over seeds"),
     ClaimSpec(name="{setting}: relative range of the seed-mean margin over the competitors' mean (not their max)",
               paper="length-invariant mu (Corollary 2)", where=probe("margin_range") & is_("setting", "base"),
-              per=("setting",), measure=maximum("mu_mean_range"), op="<=", threshold=0.1, role="control",
-              note="control for the max's extreme-value drift: the max of L - 1 i.i.d. competitor logits grows "
-                   "with L at a fixed kernel; (max - min) / mean over lengths of the mean over seeds"),
+              per=("setting",), measure=maximum("mu_mean_range"), op="<=", threshold=0.1, source=MEAN_COMPETITOR,
+              setting="seed", trained=True,
+              revised=ROLE + "this study's account of the per-sequence margin's drift, not a statement of the seed: "
+                             "a hypothesis (prediction, was control); " + GATED[12:],
+              note="the study's hypothesis for the max's extreme-value drift: the max of L - 1 i.i.d. competitor "
+                   "logits grows with L at a fixed kernel; (max - min) / mean over lengths of the mean over seeds"),
     ClaimSpec(name="lowest per-setting mean key carrier (widths, vocabularies, length ranges, temperatures, bases)",
               paper="0.72-0.86", where=probe("member") & is_("setting", *ROPE_SETTINGS),
-              measure=minimum("carrier_k", by=("setting",)), op=">=", threshold=0.67, note="{n} members"),
+              measure=minimum("carrier_k", by=("setting",)), op=">=", threshold=0.67, source=CARRIER_RANGE,
+              setting="seed", trained=True, revised=GATED, note="{n} members"),
     ClaimSpec(name="highest per-setting mean key carrier (widths, vocabularies, length ranges, temperatures, bases)",
               paper="0.72-0.86", where=probe("member") & is_("setting", *ROPE_SETTINGS),
-              measure=maximum("carrier_k", by=("setting",)), op="<=", threshold=0.91, note="{n} members"),
+              measure=maximum("carrier_k", by=("setting",)), op="<=", threshold=0.91, source=CARRIER_RANGE,
+              setting="seed", trained=True, revised=GATED, note="{n} members"),
     ClaimSpec(name="dilution rate c by width (d=32, base d=64, d=128): smallest drop from one width to the next",
               paper="falls with width", where=probe("width_trend"), measure=minimum("min_drop"), op=">",
-              threshold=0.0, note="c from 1/a* = c (L-1) + b over every evaluation length, mean over seeds"),
+              threshold=0.0, source=CARRIER_RANGE, setting="seed", trained=True, revised=GATED,
+              note="c from 1/a* = c (L-1) + b over every evaluation length, mean over seeds"),
     ClaimSpec(name="{setting}: APE accuracy at the longest length", paper="the failure survives weight decay",
-              where=LONGEST & is_("setting", *DECAY_SETTINGS) &
-              is_("learned_in_range", True), per=("setting",), measure=mean("accuracy"), **FAILS,
+              where=LONGEST & is_("setting", *DECAY_SETTINGS), per=("setting",), measure=mean("accuracy"), **FAILS,
+              source=APE_FAILS, setting="seed", trained=True,
+              revised="2026-12-07: the learned-in-range gate (issue 53) replaces this study's own split by "
+                      "learned_in_range: a setting whose head did not learn in range (mean accuracy there < 0.95) is "
+                      "n.a. of the kind 'did not learn in range' (was 'undecidable'), the same line",
               note="{seeds} seeds"),
-    ClaimSpec(name="{setting}: APE accuracy at the longest length", paper="the failure survives weight decay",
-              where=LONGEST & is_("setting", *DECAY_SETTINGS) &
-              is_("learned_in_range", False), per=("setting",), measure=mean("accuracy"),
-              na=undecidable("the head did not learn the task at trained lengths (mean accuracy there < 0.95), so "
-                             "chance past them is no length failure: neither a yes nor a no speaks to decay")),
-    ClaimSpec(name="{setting}: APE rows >= L_max, norm at end / at init", paper="no number", role="check",
-              where=probe("member") & is_("setting", *DECAY_SETTINGS), per=("setting",),
+    ClaimSpec(name="{setting}: APE rows >= L_max, norm at end / at init", paper="no number", source=NO_GRADIENT,
+              setting="seed", where=probe("member") & is_("setting", *DECAY_SETTINGS), per=("setting",),
               measure=mean("unseen_row_norm_ratio"),
               na=undecidable("the seed says nothing of the table's norms; shown to tell whether decay reached the "
                              "rows no training sequence uses (1 = untouched)")),
     ClaimSpec(name="APE 16-row table, {policy}: accuracy at the longest length", paper="at chance",
-              where=LONGEST & is_("setting", "ape 16 rows"), per=("policy",),
-              measure=mean("accuracy"), **FAILS, note="{seeds} seeds"),
+              where=LONGEST & is_("setting", "ape 16 rows"), per=("policy",), measure=mean("accuracy"), **FAILS,
+              source=APE_FAILS, setting="seed", trained=True, revised=GATED, note="{seeds} seeds"),
     *[ClaimSpec(name=f"rotary base {b:g}: OOD accuracy (lengths > L_max)", paper=f"{BASE_OOD[b]:.2f}",
                 where=BASE_CELLS & is_("rope_base", b) & is_("in_range", False), per=("setting",),
-                measure=mean("accuracy"), op="~", threshold=BASE_OOD[b], tol=0.05, note="{seeds} seeds")
+                measure=mean("accuracy"), op="~", threshold=BASE_OOD[b], tol=0.05, source=BASE, setting="seed",
+                trained=True, revised=GATED, note="{seeds} seeds")
       for b in BASES],
     ClaimSpec(name="rotary base {rope_base:g}: seed x length cells selecting offset -K (every length)",
               paper="selecting -K throughout", where=BASE_CELLS, per=("rope_base",),
-              measure=share("peak_offset", "==", neg("K")), op=">=", threshold=1.0, percent=True,
-              note="{n} cells"),
+              measure=share("peak_offset", "==", neg("K")), op=">=", threshold=1.0, percent=True, source=BASE,
+              setting="seed", trained=True, revised=GATED, note="{n} cells"),
     ClaimSpec(name="kernel g(s): unique integer maximum at s=0 (0 < |s| <= 47), every base x width", paper="yes",
               where=probe("kernel"), measure=share("unique_max_at_0", "==", True), op=">=", threshold=1.0,
-              percent=True, role="check",
+              percent=True, source=KERNEL, setting="seed",
               note="{n} (base, width) pairs; by construction: g(0) = d/2, and theta_0 = 1 gives cos(s) < 1 at every "
                    "integer s != 0"),
     *[ClaimSpec(name=f"{what} max_(4<=s<=47) g(s)/g(0) over bases {list(BASES)}, d={{d}}", paper="~0.67-0.79",
-                where=probe("kernel"), per=("d",), measure=m("ratio"), op=op, threshold=line, role="check",
+                where=probe("kernel"), per=("d",), measure=m("ratio"), op=op, threshold=line, source=KERNEL,
+                setting="seed",
                 note="a closed-form function of the frequency schedule (no training): reproduces the seed's "
                      "arithmetic; its range widened by 0.05, as the carrier range (d = 64 the seed's width)")
       for what, m, op, line in (("lowest", minimum, ">=", 0.62), ("highest", maximum, "<=", 0.84))],
@@ -256,7 +299,10 @@ def derived_rows(rows: list[dict], study: StudyConfig) -> list[dict]:
     c = [np.mean([f["slope"] for f in fits if f["setting"] == s]) for s in ("d=32", "base", "d=128")
          if any(f["setting"] == s for f in fits)]
     if len(c) >= 2:
-        out.append(dict(probe="width_trend", min_drop=float(-np.diff(c).max())))
+        # one row per width it reads (the same number): the learned-in-range gate reads those three settings
+        drop = float(-np.diff(c).max())
+        out += [dict(probe="width_trend", setting=s, min_drop=drop) for s in ("d=32", "base", "d=128")
+                if any(f["setting"] == s for f in fits)]
     for (s,), mine in groups(cells, ("setting",)).items():
         mu_range, mu_mean, mu_profile = (range_over(mine, col) for col in ("margin", "margin_mean", "margin_profile"))
         if mu_range is not None:
@@ -273,7 +319,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"{study.train.steps} steps of batch {study.train.batch_size}, lengths from {study.train.min_length} "
              f"to L_max (16 unless the setting says), drawn per {study.train.length_sampling}; "
              f"{study.eval.n_sequences} sequences per length; chance 1/m.")
-    return write_outputs(out, title=EXPERIMENT.title, rows=every, claims=judge_all(CLAIMS, every), intro=intro,
+    return write_outputs(out, title=EXPERIMENT.title, rows=every, claims=judge_all(CLAIMS, every, GATE), intro=intro,
                          tables=TABLES, figures=FIGURES, csv_rows=select(every, "length"),
                          csvs={"members.csv": "member", "snapshots.csv": "snapshot", "dilution.csv": "dilution",
                                "kernel.csv": "kernel"})

@@ -14,38 +14,67 @@ from poslab import probes
 from poslab.experiments import Experiment
 from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Table, joined, select, write_outputs
-from poslab.experiments.spec import ClaimSpec, Ref, at_least, is_, judge_all, mean, neg, probe, share, undecidable
+from poslab.experiments.spec import (
+    ClaimSpec,
+    InRange,
+    Ref,
+    at_least,
+    is_,
+    judge_all,
+    mean,
+    neg,
+    probe,
+    seed_states,
+    share,
+)
 from poslab.probes.weights import content_covariance
 from poslab.studies.kit.fixed_offset import EXTRAPOLATION, length_rows
 from poslab.tasks import eval_batch
 
 K1 = probe("member") & is_("K", 1)
 PRE = probe("member") & at_least("K", 2)
+# what each claim is (its role follows: experiments/spec.role_of)
+K1_PARAGRAPH = seed_states("K = 1 paragraph: for the immediate neighbor the carriers are near-parallel (kernel "
+                           "centered at 0) and suppressing the self-logit suffices, via the content covariance of "
+                           "Remark 1")
+PRE_ROTATION = seed_states("K = 1 paragraph / Lemma 2: the explicit pre-rotation appears only for K >= 2")
+# the learned-in-range gate: the study states no in-range line, so the project's default 0.9, per K
+GATE = InRange(where=probe("length") & is_("in_range", True), column="accuracy", threshold=0.9, match=("K",),
+               text="in-range accuracy (L <= L_max, mean over seeds and lengths)")
+GATED = ("2026-12-07: the learned-in-range gate (issue 53): a claim on a trained head's mechanism is n.a. where its "
+         "models did not learn the task in range")
+DECIDED = "2026-12-07: judged where the task decides (issue 53), was n.a. (undecidable): "
 CLAIMS = [
     ClaimSpec(name="K=1: carrier profile argmax over delta <= 0 at 0 (kernel centred at 0)",
               paper="near-parallel carriers, kernel centred at 0", where=K1, per=("K",),
-              measure=share("profile_peak", "==", 0), op=">=", threshold=1.0, percent=True,
-              note="share of {seeds} seeds"),
+              measure=share("profile_peak", "==", 0), op=">=", threshold=1.0, percent=True, source=K1_PARAGRAPH,
+              setting="seed", trained=True, revised=GATED, note="share of {seeds} seeds"),
     ClaimSpec(name="K=1: attention at delta = -1 exceeds attention at delta = 0 (L = L_max)",
               paper="self-logit suppressed", where=K1, per=("K",),
               measure=share("target_weight", ">", Ref("self_weight")), op=">=", threshold=1.0, percent=True,
-              note="share of {seeds} seeds"),
+              source=K1_PARAGRAPH, setting="seed", trained=True, revised=GATED, note="share of {seeds} seeds"),
     ClaimSpec(name="K=1: content covariance (diag - off-diag of G at delta = 0, in std of G)",
               paper="suppresses the self-logit (Remark 1)", where=K1, per=("K",), measure=mean("content_covariance"),
-              op="<", threshold=0.0, note="mean over {seeds} seeds"),
+              op="<", threshold=0.0, source=K1_PARAGRAPH, setting="seed", trained=True, revised=GATED,
+              note="mean over {seeds} seeds"),
     ClaimSpec(name="K=1: cos(m_Q, R_0 m_K)", paper="near-parallel", where=K1, per=("K",), measure=mean("cos_0"),
-              na=undecidable("'near-parallel' names no angle, so no line on this cosine follows from the seed; "
-                             "its own test, a kernel centred at 0, is the profile argmax judged above")),
+              op=">", threshold=0.5, source=K1_PARAGRAPH, setting="seed", trained=True,
+              revised=DECIDED + "'near-parallel' by the carrier-alignment bar the validation study judges cos(m_Q, "
+                                "R_-K m_K) by (> 0.5), this claim's original line (fb03655); " + GATED[12:],
+              note="mean over {seeds} seeds; > 0.5: validation's bar for an aligned carrier"),
     ClaimSpec(name="K=1: attention at delta = 0 minus a uniform head's 1/L (L = L_max)", paper="suppressed",
-              where=K1, per=("K",), measure=mean("self_minus_uniform"),
-              na=undecidable("the seed compares the self-logit with no uniform head, so no line against 1/L "
-                             "follows from it; 'suppressed' is judged against the target's attention above")),
+              where=K1, per=("K",), measure=mean("self_minus_uniform"), op="<", threshold=0.0, source=K1_PARAGRAPH,
+              setting="seed", trained=True,
+              revised=DECIDED + "'suppressed' by this claim's original line, attention at delta = 0 below a "
+                                "uniform head's 1/L (fb03655); " + GATED[12:],
+              note="mean over {seeds} seeds; < 0: the self-key gets less than a uniform head's 1/L"),
     ClaimSpec(name="K={K}: carrier pre-rotated to the target: profile argmax over delta <= 0 is -K",
               paper="yes (K >= 2)", where=PRE, per=("K",), measure=share("profile_peak", "==", neg("K")), op=">=",
-              threshold=1.0, percent=True, note="share of {seeds} seeds"),
+              threshold=1.0, percent=True, source=PRE_ROTATION, setting="seed", trained=True, revised=GATED,
+              note="share of {seeds} seeds"),
     ClaimSpec(name="K={K}: cos(m_Q, R_-K m_K) - cos(m_Q, R_0 m_K)", paper="pre-rotation: first > second",
-              where=PRE, per=("K",), measure=mean("cos_target_minus_0"), op=">", threshold=0.0,
-              note="mean over {seeds} seeds"),
+              where=PRE, per=("K",), measure=mean("cos_target_minus_0"), op=">", threshold=0.0, source=PRE_ROTATION,
+              setting="seed", trained=True, revised=GATED, note="mean over {seeds} seeds"),
 ]
 
 TABLES = [Table("Carriers, self-logit and content covariance by K (probes at L = L_max)", by=("K",),
@@ -99,7 +128,8 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     intro = (f"RoPE, mean ± std over seeds 0..{study.seeds - 1}; {study.train.steps} steps, lengths in "
              f"[{study.train.min_length}, {study.train.max_length}] drawn per {study.train.length_sampling}. Probes "
              f"at L = {study.train.max_length}; accuracy at L = {longest}.")
-    return write_outputs(out, title=EXPERIMENT.title, rows=members + plot, claims=judge_all(CLAIMS, members),
+    claims = judge_all(CLAIMS, members + select(rows, "length"), GATE)  # the length rows: the gate's in-range score
+    return write_outputs(out, title=EXPERIMENT.title, rows=members + plot, claims=claims,
                          intro=intro, tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length"),
                          csvs={"members.csv": "member"})
 

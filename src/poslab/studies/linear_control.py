@@ -17,15 +17,19 @@ from poslab.experiments import Experiment
 from poslab.experiments.config import StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, groups, means, most_common, select, write_outputs
 from poslab.experiments.spec import (
+    NA,
     ClaimSpec,
     Extrapolation,
+    InRange,
     above,
     at_most,
     below,
+    hypothesis,
     is_,
     judge_all,
     mean,
     probe,
+    seed_states,
     undecidable,
 )
 from poslab.studies.kit.fixed_offset import BEYOND, interpolant_figure, length_rows, score_profile_fits
@@ -46,49 +50,82 @@ DID_LEARN, NOT_LEARNED = is_("learned", True), is_("learned", False)  # per sett
 NOT_LEARNED_WHY = (f"this width did not learn the task in distribution (seed-mean accuracy at L <= L_max below "
                    f"{LEARNED:g}), so its accuracy past L_max cannot tell a destroyed extrapolation from a task "
                    "never solved")
+NOT_LEARNED_KIND = ("2026-12-07: the n.a. kind is 'did not learn in range' (issue 53), not 'undecidable': the "
+                    "width did not learn the task in distribution")
+# what each claim is (its role follows: experiments/spec.role_of)
+SECTION_7 = seed_states("Section 7: trained linear attention fits the task in distribution (0.96) by min-norm "
+                        "interpolation, carrier cos ~0.1 and key carrier 0.07 against 0.83 and 0.80 under softmax; it "
+                        "does not extrapolate (0.07 at L = 48, chance 0.05, softmax 1.00)")
+CONDITION = seed_states("Section 7 / related work: removing softmax destroys extrapolation once the rotary frequencies "
+                        "outnumber the training offsets; for d > |Delta| the linear profile is underdetermined off "
+                        "support, where the min-norm interpolant is generically Theta(1)")
+CONTRAST = hypothesis("the converse the seed does not state: with d <= |Delta| the linear profile is determined on "
+                      "the training offsets and extrapolation is not destroyed")
+# the learned-in-range gate: the study's own line (a width is judged once it reaches LEARNED in distribution)
+GATE = InRange(where=IN_DIST, column="accuracy", threshold=LEARNED, match=("attention", "d"),
+               text="in-distribution accuracy (L <= L_max, mean over seeds and lengths)")
+GATED = ("2026-12-07: the learned-in-range gate (issue 53): a claim past the range or on a trained head's mechanism "
+         "is n.a. where its models did not learn the task in range")
 CLAIMS = [
     ClaimSpec(name="linear, d=64: accuracy in distribution", paper=str(PAPER["linear_in"]),
               where=IN_DIST & LINEAR & PAPER_D, measure=mean("accuracy"), op="~", threshold=PAPER["linear_in"],
-              tol=0.05),
+              tol=0.05, source=SECTION_7, setting="seed"),
     ClaimSpec(name="softmax, d=64: accuracy in distribution", paper=str(PAPER["softmax_acc"]),
               where=IN_DIST & SOFTMAX & PAPER_D, measure=mean("accuracy"), op="~", threshold=PAPER["softmax_acc"],
-              tol=0.05),
+              tol=0.05, source=SECTION_7, setting="seed"),
     ClaimSpec(name="linear, d=64: accuracy at L={length}", paper=f"{PAPER['linear_48']} (chance 0.05)",
               where=LONGEST & LINEAR & PAPER_D, per=("length",), measure=mean("accuracy"), op="<=", threshold=2,
-              scale_by="chance"),
+              scale_by="chance", source=SECTION_7, setting="seed", trained=True, revised=GATED,
+              note="{seeds} seeds, {n} rows; also Section 7's condition at this width (32 frequencies > 16 training "
+                   "offsets): one number, judged once here"),
     ClaimSpec(name="softmax, d=64: accuracy at L={length}", paper=str(PAPER["softmax_acc"]),
-              where=LONGEST & SOFTMAX & PAPER_D, per=("length",), measure=mean("accuracy"), op=">=", threshold=0.95),
+              where=LONGEST & SOFTMAX & PAPER_D, per=("length",), measure=mean("accuracy"), op=">=", threshold=0.95,
+              source=SECTION_7, setting="seed", trained=True, revised=GATED),
     ClaimSpec(name="linear, d=64: cos(m_Q, R_-K m_K)", paper=f"~{PAPER['cos_linear']}", where=MEMBER & LINEAR & PAPER_D,
-              measure=mean("carrier_cos"), op="<", threshold=0.3),
+              measure=mean("carrier_cos"), op="<", threshold=0.3, source=SECTION_7, setting="seed", trained=True,
+              revised=GATED),
     ClaimSpec(name="softmax, d=64: cos(m_Q, R_-K m_K)", paper=str(PAPER["cos_softmax"]),
-              where=MEMBER & SOFTMAX & PAPER_D, measure=mean("carrier_cos"), op=">", threshold=0.5),
+              where=MEMBER & SOFTMAX & PAPER_D, measure=mean("carrier_cos"), op=">", threshold=0.5, source=SECTION_7,
+              setting="seed", trained=True, revised=GATED),
     ClaimSpec(name="linear, d=64: key carrier fraction", paper=f"{PAPER['carrier_linear']} (baseline 0.016 = 1/d)",
-              where=MEMBER & LINEAR & PAPER_D, measure=mean("carrier_k"), op="<", threshold=0.2),
+              where=MEMBER & LINEAR & PAPER_D, measure=mean("carrier_k"), op="<", threshold=0.2, source=SECTION_7,
+              setting="seed", trained=True, revised=GATED),
     ClaimSpec(name="softmax, d=64: key carrier fraction", paper=f"{PAPER['carrier_softmax']} (baseline 0.016 = 1/d)",
-              where=MEMBER & SOFTMAX & PAPER_D, measure=mean("carrier_k"), op=">", threshold=0.5),
-    # Section 7's condition, from the width sweep
+              where=MEMBER & SOFTMAX & PAPER_D, measure=mean("carrier_k"), op=">", threshold=0.5, source=SECTION_7,
+              setting="seed", trained=True, revised=GATED),
+    # Section 7's condition, from the width sweep; at d = 64 it is the claim "linear, d=64: accuracy at L=48"
+    # above (the same number, counted once): judged here only at a width above the seed's
     ClaimSpec(name="linear, d={d} ({frequencies} frequencies > {train_offsets} training offsets): "
                    "accuracy at L={length}",
               paper="removing softmax destroys extrapolation once the frequencies outnumber the training offsets",
-              where=LONGEST & LINEAR & above("excess_frequencies", 0) & DID_LEARN,
+              where=LONGEST & LINEAR & above("excess_frequencies", 0) & above("d", 64) & DID_LEARN,
               per=("d", "frequencies", "train_offsets", "length"),
-              measure=mean("accuracy"), op="<=", threshold=2, scale_by="chance"),
+              measure=mean("accuracy"), op="<=", threshold=2, scale_by="chance", source=CONDITION, setting="other",
+              trained=True,
+              revised="2026-12-07: counted once (issue 53): at d = 64 this is the number of 'linear, d=64: accuracy "
+                      "at L=48' (withdrawn here), so the condition is judged only at widths above the seed's "
+                      "(another setting: control); " + GATED[12:]),
     ClaimSpec(name="linear, d={d} ({frequencies} frequencies <= {train_offsets} training offsets, {d} coefficients "
                    "> {train_offsets}): accuracy at L={length}",
               paper="for d > |Delta| the linear profile is underdetermined off support (Section 7's derivation)",
               where=LONGEST & LINEAR & at_most("excess_frequencies", 0) & above("excess_coefficients", 0) & DID_LEARN,
               per=("d", "frequencies", "train_offsets", "length"), measure=mean("accuracy"), op="<=", threshold=2,
-              scale_by="chance"),
+              scale_by="chance", source=CONDITION, setting="seed", trained=True, revised=GATED),
     ClaimSpec(name="linear, d={d} ({d} coefficients <= {train_offsets} training offsets): accuracy at L={length}",
               paper="implied contrast: with d <= |Delta| the profile is determined and extrapolation not destroyed",
               where=LONGEST & LINEAR & at_most("excess_coefficients", 0) & DID_LEARN,
               per=("d", "frequencies", "train_offsets", "length"), measure=mean("accuracy"), op=">", threshold=2,
-              scale_by="chance"),
+              scale_by="chance", source=CONTRAST, setting="seed", trained=True,
+              revised="2026-12-07: role computed from source x setting (issue 53): the seed does not state the "
+                      "converse, a hypothesis (prediction, was paper); " + GATED[12:]),
     ClaimSpec(name="linear, d={d}: accuracy at L={length} read by the frequency count (earlier claim: "
                    "{frequencies} frequencies <= {train_offsets} offsets, so not destroyed)",
               paper="implied contrast of 'once the frequencies outnumber the training offsets'",
               where=LONGEST & LINEAR & at_most("excess_frequencies", 0) & above("excess_coefficients", 0) & DID_LEARN,
-              per=("d", "frequencies", "train_offsets", "length"), measure=mean("accuracy"),
+              per=("d", "frequencies", "train_offsets", "length"), measure=mean("accuracy"), source=CONTRAST,
+              setting="seed",
+              revised="2026-12-07: role computed from source x setting (issue 53): the seed does not state the "
+                      "converse, a hypothesis (prediction, was paper)",
               na=undecidable("the paper's two statements part at this width: its sentence counts frequencies (not "
                              "more than the offsets), its derivation counts the d coefficients of f(delta) = sum_j "
                              "A_j cos(delta theta_j + psi_j) (more than the offsets: underdetermined); the derivation "
@@ -96,25 +133,26 @@ CLAIMS = [
     ClaimSpec(name="linear, d={d}: off-support f vs the min-norm interpolant of the on-support f: correlation",
               paper="fits the task by min-norm interpolation across rotary frequencies",
               where=MEMBER & LINEAR & above("excess_frequencies", 0) & DID_LEARN, per=("d",),
-              measure=mean("off_support_corr"),
-              op=">=", threshold=INTERPOLANT_CORR),
+              measure=mean("off_support_corr"), op=">=", threshold=INTERPOLANT_CORR, source=SECTION_7,
+              setting="seed", trained=True, revised=GATED),
     ClaimSpec(name="linear, d={d}: mean abs(f) off support / f(-K)",
               paper="the min-norm interpolant is Theta(1) off support",
-              where=MEMBER & LINEAR, per=("d",), measure=mean("off_support_scale"),
+              where=MEMBER & LINEAR, per=("d",), measure=mean("off_support_scale"), source=CONDITION, setting="seed",
               na=undecidable("Theta(1) is an asymptotic statement with no finite threshold; the number is shown")),
     ClaimSpec(name="softmax, d={d}: accuracy at L={length} (capacity control for the sweep)",
               paper=f"softmax extrapolates ({PAPER['softmax_acc']} at d = 64)",
               where=LONGEST & SOFTMAX & below("d", 64) & DID_LEARN, per=("d", "length"), measure=mean("accuracy"),
-              op=">=", threshold=0.95, role="control",
+              op=">=", threshold=0.95, source=SECTION_7, setting="other", trained=True, revised=GATED,
               note="{seeds} seeds; the paper runs softmax at d = 64 only: the d = 64 criterion at a width the linear "
                    "sweep uses, to separate width from normalization"),
     ClaimSpec(name="linear, d={d}: accuracy at L={length}, did not learn (in distribution {in_dist_accuracy})",
               paper="the width sweep of Section 7", where=LONGEST & LINEAR & NOT_LEARNED,
-              per=("d", "in_dist_accuracy", "length"), measure=mean("accuracy"), na=undecidable(NOT_LEARNED_WHY)),
+              per=("d", "in_dist_accuracy", "length"), measure=mean("accuracy"), source=CONDITION, setting="seed",
+              na=NA("not-learned", NOT_LEARNED_WHY), revised=NOT_LEARNED_KIND),
     ClaimSpec(name="softmax, d={d}: accuracy at L={length}, did not learn (in distribution {in_dist_accuracy})",
               paper="softmax extrapolates", where=LONGEST & SOFTMAX & NOT_LEARNED & below("d", 64),
-              per=("d", "in_dist_accuracy", "length"), measure=mean("accuracy"), role="control",
-              na=undecidable(NOT_LEARNED_WHY)),
+              per=("d", "in_dist_accuracy", "length"), measure=mean("accuracy"), source=SECTION_7, setting="other",
+              na=NA("not-learned", NOT_LEARNED_WHY), revised=NOT_LEARNED_KIND),
 ]
 TABLES = [
     Table("Accuracy by length", by=("setting", "attention", "d", "frequencies", "train_offsets"),
@@ -183,7 +221,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"`frequencies` = d/2 rotary frequencies, `train_offsets` = the {Lmax} offsets delta in [-{Lmax - 1}, 0]. "
              f"A width of the sweep is judged only where it learned the task: seed-mean accuracy at L <= {Lmax} "
              f"(`in distribution`) at least {LEARNED:g}; below that its points are n.a. (did not learn).")
-    return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro,
+    return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows, GATE), intro=intro,
                          tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length"),
                          more_figures=lambda r, o: [interpolant_figure(
                              select(r, "score", attention="linear"), "d", Lmax, "linear attention, d = {}",
