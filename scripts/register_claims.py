@@ -36,6 +36,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SINCE = "fb03655"  # "Studies move to poslab/studies ... Claims as data (experiments/spec.py: ClaimSpec ...)"
+# the commit that registered every claim: from it on, a claim whose spec vanishes is withdrawn only by
+# --withdraw (or followed by a spec's renamed_from=), never by the walk (tests fail until it is declared)
+REGISTERED = "e204ae1"  # "Claims registered before they are judged (issue 53 items 1-2) ..."
 CODE = ["src/poslab/studies", "src/poslab/experiments/spec.py", "src/poslab/experiments/claims.py"]
 RESULTS = ["docs/paper-preset", "docs/next-steps"]
 CACHE = ROOT / ".cache" / "register_claims"
@@ -219,14 +222,17 @@ def walk(since: str) -> dict[str, dict]:
         p.startswith(tuple(CODE)) for p in git("show", "--format=", "--name-only", c).split())])
     ledgers: dict[str, dict] = {}
     specs: dict[str, list[dict]] = {}  # study -> its spec records at the commit walked
+    registered = False
     for i, commit in enumerate(commits):
+        registered = registered or commit.startswith(REGISTERED)
         subject, date = git("show", "-s", "--format=%s%n%ad", "--date=short", commit).strip().split("\n")[:2]
         changed = git("show", "--format=", "--name-only", commit).split()
         print(f"[{i + 1}/{len(commits)}] {commit[:7]} {date} {subject[:70]}", file=sys.stderr)
         if i == 0 or any(p.startswith(tuple(CODE)) for p in changed):
             for study, rows in dump_at(commit).items():
                 specs[study] = rows
-                _revise(ledgers.setdefault(study, dict(study=study, specs={}, claims={})), rows, commit, date, subject)
+                _revise(ledgers.setdefault(study, dict(study=study, specs={}, claims={})), rows, commit, date, subject,
+                        registered)
         for study in sorted({p.split("/")[2] for p in changed if p.startswith(tuple(RESULTS))
                              and p.endswith("/claims.json") and p.count("/") == 3}):
             stored = _stored(commit, study)
@@ -252,7 +258,7 @@ def _groups(rows: list[dict]) -> dict[str, dict]:
             for t, f in fps.items()}
 
 
-def _revise(ledger: dict, rows: list[dict], commit: str, date: str, subject: str) -> None:
+def _revise(ledger: dict, rows: list[dict], commit: str, date: str, subject: str, registered: bool = False) -> None:
     """At a commit that changed the code: a revision for each registered claim whose spec's fingerprint
     changed; ``withdrawn`` for one that no spec gives any more."""
     for name, claim in ledger["claims"].items():
@@ -262,8 +268,9 @@ def _revise(ledger: dict, rows: list[dict], commit: str, date: str, subject: str
         if spec is None:
             renamed = [r for r in rows if r.get("renamed_from") == claim["spec"]]
             if not renamed:
-                claim["withdrawn"] = (f"its spec vanished in commit {commit[:7]} ({date}), before registration "
-                                      f"existed: {subject[:200]}")
+                if not registered:
+                    claim["withdrawn"] = (f"its spec vanished in commit {commit[:7]} ({date}), before registration "
+                                          f"existed: {subject[:200]}")
                 continue
             spec = renamed[0]
         claim["spec"] = spec["name"]
@@ -422,7 +429,8 @@ def restate(ledgers: dict[str, dict]) -> None:
             study = path.parent.name
             if study not in ledgers:
                 continue
-            claims = annotate_stored(recompute(study, read_claims(path), path.parent), ledgers[study])
+            kept = [c for c in read_claims(path) if not ledgers[study]["claims"].get(c.name, {}).get("withdrawn")]
+            claims = annotate_stored(recompute(study, kept, path.parent), ledgers[study])
             write_claims(claims, path)
             table = path.parent / "table.md"
             if table.exists():
