@@ -339,6 +339,9 @@ def _typed(value: str):
     return None if value == "" else value
 
 
+UNDECIDED: list[str] = []  # stored claims whose spec their name cannot pick among several: restated by a rerun
+
+
 def recompute(study: str, claims: list, folder: Path) -> list:
     """A stored study's claims under today's specs where every spec says what it is (source and setting):
     the role computed from them, and the learned-in-range gate (the study's GATE) read from the stored
@@ -363,7 +366,11 @@ def recompute(study: str, claims: list, folder: Path) -> list:
     for c in claims:
         mine = [s for s in specs if _fits(dict(name=s.name, terms=[[t.column, t.op, t.value] for t in s.where.terms
                                                                    if not hasattr(t.value, "column")]), c.name)]
-        if not mine:
+        judged_as = {(m.role, m.op, m.threshold, m.tol, m.na.kind if m.na else None, m.scale_by, m.trained)
+                     for m in mine}
+        if len(judged_as) != 1:  # no spec, or specs that its name cannot tell apart: left as stored
+            if len(judged_as) > 1:
+                UNDECIDED.append(f"{study}: {c.name}")
             out.append(c)
             continue
         spec = mine[0]
@@ -468,6 +475,18 @@ def write_counts_block(path: Path = ROOT / "docs" / "results.md") -> None:
     path.write_text(head + counts_block() + tail)
 
 
+UNDECIDED_MARKERS = ("<!-- awaiting a rerun -->", "<!-- /awaiting a rerun -->")
+
+
+def write_undecided(path: Path = ROOT / "docs" / "results.md") -> None:
+    """docs/results.md's list of the stored claims --restate could not tie to one spec (a rerun restates them)."""
+    lines = [f"- {c}" for c in UNDECIDED] or ["- none"]
+    text = path.read_text()
+    head, _, rest = text.partition(UNDECIDED_MARKERS[0])
+    _, _, tail = rest.partition(UNDECIDED_MARKERS[1])
+    path.write_text(head + UNDECIDED_MARKERS[0] + "\n" + "\n".join(lines) + "\n" + UNDECIDED_MARKERS[1] + tail)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--since", default=SINCE)
@@ -500,6 +519,10 @@ def main() -> None:
     if args.restate:
         restate(ledgers)
         write_counts_block()
+        write_undecided()
+        if UNDECIDED:
+            print(f"{len(UNDECIDED)} stored claims left as stored (their name fits specs judged otherwise; a rerun "
+                  f"restates them):\n  " + "\n  ".join(UNDECIDED))
 
 
 if __name__ == "__main__":
