@@ -66,9 +66,12 @@ def test_induction_quick_end_to_end(tmp_path):
     assert all(0 <= r["prev_share_all"] <= 1 and 0 <= r["ind_argmax_all"] <= 1 for r in heads)
     lengths = [r for r in rows if r["probe"] == "length"]
     assert all(0 <= r["exact_match"] <= r["accuracy"] + 1e-9 or r["exact_match"] == 0 for r in lengths)
+    # issue 53: the seed's statements on a next step's task are controls; the circuit and NoPE's outcome predictions
     assert {c["role"] for c in claims if c["name"].startswith("rope: accuracy on the second copy at trained")} \
-        == {"paper"}
-    assert {c["role"] for c in claims if c["name"].startswith("alibi")} == {"control"}
+        == {"control"}
+    assert {c["role"] for c in claims if "previous-token head, queries" in c["name"]} == {"prediction"}
+    assert {c["role"] for c in claims if c["name"].startswith("nope")} == {"prediction"}
+    assert {c["role"] for c in claims if c["name"].startswith("alibi") and "layer-" not in c["name"]} == {"control"}
 
 
 def _pattern(L, key_of):

@@ -258,7 +258,7 @@ def test_worker_processes_evaluate_the_members_the_store_records(tmp_path):
         assert a == pytest.approx(b, rel=1e-4, abs=1e-5)
 
 
-def test_pi_without_fine_tuning_is_a_judged_control_and_the_training_free_methods_are_judged():
+def test_pi_without_fine_tuning_is_judged_as_a_prediction_like_the_training_free_methods():
     from poslab.experiments.spec import judge_all
     from poslab.studies import pretrained_extension as pe
 
@@ -269,7 +269,9 @@ def test_pi_without_fine_tuning_is_a_judged_control_and_the_training_free_method
     assert claims["yarn: short-context retention at L0"].holds is True
     for name in ("pi (no fine-tuning): loss past L0 below no scaling's (x2)",  # 4.5 - 4.6 < 0
                  "pi (no fine-tuning): short-context retention at L0"):  # 4.5 - 3.2 > 0.1
-        assert claims[name].holds is False and claims[name].role == "control" and "PI is published" in claims[name].note
+        # issue 53: the survey names the methods, not their outcome: every method alike is a prediction
+        assert claims[name].holds is False and claims[name].role == "prediction"
+        assert "PI is published" in claims[name].note
     rows = [dict(r, loss_in=3.25, loss_out=4.4) if r["method"] == "pi" else r for r in rows]  # PI that works
     claims = {c.name: c for c in judge_all(pe.CLAIMS, rows + pe.derived_rows(rows))}
     assert claims["pi (no fine-tuning): loss past L0 below no scaling's (x2)"].holds is True

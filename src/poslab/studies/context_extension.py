@@ -22,7 +22,20 @@ from poslab.errors import ConfigError
 from poslab.experiments import Experiment
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, write_outputs
-from poslab.experiments.spec import ClaimSpec, Extrapolation, comparison_only, is_, judge_all, maximum, mean, probe
+from poslab.experiments.spec import (
+    ClaimSpec,
+    Extrapolation,
+    InRange,
+    cited,
+    derivation,
+    is_,
+    judge_all,
+    maximum,
+    mean,
+    probe,
+    seed_states,
+    survey_names,
+)
 from poslab.positional.scaling_laws import base_for_length, critical_dimension, extrapolation_bound, pair_with_periods
 from poslab.probes.passkey_eval import passkey, reasoning
 from poslab.probes.positionwise import bend_rows
@@ -98,6 +111,28 @@ DING = "Ding et al. 2024, arXiv 2402.13753 (LongRoPE), not the survey"
 SHANG = "Shang et al. 2025, arXiv 2502.20082 (LongRoPE2), not the survey"
 
 
+# what each claim is (its role follows: experiments/spec.role_of). The survey names no model: a character-level
+# RoPE LM at nanoGPT's CPU recipe is the usual small-scale choice (setting "usual")
+CENTRAL = seed_states("survey abstract: the ability to compute positional features beyond the training length does "
+                      "not imply reliable long-context generalization; context extension must be evaluated through "
+                      "short-context retention, position-wise perplexity, retrieval, reasoning and long-context code "
+                      "tasks", which="001")
+# the survey names the methods and the measure (position-wise perplexity), not their outcome: every method alike
+# (with or without fine-tuning, passing or failing) is a prediction
+METHODS_NAMED = survey_names("survey abstract: it examines PI, NTK-aware scaling, Dynamic NTK, NTK-by-parts, YaRN, "
+                             "LongRoPE and LongRoPE2 and names position-wise perplexity as a measure; it states no "
+                             "method's loss past L0")
+PRECONDITION = derivation("a precondition of the design, not a claim: the in-range ceiling (at L0) below which a "
+                          "task cannot rank the extensions past L0 (the learned-in-range gate reads it)")
+LIU_CITED, DING_CITED = cited("Liu et al. 2023, arXiv 2310.05209"), cited("Ding et al. 2024, arXiv 2402.13753")
+SHANG_CITED = cited("Shang et al. 2025, arXiv 2502.20082")
+# the learned-in-range gate: the study's own ceiling line (exact match at L0 >= CEILING, plain RoPE, per task)
+GATE = InRange(where=probe("exact") & is_("method", "rope") & is_("multiple", 1.0), column="exact",
+               threshold=CEILING, match=("task",), text="exact match within L0 (plain RoPE, mean over seeds)")
+AS_PREDICTION = ("2026-12-07: role computed from source x setting (issue 53): the survey names the methods and the "
+                 "measure, not their outcome: every method alike (with or without fine-tuning) is a prediction")
+
+
 def _at(multiple: float):
     return probe("loss") & is_("multiple", multiple)
 
@@ -107,72 +142,81 @@ CLAIMS = [
               paper="the ability to compute positional features beyond the training length does not imply reliable "
                     "long-context generalization (survey's central conclusion)",
               where=probe("unused"), measure=maximum("unused", "most methods' share of seeds", by=("method",)),
-              op=">=", threshold=1.0,
+              op=">=", threshold=1.0, source=CENTRAL, setting="usual",
               note="per method and seed, 1 when loss(rope, L_t) - loss(method, L_t) > 0, passkey exact match at L0 "
                    f">= {CEILING:g} and at L_t < {CEILING:g} x that at L0; the highest over methods of the seed mean "
                    "(1: some method does it in every seed); table 'Computing positions past L0 is not using them'"),
     ClaimSpec(name="plain RoPE: loss at the longest length minus loss at L0",
               where=probe("loss") & is_("method", "rope")
               & is_("longest", True), measure=mean("delta_L0"), op=">", threshold=0.0,
-              paper="extrapolation fails without extension (survey)"),
+              paper="extrapolation fails without extension (survey)", source=CENTRAL, setting="usual"),
     ClaimSpec(name="passkey retrieval within the training length (the ceiling)", measure=mean("accuracy"),
               where=probe("passkey") & is_("method", "rope") & is_("multiple", 1.0), op=">=", threshold=CEILING,
-              paper="the ceiling extensions are measured against", role="check",
+              paper="the ceiling extensions are measured against", source=PRECONDITION, setting="usual",
               note="{seeds} seeds; a precondition of the ranking and of the central conclusion, not a claim of the "
                    "survey: below it the task cannot rank the extensions past L0"),
     ClaimSpec(name="{task}: exact match within the training length (the ceiling)", measure=mean("exact"),
               where=probe("exact") & is_("method", "rope") & is_("multiple", 1.0), per=("task",), op=">=",
               threshold=CEILING, interval=("lo", "hi"), paper="the ceiling extensions are measured against",
-              role="check",
+              source=PRECONDITION, setting="usual",
               note="{seeds} seeds, each k of n examples (16 per depth) with its Wilson 95% interval, decided only "
                    "where every seed's interval is on one side of the line (retrained models differ by more "
                    "than the examples' binomial spread: docs/context-extension.md); a precondition of the ranking, "
                    "not a claim of the survey: below it the task cannot rank the extensions past L0"),
     ClaimSpec(name="{task}: ranking of the methods by exact match agrees with the ranking by loss (x{multiple})",
               paper="survey: perplexity alone does not judge extension (reasoning and code tasks must)",
-              where=probe("ranking"), per=("task", "multiple"), measure=mean("tau", "Kendall's tau"),
-              na=comparison_only("the survey predicts disagreement but gives no number for tau; tau is shown, and "
-                                 "the disagreement is judged as the central conclusion (first claim)")),
+              where=probe("ranking"), per=("task", "multiple"), measure=mean("tau", "Kendall's tau"), op="<=",
+              threshold=0.0, source=CENTRAL, setting="usual", trained=True,
+              revised="2026-12-07: judged (issue 53), was n.a. 'comparison only': the survey's statement that the loss "
+                      "does not judge extension, as no positive concordance (tau <= 0; the survey gives no number, the "
+                      "sign is the line where no size is given), behind the learned-in-range gate (exact match within "
+                      "L0 >= 0.5, the study's ceiling line) where a task was not learned",
+              note="{seeds} seeds; Kendall's tau between the methods ordered by exact match and by loss at this "
+                   "length; judged only where plain RoPE solves the task within L0 (the ceiling)"),
     ClaimSpec(name="{method}: loss at L_t minus plain RoPE's", where=_at(FACTOR) & is_("extension", True)
               & is_("fine_tuning_method", False), per=("method",), measure=mean("delta_rope"), op="<", threshold=0.0,
-              paper="extension helps (survey)"),
+              paper="extension helps (survey)", source=METHODS_NAMED, setting="usual", revised=AS_PREDICTION,
+              note="{seeds} seeds; the survey names the method and the measure, not the outcome: a prediction"),
     ClaimSpec(name="{method} (no fine-tuning): loss at L_t minus plain RoPE's", where=_at(FACTOR)
               & is_("fine_tuning_method", True), per=("method",), measure=mean("delta_rope"), op="<", threshold=0.0,
-              paper="extension helps (survey)", role="control",
-              note="{seeds} seeds; another setting than the method's: PI is published with fine-tuning (Chen et al. "
-                   "2023, arXiv 2306.15595; NTK-aware scaling was proposed because interpolation alone hurts), "
-                   "judged in its own setting as pi+ft"),
+              paper="extension helps (survey)", source=METHODS_NAMED, setting="other", revised=AS_PREDICTION,
+              note="{seeds} seeds; a prediction, as for every method; another setting than the method's: PI is "
+                   "published with fine-tuning (Chen et al. 2023, arXiv 2306.15595; NTK-aware scaling was proposed "
+                   "because interpolation alone hurts), judged in its own setting as pi+ft"),
     ClaimSpec(name="longrope-progressive: loss at 8 L0 minus longrope+ft's", measure=mean("diff"),
               where=probe("vs") & is_("pair", "longrope-progressive - longrope+ft"), op="<", threshold=0.0,
               paper="a second search on the fine-tuned model extends further without fine-tuning "
-                    "(Ding et al. 2024: 256k fine-tuned -> 2048k)", role="external", note="{seeds} seeds; " + DING),
+                    "(Ding et al. 2024: 256k fine-tuned -> 2048k)", source=DING_CITED, setting="other",
+              note="{seeds} seeds; " + DING),
     ClaimSpec(name="longrope-progressive: loss at L0 after minus before the short-factor readjustment",
               where=probe("readjust"), measure=mean("gain"), op="<", threshold=0.0,
               paper="short-factor readjustment recovers short-context performance (Ding et al. 2024)",
-              role="external", note="{seeds} seeds; " + DING),
+              source=DING_CITED, setting="other", note="{seeds} seeds; " + DING),
     ClaimSpec(name="longrope2 minus longrope: passkey digit loss at L_t", measure=mean("diff"),
               where=probe("vs") & is_("pair", "longrope2 - longrope"), op="<", threshold=0.0,
               paper="needle-driven search with the real critical dimension beats LM-loss search on "
-                    "long-range retrieval (Shang et al. 2025)", role="external", note="{seeds} seeds; " + SHANG),
+                    "long-range retrieval (Shang et al. 2025)", source=SHANG_CITED, setting="other",
+              note="{seeds} seeds; " + SHANG),
     ClaimSpec(name="{method}: loss rise from L0 to the predicted bound (flat)", where=probe("bend"), per=("method",),
               measure=mean("flat_rise"), op="<=", threshold=BEND_DELTA,
-              paper="flat up to T_extra = 2 pi base^(d_extra/d) (Liu et al. 2023)", role="external",
-              note="{seeds} seeds; " + LIU),
+              paper="flat up to T_extra = 2 pi base^(d_extra/d) (Liu et al. 2023)", source=LIU_CITED,
+              setting="other", note="{seeds} seeds; " + LIU),
     ClaimSpec(name="{method}: loss rise past the predicted bound", where=probe("bend"), per=("method",),
               measure=mean("past_rise"), op=">=", threshold=BEND_DELTA,
-              paper="rising after T_extra (Liu et al. 2023)", role="external", note="{seeds} seeds; " + LIU),
+              paper="rising after T_extra (Liu et al. 2023)", source=LIU_CITED, setting="other",
+              note="{seeds} seeds; " + LIU),
     ClaimSpec(name="base2x+ft: bend position over plain RoPE's", where=probe("bend_shift"), measure=mean("ratio"),
               op="~", threshold=2.0, tol=0.5,
               paper="base_for_length(2 T_extra): a tuned base's bound moves to 2 T_extra (Liu et al. 2023, Thm 2)",
-              role="external", note="{seeds} seeds; " + LIU),
+              source=LIU_CITED, setting="other", note="{seeds} seeds; " + LIU),
     ClaimSpec(name=f"{{method}} (control, a sharp rise > {BEND_SHARP} nats): first such bucket over the bound",
               where=probe("bend"), per=("method",), measure=mean("sharp_over_bound"), op="~", threshold=1.0,
-              tol=0.25, paper="the loss bends at T_extra (Liu et al. 2023)", role="external",
+              tol=0.25, paper="the loss bends at T_extra (Liu et al. 2023)", source=LIU_CITED, setting="other",
               note="{seeds} seeds; the bucket's start over T_extra (buckets L0 / 4 wide); " + LIU),
     ClaimSpec(name=f"base2x+ft (control, a sharp rise > {BEND_SHARP} nats): bend position over plain RoPE's",
               where=probe("bend_shift"), measure=mean("sharp_ratio"), op="~", threshold=2.0, tol=0.5,
               paper="base_for_length(2 T_extra): a tuned base's bound moves to 2 T_extra (Liu et al. 2023, Thm 2)",
-              role="external", note="{seeds} seeds; " + LIU),
+              source=LIU_CITED, setting="other", note="{seeds} seeds; " + LIU),
 ]
 
 def _pooled_at(multiple: float, group: list[dict]) -> str:
@@ -510,7 +554,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"the reasoning and code tasks ({', '.join(study.task.get('reasoning', ()))}; training share "
              f"{study.task.get('reasoning_share', 0)}, answer weight {study.task.get('reasoning_weight', 1)}) "
              f"on the same grid, compact form.")
-    return write_outputs(out, title=title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro, tables=TABLES,
+    return write_outputs(out, title=title, rows=rows, claims=judge_all(CLAIMS, rows, GATE), intro=intro, tables=TABLES,
                          figures=FIGURES, sections=sections)
 
 

@@ -52,12 +52,14 @@ from poslab.experiments.spec import (
     ClaimSpec,
     at_least,
     comparison_only,
+    derivation,
     is_,
     judge_all,
     maximum,
     mean,
     minimum,
     probe,
+    survey_names,
 )
 from poslab.probes import precision as pr
 
@@ -74,37 +76,55 @@ PATTERN_RECIPES = ("fp32", "bf16_cos_sin", "bf16_rotation", "bf16_positions", "b
                    "fp16_positions", "table_fp32", "table_bf16")
 
 KV = probe("kv_summary")
+# what each claim is (its role follows: experiments/spec.role_of): the survey (seed 001) only names implementation
+# considerations, KV-cache compatibility and precision; it states no outcome: its measurements are predictions,
+# and what holds by the format or the schedule is a derivation (a check)
+BF16 = derivation("bf16 keeps 8 significant bits: integers are exact up to 256, neighbours collapse above")
+SCHEDULE = derivation("Dynamic NTK's scale is 1 at L <= L0 and grows with L past it: a cached key keeps its own "
+                      "step's scale, a recompute rescales every key, so the two differ past L0 and agree within it")
+NAMED = survey_names("survey abstract: it compares encodings by compatibility with KV caching and summarizes "
+                     "implementation considerations (numerical precision among them); it states no outcome")
+ROLE_REVISED = "2026-12-07: role computed from source x setting (issue 53): "
+AS_PREDICTION = ROLE_REVISED + "the survey names the measurement, not its outcome: a prediction"
 CLAIMS = [
     ClaimSpec(name="bf16 positions: neighbours p, p + 1 collapse to one value in [256, 512)",
               paper="(no number: bf16 keeps 8 significant bits, so integers are exact only up to 256)",
               where=probe("format") & is_("format", "bf16") & is_("start", 256),
               measure=mean("neighbour_collapse", "share of p whose p + 1 rounds to the same bf16 value"),
-              op=">", threshold=0.0, role="check", note="holds by the format (ties to even: bf16(257) = 256)"),
+              op=">", threshold=0.0, source=BF16, setting="usual",
+              note="holds by the format (ties to even: bf16(257) = 256)"),
     ClaimSpec(name="bf16 positions: every position below 256 is kept", paper="(the format)",
               where=probe("format") & is_("format", "bf16") & is_("start", 0),
               measure=minimum("distinct_share", "distinct bf16 values over distinct positions"), op=">=",
-              threshold=1.0, role="check", note="holds by the format"),
+              threshold=1.0, source=BF16, setting="usual", note="holds by the format"),
     ClaimSpec(name="{model}: Dynamic NTK with a KV cache differs from a full recompute past L0",
               paper="length-dependent schedules are not compatible with KV caching (cached keys keep the "
                     "scale of their own step)", where=KV, per=("model",),
               measure=mean("gap_ratio", "max |delta logit| past L0 over the same decode's max within L0"),
-              op=">=", threshold=GAP_RATIO,
-              note=f"within-L0 gap floored at {NOISE:g}; past L0 the gap must be {GAP_RATIO:g}x the rounding gap "
+              op=">=", threshold=GAP_RATIO, source=SCHEDULE, setting="usual",
+              revised=ROLE_REVISED + "a cached key keeps its own step's scale while a recompute rescales it: the "
+                                     "two differ past L0 by the schedule's construction (a check)",
+              note=f"by construction (a cached key keeps its step's scale); within-L0 gap floored at {NOISE:g}; "
+                   f"past L0 the gap must be {GAP_RATIO:g}x the rounding gap "
                    "the same decode shows where cache and recompute are one computation"),
     ClaimSpec(name="{model}: within L0 the cached decode equals the recompute", paper="(the schedule: scale 1 "
               "at L <= L0)", where=KV, per=("model",), measure=maximum("gap_within", "max |delta logit| within L0"),
-              op="<=", threshold=WITHIN_TOL, role="check", note="holds by the schedule, up to float32 rounding"),
+              op="<=", threshold=WITHIN_TOL, source=SCHEDULE, setting="usual",
+              note="holds by the schedule, up to float32 rounding"),
     ClaimSpec(name="{model}: loss past L0, cached minus recompute (nats)", paper="(the survey gives no number)",
               where=KV, per=("model",), measure=mean("loss_diff"),
-              na=comparison_only("the survey states incompatibility, no size of its effect on the loss")),
+              na=comparison_only("the survey names KV-cache compatibility, no size of its effect on the loss"),
+              source=NAMED, setting="usual", revised=AS_PREDICTION),
     ClaimSpec(name="{model}: passkey exact match, cached minus recompute", paper="(the survey gives no number)",
               where=KV & at_least("passkeys", 1), per=("model",), measure=mean("passkey_diff"),
-              na=comparison_only("the survey states incompatibility, no size of its effect on retrieval")),
+              na=comparison_only("the survey names KV-cache compatibility, no size of its effect on retrieval"),
+              source=NAMED, setting="usual", revised=AS_PREDICTION),
     ClaimSpec(name="{model}, {recipe}: max |delta pattern| at positions 10^6 + (0 .. n-1)",
               paper="(the survey lists precision among implementation considerations, no number)",
               where=probe("pattern") & is_("offset", 10**6) & is_("recipe", "fp32", "bf16_cos_sin", "table_fp32"),
               per=("model", "recipe"), measure=maximum("max_delta"),
-              na=comparison_only("the survey gives no criterion for numerical error")),
+              na=comparison_only("the survey gives no criterion for numerical error"), source=NAMED, setting="usual",
+              revised=AS_PREDICTION),
 ]
 
 TABLES = [

@@ -27,7 +27,18 @@ from poslab import probes
 from poslab.experiments import Experiment
 from poslab.experiments.config import EvalConfig, StudyConfig, quick
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_outputs
-from poslab.experiments.spec import ClaimSpec, at_most, is_, judge_all, mean, minimum, probe
+from poslab.experiments.spec import (
+    ClaimSpec,
+    InRange,
+    at_most,
+    is_,
+    judge_all,
+    mean,
+    minimum,
+    next_step,
+    probe,
+    seed_states,
+)
 from poslab.positional import encoding_class
 from poslab.probes.common import split_batch
 from poslab.studies.kit.depth_probes import argmax_share, offset_share
@@ -40,53 +51,92 @@ RELATIVE = ("rope", "alibi", "t5")  # a relative offset reaches the logits: the 
 LMAX, LONGEST = 16, 48
 TRAINED = probe("length") & at_most("length", LMAX)
 MEMBER = probe("member")
-ROLE = {"rope": "paper"}  # the seed's own encoding; every other encoding is a control of the same statement
-CONTROL_NOTE = "; the same criterion on another encoding: a control"
+CONTROL_NOTE = "; the seed's statement in another setting (a next step's task): a control"
+PREDICTION_NOTE = "; no seed states this outcome (the seed names the step): a prediction"
 PREDICTS = {"rope": "transfers (a relative offset, Lemma 1)", "alibi": "transfers (relative bias)",
             "t5": "transfers (relative bias; distance 1 is a trained bucket)",
             "nope": "transfers if causal masking induces relative structure (the seed's next step 1)",
             "learned": "does not transfer (absolute rows past 16 are untrained: Proposition 2)"}
+# what each claim is (its role follows: experiments/spec.role_of). The task is a next step's: the seed names "a true
+# two-layer induction circuit", not its outcome. Its statements measured here (RoPE generalizes and APE degrades in
+# Section 5.2's two-layer model, the relative biases in Section 5.1, the trained heads near-perfect in range) are in
+# another setting: controls; the circuit itself and NoPE's outcome no seed states: a next step's predictions
+STEP = next_step("seed 000, limitations: a true two-layer induction circuit (Olsson et al., 2022), where a content "
+                 "match sets the offset; the seed names the step, not its outcome")
+IN_RANGE = {"rope": seed_states("Table 1 / Section 5.2: the trained RoPE models are near-perfect in range"),
+            "learned": seed_states("Table 1 / Section 5.2: APE ~1 in range"),
+            "alibi": seed_states("Section 5.1: the ALiBi/T5/rotary comparison (the account is not RoPE-specific)"),
+            "nope": STEP}
+IN_RANGE["t5"] = IN_RANGE["alibi"]
+TRANSFER = {"rope": seed_states("Section 5.2: in a two-layer, four-head transformer with MLP and LayerNorm RoPE "
+                                "generalizes and its head remains offset-equivariant out of distribution"),
+            "learned": seed_states("Section 5.2 / Proposition 2: APE degrades out of range, the APE head pins"),
+            "alibi": IN_RANGE["alibi"], "t5": IN_RANGE["alibi"], "nope": STEP}
+# the learned-in-range gate: the study's own in-range line (accuracy on the second copy at L <= 16, >= 0.95)
+GATE = InRange(where=TRAINED, column="accuracy", threshold=0.95, match=("encoding",),
+               text="accuracy on the second copy at trained lengths (L ≤ 16, mean over seeds and lengths)")
+ROLE_REVISED = "2026-12-07: role computed from source x setting (issue 53): "
+WAS = {"rope": "paper", "nope": "control", "learned": "control", "alibi": "control", "t5": "control"}
+GATED = ("2026-12-07: the learned-in-range gate (issue 53): a claim past the range or on a trained head is n.a. "
+         "where its models did not learn the task in range")
 
 
-def per_encoding(name: str, paper: str, where, measure, op: str, threshold: float, note: str) -> list[ClaimSpec]:
-    """One claim per encoding: role ``paper`` for RoPE (the seed's encoding), ``control`` for the others."""
+def _revised(source, was: str, trained: bool) -> str | None:
+    role = "prediction" if source.kind == "next-step" else "control"
+    why = {"prediction": "no seed states this outcome (a next step's prediction)",
+           "control": "the seed's statement in a next step's task (another setting)"}[role]
+    notes = ([ROLE_REVISED + why] if role != was else []) + ([GATED] if trained else [])
+    return "; ".join(notes) or None
+
+
+def per_encoding(name: str, paper: str, where, measure, op: str, threshold: float, note: str,
+                 sources: dict, was: dict, trained: bool) -> list[ClaimSpec]:
+    """One claim per encoding, its role from what the claim is for that encoding (``sources``)."""
     return [ClaimSpec(name=name, paper=paper, where=where & is_("encoding", e), per=("encoding",), measure=measure,
-                      op=op, threshold=threshold, role=ROLE.get(e, "control"),
-                      note=note + ("" if ROLE.get(e) == "paper" else CONTROL_NOTE))
+                      op=op, threshold=threshold, source=sources[e], setting="other", trained=trained,
+                      revised=_revised(sources[e], was[e], trained),
+                      note=note + (PREDICTION_NOTE if sources[e].kind == "next-step" else CONTROL_NOTE))
             for e in ENCODINGS]
 
 
 CLAIMS = [
     *per_encoding("{encoding}: accuracy on the second copy at trained lengths (L ≤ 16)",
                   "a two-layer induction circuit", TRAINED, mean("accuracy"), ">=", 0.95,
-                  "mean over {seeds} seeds and the trained lengths"),
+                  "mean over {seeds} seeds and the trained lengths; the study's learned-in-range gate", IN_RANGE,
+                  WAS, trained=False),
     *per_encoding("{encoding}: layer-1 previous-token head, queries whose argmax key is t - 1 (L ≤ 16)",
                   "the previous-token head attends at offset -1 (layer 1)", MEMBER, mean("prev_argmax_trained"), ">=",
-                  0.9, "mean over {seeds} seeds; each seed's layer-1 head with most attention at -1"),
+                  0.9, "mean over {seeds} seeds; each seed's layer-1 head with most attention at -1",
+                  dict.fromkeys(ENCODINGS, STEP), WAS, trained=True),
     *per_encoding("{encoding}: layer-2 induction head, second-copy queries whose argmax key is the token after "
                   "the earlier occurrence (L ≤ 16)", "a content match sets the offset (layer 2)", MEMBER,
                   mean("ind_argmax_trained"), ">=", 0.9,
-                  "mean over {seeds} seeds; each seed's layer-2 head with most attention on that key"),
+                  "mean over {seeds} seeds; each seed's layer-2 head with most attention on that key",
+                  dict.fromkeys(ENCODINGS, STEP), WAS, trained=True),
     *[ClaimSpec(name="{encoding}: previous-token head past the training length, queries t ≥ 16 (L > 16) whose "
                      "argmax key is t - 1", paper=PREDICTS[e], where=MEMBER & is_("encoding", e), per=("encoding",),
                 measure=mean("prev_argmax_unseen"), op=">=" if e != "learned" else "<",
-                threshold=0.9 if e != "learned" else 0.5,
-                role="paper" if e in ("rope", "nope") else "control",
+                threshold=0.9 if e != "learned" else 0.5, source=TRANSFER[e], setting="other", trained=True,
+                revised=_revised(TRANSFER[e], "paper" if e in ("rope", "nope") else "control", True),
                 note="mean over {seeds} seeds" + ("; the NoPE hypothesis, judged with the relative line"
-                                                  if e == "nope" else "" if e == "rope" else CONTROL_NOTE))
+                                                  + PREDICTION_NOTE if e == "nope" else CONTROL_NOTE))
       for e in ENCODINGS],
     *[ClaimSpec(name="{encoding}: accuracy on the second copy at L = 48 (every position)",
                 paper="RoPE generalizes (Section 5.2's line)" if e != "learned" else "APE degrades out of range",
                 where=probe("length") & is_("length", LONGEST) & is_("encoding", e), per=("encoding",),
                 measure=mean("accuracy" if e != "learned" else "accuracy_out"), op=">=" if e != "learned" else "<",
-                threshold=0.9 if e != "learned" else 0.5, role="paper" if e in ("rope", "nope") else "control",
+                threshold=0.9 if e != "learned" else 0.5, source=TRANSFER[e], setting="other", trained=True,
+                revised=_revised(TRANSFER[e], "paper" if e in ("rope", "nope") else "control", True),
                 note="mean over {seeds} seeds; two-layer's lines (≥ 0.9 relative; < 0.5 at t ≥ 16 for APE)"
-                     + ("" if e in ("rope", "nope") else CONTROL_NOTE))
+                     + (PREDICTION_NOTE if e == "nope" else CONTROL_NOTE))
       for e in ENCODINGS],
-    ClaimSpec(name="{encoding}: lowest accuracy at positions t ≥ 16 over the unseen lengths", paper="(shown)",
-              where=probe("length") & is_("in_range", False) & is_("encoding", *RELATIVE, "nope"), per=("encoding",),
-              measure=minimum("accuracy_out", by=("length",)), op=">=", threshold=0.9, role="control",
-              note="mean over {seeds} seeds at each length, its lowest; positions past the training length only"),
+    *[ClaimSpec(name="{encoding}: lowest accuracy at positions t ≥ 16 over the unseen lengths", paper="(shown)",
+                where=probe("length") & is_("in_range", False) & is_("encoding", *encodings), per=("encoding",),
+                measure=minimum("accuracy_out", by=("length",)), op=">=", threshold=0.9, source=source,
+                setting="other", trained=True, revised=_revised(source, "control", True),
+                note="mean over {seeds} seeds at each length, its lowest; positions past the training length only"
+                     + (PREDICTION_NOTE if source is STEP else CONTROL_NOTE))
+      for encodings, source in ((RELATIVE, TRANSFER["rope"]), (("nope",), STEP))],
 ]
 
 TABLES = [
@@ -233,7 +283,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"U[{study.train.min_length}, {study.train.max_length}] per {study.train.length_sampling}; "
              f"{study.eval.n_sequences} sequences per length. RoPE is the seed's encoding (role paper); learned APE "
              "(rows N(0, 0.02²)), ALiBi and T5 are controls; NoPE carries the seed's depth hypothesis.")
-    return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro,
+    return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows, GATE), intro=intro,
                          tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length"),
                          csvs={"heads.csv": "head", "members.csv": "member"})
 

@@ -21,6 +21,7 @@ from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, sel
 from poslab.experiments.spec import (
     ClaimSpec,
     above,
+    derivation,
     is_,
     judge_all,
     lower_bound,
@@ -28,6 +29,7 @@ from poslab.experiments.spec import (
     mean,
     minimum,
     probe,
+    seed_states,
     share,
 )
 from poslab.probes import leakage as lk
@@ -70,67 +72,92 @@ STANDARD = is_("model", "RoPE")
 KEY0 = ("the key-0 part of (b): its residual product on the pairs (i, 0), position 0 read by the queries, the "
         "abstract's mechanism")
 EVERY_KEY = "(b) over every key (the earlier reading): not the abstract's position-0 mechanism alone"
-SWAP = lr.SWAP
+# what each claim is (its role follows: experiments/spec.role_of). The leakage abstract (seed 001, third) states the
+# claims for its three architectures (standard RoPE, NTK scaling, a sliding window) at no size: this grid of small
+# character LMs is their setting ("seed"); a reading or an architecture the abstract does not use is "other"
+ABSTRACT = "leakage abstract (seed 001): "
+BOTH = seed_states(ABSTRACT + "both components appear in all three architectures we study", which="001")
+BALANCE = seed_states(ABSTRACT + "NTK scaling suppresses the residual-stream component, sliding-window attention "
+                      "allows it to accumulate with depth, and standard RoPE sits between", which="001")
+BOS_SWAP = seed_states(ABSTRACT + "replacing the BOS embedding before the forward pass removes 40% of the "
+                       "residual-stream component at early queries", which="001")
+FINGERPRINT = seed_states(ABSTRACT + "attention sinks pass forward a deterministic fingerprint of the token at "
+                          "position 0, constant across inputs when that token is the auto-prepended BOS and varying "
+                          "with it otherwise", which="001")
+SINK_READING = seed_states(ABSTRACT + "downstream attention reads this trajectory through sink-reading heads",
+                           which="001")
+MASK = derivation("under a causal mask query i sees i + 1 keys, so the relative fit's log-normaliser moves with i")
+CAUSALITY = derivation("position 0 sees only itself under causal attention and starts from the same BOS vector")
+# the BOS swap's 'decided only where all three replacements agree' rule lives in studies/kit/leakage_rows
+# (decided_when_agreed, the swap3 rows), outside the spec: left as it is (issue 53)
+SWAP = dataclasses.replace(lr.SWAP, source=BOS_SWAP, setting="seed")
 CLAIMS = [
     ClaimSpec(name="{model}: component (b) at key 0 present", paper="present in all three", where=MODEL,
               per=("model",), measure=lower_bound("component_b_key0", "seed mean of (b) at key 0 - 2 standard errors"),
-              op=">", threshold=0.0, note="{seeds} seeds; " + KEY0 + "; unbiased, 0 on average without it"),
+              op=">", threshold=0.0, source=BOTH, setting="seed",
+              note="{seeds} seeds; " + KEY0 + "; unbiased, 0 on average without it"),
     ClaimSpec(name="{model}: component (b) over every key present", paper="present in all three", where=MODEL,
               per=("model",), measure=lower_bound("component_b", "seed mean of (b) - 2 standard errors"), op=">",
-              threshold=0.0, role="control", note="{seeds} seeds; " + EVERY_KEY),
+              threshold=0.0, source=BOTH, setting="other", note="{seeds} seeds; " + EVERY_KEY),
     ClaimSpec(name="{model}: component (a) present", paper="present in all three (by construction: the causal "
               "mask's per-query denominator)", where=MODEL, per=("model",),
               measure=lower_bound("component_a", "seed mean of (a) - 2 standard errors"), op=">", threshold=0.0,
-              role="check", note="{seeds} seeds; > 0 by construction under a causal mask: query i sees i + 1 keys, so "
-                                 "the relative fit's log-normaliser moves with i (tests/probes: pure relative logits "
-                                 "give (a) > 0); its size is the measurement"),
+              source=MASK, setting="seed",
+              note="{seeds} seeds; > 0 by construction under a causal mask: query i sees i + 1 keys, so the relative "
+                   "fit's log-normaliser moves with i (tests/probes: pure relative logits give (a) > 0); its size is "
+                   "the measurement"),
     ClaimSpec(name="NTK scaling (trained with the NTK base) suppresses (b) at key 0",
               paper="(b) smaller under NTK than standard RoPE", where=probe("gap") & is_("contrast", "trained"),
               measure=mean("gap_key0", "mean (b) at key 0, RoPE - NTK RoPE"), op=">", threshold=0.0,
+              source=BALANCE, setting="seed",
               note="{seeds} seeds; the abstract's NTK model is an architecture, trained that way; " + KEY0),
     ClaimSpec(name="NTK scaling (applied at inference to standard RoPE) suppresses (b) at key 0",
               paper="(b) smaller under NTK than standard RoPE", where=probe("gap") & is_("contrast", "inference"),
               measure=mean("gap_key0", "mean (b) at key 0, RoPE - the same weights under NTK"), op=">",
-              threshold=0.0, role="control", note="{seeds} seeds; the standard models' weights under the NTK base "
-                                                  "(factor 4), not trained with it"),
+              threshold=0.0, source=BALANCE, setting="other",
+              note="{seeds} seeds; the standard models' weights under the NTK base (factor 4), not trained with it"),
     ClaimSpec(name="NTK scaling (trained with the NTK base) suppresses (b) over every key",
               paper="(b) smaller under NTK than standard RoPE", where=probe("gap") & is_("contrast", "trained"),
-              measure=mean("gap", "mean (b) RoPE - NTK RoPE"), op=">", threshold=0.0, role="control",
+              measure=mean("gap", "mean (b) RoPE - NTK RoPE"), op=">", threshold=0.0, source=BALANCE, setting="other",
               note="{seeds} seeds; " + EVERY_KEY),
     *[ClaimSpec(name=f"{{model}}: (b) {part} grows with depth", paper="accumulates with depth",
-                where=MODEL & is_("encoding", "rope") & above("window", 0), per=("model",), role=role,
+                where=MODEL & is_("encoding", "rope") & above("window", 0), per=("model",), source=BALANCE,
+                setting=setting,
                 measure=mean(column, f"slope of the layer-mean (b) {part} on the layer"), op=">", threshold=0.0,
                 note="{seeds} seeds; " + why)
-      for part, column, role, why in (("at key 0", "depth_slope_key0", "paper", KEY0),
-                                      ("over every key", "depth_slope", "control", EVERY_KEY))],
+      for part, column, setting, why in (("at key 0", "depth_slope_key0", "seed", KEY0),
+                                         ("over every key", "depth_slope", "other", EVERY_KEY))],
     *[ClaimSpec(name=f"standard RoPE sits between NTK and {{model}}, (b) {part}", paper="NTK < standard < sliding "
-                "window", where=probe("between"), per=("model",), op=">", threshold=0.0, role=role,
+                "window", where=probe("between"), per=("model",), op=">", threshold=0.0, source=BALANCE,
+                setting=setting,
                 measure=mean(column, f"min(standard - NTK, window - standard) of the seed-mean (b) {part}"),
                 note="on the means over seeds; " + why)
-      for part, column, role, why in (("at key 0", "margin_key0", "paper", KEY0),
-                                      ("over every key", "margin", "control", EVERY_KEY))],
+      for part, column, setting, why in (("at key 0", "margin_key0", "seed", KEY0),
+                                         ("over every key", "margin", "other", EVERY_KEY))],
     SWAP,
     ClaimSpec(name="fixed BOS: position-0 residual identical across inputs", paper="constant fingerprint with BOS",
               where=probe("closed"), measure=minimum("fixed_bos", "min cosine over layers and models"),
-              op=">", threshold=0.9999, role="check",
+              op=">", threshold=0.9999, source=CAUSALITY, setting="seed",
               note="follows from causality: position 0 sees only itself and starts from the same vector"),
     ClaimSpec(name="content token at 0: position-0 residual varies with it at every layer",
               paper="varies with the token otherwise", where=probe("closed") & above("layer", 0),
               measure=maximum("content", "highest seed-mean cosine over models and layers 1 on",
                               by=("model", "layer")),
-              op="<", threshold=0.99, note="{seeds} seeds; the least varying layer decides"),
+              op="<", threshold=0.99, source=FINGERPRINT, setting="seed",
+              note="{seeds} seeds; the least varying layer decides"),
     ClaimSpec(name="sink-reading heads (received_0 >= 0.3) exist", paper="read downstream by sink-reading heads",
               where=MODEL, measure=share("sink_heads", ">=", 1, "share of models x seeds with one"),
-              op=">=", threshold=1.0, percent=True),
+              op=">=", threshold=1.0, percent=True, source=SINK_READING, setting="seed"),
     *[ClaimSpec(name=f"{{model}}: (b) at key 0 drops when key 0 is removed in {where}",
                 paper="downstream attention reads position 0 through sink-reading heads",
-                where=probe("pathway") & is_("ablation", where), per=("model",), role=role,
+                where=probe("pathway") & is_("ablation", where), per=("model",), source=SINK_READING,
+                setting=setting,
                 measure=lower_bound("key0_drop", "seed mean of the drop of (b) at key 0, layers >= 1, - 2 standard "
                                                  "errors"), op=">", threshold=0.0, note="{seeds} seeds; " + why)
-      for where, role, why in (
-          ("sink-reading heads", "paper", "drop_key0: key 0 removed for queries i >= 1 in the heads with received_0 "
+      for where, setting, why in (
+          ("sink-reading heads", "seed", "drop_key0: key 0 removed for queries i >= 1 in the heads with received_0 "
                                           ">= 0.3 (runs only where one exists); layer 0 reads the embeddings"),
-          ("every head", "control", "drop_key0_all: key 0 removed for queries i >= 1 in every head, sink or not; "
+          ("every head", "other", "drop_key0_all: key 0 removed for queries i >= 1 in every head, sink or not; "
                                     "layer 0 reads the embeddings"))],
 ]
 

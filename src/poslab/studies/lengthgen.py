@@ -44,7 +44,7 @@ that the sources' comparisons presuppose (their models are trained until they do
 claim: a Kazemnejad task enters the mean-rank ordering only if all five of their encodings learned
 it in range; a gain pair (task, encoding, seed) enters only if both its plain and its randomized
 cell learned the task in range. Where no task (no pair) enters, the claim is n.a. of the
-"undecidable" kind, its note naming the best in-range score seen and its (task, cell).
+"not-learned" kind (did not learn in range), its note naming the best in-range score seen and its (task, cell).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ import torch
 from poslab.experiments import Experiment, inapplicable
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
-from poslab.experiments.spec import ClaimSpec, abs_mean, is_, judge_all, mean, probe, undecidable
+from poslab.experiments.spec import NA, ClaimSpec, abs_mean, cited, is_, judge_all, mean, probe
 from poslab.positional import encoding_class, registered, small_encoding
 from poslab.studies.kit import published
 from poslab.studies.kit.benchmarks import (
@@ -300,32 +300,40 @@ GAIN_UNLEARNED_WHY = (f"no task x encoding pair learned in range in both its pla
 UNLEARNED_NOTE = "best in-range {best}"
 RUOSS_GAIN_NAME = "Ruoss et al.: randomized positions raise the mean score past the training length"
 RUOSS_GAIN_PAPER = f"+{100 * RUOSS_GAIN:.1f}% mean test accuracy (15 tasks, 6,000 models)"
-GAIN_ALL_NAME = ("randomized positions raise the mean score past the training length, every encoding that "
-                 "reads positions, every task run")
-GAIN_ALL_PAPER = "Ruoss et al.'s gain, beyond their encodings and tasks"
 
-# Each comparison twice: judged on the cells that learned in range, or n.a. (undecidable) where none did
+# what each claim is (its role follows: experiments/spec.role_of): no seed states these orderings or gains
+KAZEMNEJAD_CITED = cited("Kazemnejad et al. 2023, arXiv 2305.19466")
+RUOSS_CITED = cited("Ruoss et al. 2023, arXiv 2305.16843")
+# the study's in-range gate lives in its rows (a task or pair enters only where its cells learned in range); where
+# none entered, the claim is n.a. of the kind "did not learn in range"
+NOT_LEARNED = ("2026-12-07: n.a. kind 'not-learned' (issue 53: one reason kind, 'did not learn in range'), was "
+               "'undecidable'; the study's in-range gate (>= 0.9) as before")
+
+
+def not_learned(why: str) -> NA:
+    return NA("not-learned", why)
+
+
+# Each comparison twice: judged on the cells that learned in range, or n.a. (did not learn in range) where none
+# did. Ruoss et al.'s gain is counted once: the control "every encoding that reads positions, every task run" read
+# the same pairs (the same number) and is withdrawn (issue 53)
 CLAIMS = [
     *(spec for a, b, rel in KZ_PAIRS for spec in (
-        ClaimSpec(name="Kazemnejad et al.: {pair}", paper=KZ_ORDER, role="external", note=RANK_NOTE,
-                  where=probe("kz_pair") & is_("pair", _pair_label(a, b, rel)), per=("pair", "ranked", "left_out"),
+        ClaimSpec(name="Kazemnejad et al.: {pair}", paper=KZ_ORDER, source=KAZEMNEJAD_CITED, setting="other",
+                  note=RANK_NOTE, where=probe("kz_pair") & is_("pair", _pair_label(a, b, rel)),
+                  per=("pair", "ranked", "left_out"),
                   measure=abs_mean("gap", "|mean rank gap|") if rel == "≈" else mean("gap", "mean rank gap"),
                   op="<=" if rel == "≈" else ">", threshold=RANK_MARGIN),
-        ClaimSpec(name="Kazemnejad et al.: {pair}", paper=KZ_ORDER, role="external", note=UNLEARNED_NOTE,
+        ClaimSpec(name="Kazemnejad et al.: {pair}", paper=KZ_ORDER, source=KAZEMNEJAD_CITED, setting="other",
+                  note=UNLEARNED_NOTE, revised=NOT_LEARNED,
                   where=probe("kz_pair" + UNLEARNED) & is_("pair", _pair_label(a, b, rel)), per=("pair", "best"),
-                  na=undecidable(KZ_UNLEARNED_WHY)))),
-    ClaimSpec(name=RUOSS_GAIN_NAME, paper=RUOSS_GAIN_PAPER, role="external", where=probe("ruoss_gain"),
-              per=("left_out",), measure=mean("gain", "mean gain"), op=">", threshold=0.0, percent=True,
-              note=GAIN_NOTE),
-    ClaimSpec(name=RUOSS_GAIN_NAME, paper=RUOSS_GAIN_PAPER, role="external", where=probe("ruoss_gain" + UNLEARNED),
-              per=("best",), na=undecidable(GAIN_UNLEARNED_WHY), note=UNLEARNED_NOTE),
-    ClaimSpec(name=GAIN_ALL_NAME, paper=GAIN_ALL_PAPER, role="control", where=probe("gain_all"), per=("left_out",),
-              measure=mean("gain", "mean gain"), op=">", threshold=0.0, percent=True,
-              note=f"randomized minus plain score per task x encoding x seed, {{n}} pairs whose plain and randomized "
-                   f"cells both learned in range (in-range score >= {LEARNED_IN_RANGE:g}; {{left_out}} pairs left "
-                   f"out)"),
-    ClaimSpec(name=GAIN_ALL_NAME, paper=GAIN_ALL_PAPER, role="control", where=probe("gain_all" + UNLEARNED),
-              per=("best",), na=undecidable(GAIN_UNLEARNED_WHY), note=UNLEARNED_NOTE),
+                  na=not_learned(KZ_UNLEARNED_WHY)))),
+    ClaimSpec(name=RUOSS_GAIN_NAME, paper=RUOSS_GAIN_PAPER, source=RUOSS_CITED, setting="other",
+              where=probe("ruoss_gain"), per=("left_out",), measure=mean("gain", "mean gain"), op=">", threshold=0.0,
+              percent=True, note=GAIN_NOTE),
+    ClaimSpec(name=RUOSS_GAIN_NAME, paper=RUOSS_GAIN_PAPER, source=RUOSS_CITED, setting="other",
+              where=probe("ruoss_gain" + UNLEARNED), per=("best",), na=not_learned(GAIN_UNLEARNED_WHY),
+              note=UNLEARNED_NOTE, revised=NOT_LEARNED),
 ]
 
 

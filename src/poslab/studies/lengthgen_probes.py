@@ -34,7 +34,17 @@ from torch import nn
 from poslab.experiments import Experiment
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_outputs
-from poslab.experiments.spec import ClaimSpec, is_, judge_all, mean, probe, share
+from poslab.experiments.spec import (
+    ClaimSpec,
+    InRange,
+    is_,
+    judge_all,
+    mean,
+    next_step,
+    probe,
+    seed_states,
+    share,
+)
 from poslab.models.loss import aligned_logits
 from poslab.probes.attention import SLOPE_MAX
 from poslab.probes.common import over_chunks
@@ -62,55 +72,99 @@ PRESETS = {
 }
 
 APE, RELATIVE = is_("encoding", "learned"), is_("encoding", "rope", "nope")
+ROPE, NOPE = is_("encoding", "rope"), is_("encoding", "nope")
 PLAIN, CLAMP = is_("clamp", False), is_("clamp", True)
 UNSEEN = probe("length") & is_("in_range", False)
+TRAINED = probe("length") & is_("in_range", True) & PLAIN
 MEMBER = probe("member")
 SCOPE = ("the seed states its mechanism for a fixed offset; here the source's offset grows with the length "
          "(copy: -n) or with the operands (addition), so the seed's statement does not decide it: a control")
 APE_NOTE = ("learned APE (rows N(0, 0.02²)); {seeds} seeds; positions past T = tokens of the longest trained "
             "length, whose table rows were never trained")
+# what each claim is (its role follows: experiments/spec.role_of). These are a next step's runs: the seed names
+# "copying and arithmetic benchmarks" as a next step, so its own statements measured here (RoPE's Lemma 1 and
+# Section 5.2, APE's Proposition 2, Section 5.2 and Fig. 4) are in another setting: controls, RoPE's and APE's
+# alike; no seed states NoPE's outcome on them: a next step's prediction
+ANOTHER = ("; a next step's run (the seed names copying and arithmetic benchmarks as a next step): the seed's "
+           "statement in another setting, a control")
+IN_RANGE = seed_states("§2 set-up / Table 1: the trained heads are near-perfect in range (RoPE ~1, APE ~1)")
+LEMMA1 = seed_states("Lemma 1 / Section 5.2: RoPE's selected offset is length-invariant; RoPE generalizes")
+SECTION52_APE = seed_states("Section 5.2: APE degrades out of range")
+PROPOSITION2 = seed_states("Proposition 2: the trained APE head selects a fixed absolute position inside the "
+                           "training range, so it misses the target outside that range")
+FIG4_CLAMP = seed_states("Fig. 4: inference-time fixes (table interpolation, clamp-to-last, index rescaling) all "
+                         "leave accuracy at chance")
+NOPE_WHY = "no seed states NoPE's outcome on these tasks: a next step's prediction"
+NOPE_STEP = next_step("seed 000, limitations: copying and arithmetic benchmarks, and NoPE (causal masking may "
+                      "induce relative structure); the seed names the steps, not their outcomes")
+# the learned-in-range gate: the study's own in-range line (per-token accuracy >= 0.95 at the trained lengths,
+# the precondition claims below), per task and encoding
+GATE = InRange(where=TRAINED, column="accuracy", threshold=0.95, match=("task", "encoding"),
+               text="per-token accuracy at trained lengths (mean over seeds and lengths)")
+ROLE_REVISED = "2026-12-07: role computed from source x setting (issue 53): "
+GATED = ("2026-12-07: the learned-in-range gate (issue 53): a claim past the range or on a trained head's mechanism "
+         "is n.a. where its models did not learn the task in range")
+AS_CONTROL = (ROLE_REVISED + "the seed's statement on a next step's benchmark (another setting), as for RoPE "
+              "(Proposition 2 is as fixed-offset as Lemma 1); " + GATED)
+AS_PREDICTION = ROLE_REVISED + "no seed states NoPE's outcome on these tasks (a next step's prediction)"
 
 
 CLAIMS = [
     *[ClaimSpec(name="{task}, {encoding}: per-token accuracy at trained lengths", paper="(learned in range)",
-                where=probe("length") & is_("in_range", True) & PLAIN & is_("encoding", e), per=("task", "encoding"),
-                measure=mean("accuracy"), op=">=", threshold=0.95, role="control",
+                where=TRAINED & is_("encoding", e), per=("task", "encoding"),
+                measure=mean("accuracy"), op=">=", threshold=0.95,
+                source=NOPE_STEP if e == "nope" else IN_RANGE, setting="other",
+                revised=AS_PREDICTION if e == "nope" else None,
                 note="mean over {seeds} seeds and the trained lengths evaluated; the precondition of the other "
-                     "claims (the seed's models are near-perfect in range)")
+                     "claims (the seed's models are near-perfect in range) and the study's learned-in-range gate")
       for e in ENCODINGS],
     # APE: Section 5.2's "APE degrades out of range" and Proposition 2's pinning, on the new tasks
     ClaimSpec(name="{task}, learned: accuracy on sourced outputs at positions past T (unseen lengths)",
               paper="APE degrades out of range (Section 5.2)", where=UNSEEN & APE & PLAIN, per=("task",),
-              measure=mean("src_accuracy_out"), op="<", threshold=0.5, role="paper",
-              note=APE_NOTE + "; Section 5.2's line (< 0.5 past the training range)"),
+              measure=mean("src_accuracy_out"), op="<", threshold=0.5, source=SECTION52_APE, setting="other",
+              trained=True, revised=AS_CONTROL,
+              note=APE_NOTE + "; Section 5.2's line (< 0.5 past the training range)" + ANOTHER),
     ClaimSpec(name="{task}, learned: copy head's queries past T whose argmax key is their source",
               paper="it misses the target outside that range (Proposition 2)", where=MEMBER & APE, per=("task",),
-              measure=mean("hit_out"), op="<", threshold=0.5, role="paper",
-              note=APE_NOTE + "; the copy head is the member's head with most source hits at trained lengths"),
+              measure=mean("hit_out"), op="<", threshold=0.5, source=PROPOSITION2, setting="other", trained=True,
+              revised=AS_CONTROL,
+              note=APE_NOTE + "; the copy head is the member's head with most source hits at trained lengths"
+                   + ANOTHER),
     ClaimSpec(name="{task}, learned: copy heads pinned at every unseen length (|slope of k* on i| < "
                    f"{SLOPE_MAX} and ≥ {PINNED_SHARE:.0%} of k* inside [0, T))",
               paper="selects a fixed absolute position inside the training range (Proposition 2)",
               where=MEMBER & APE, per=("task",), measure=share("pinned", "==", True), op=">=", threshold=0.9,
-              percent=True, role="paper", note=APE_NOTE + "; one (seed) copy head each"),
+              percent=True, source=PROPOSITION2, setting="other", trained=True, revised=AS_CONTROL,
+              note=APE_NOTE + "; one (seed) copy head each" + ANOTHER),
     ClaimSpec(name="{task}, learned clamp-to-last: accuracy on sourced outputs at positions past T",
               paper="inference-time fixes (clamp-to-last) leave accuracy at chance (Fig. 4)",
               where=UNSEEN & APE & CLAMP, per=("task",), measure=mean("src_accuracy_out"), op="<=", threshold=2,
-              scale_by="chance", role="paper",
-              note=APE_NOTE + "; the same weights with rows >= T replaced by row T - 1; line 2 x chance"),
-    # RoPE and NoPE: the same probes, judged as controls (the seed's statement is for a fixed offset)
-    ClaimSpec(name="{task}, {encoding}: per-token accuracy at unseen lengths", paper="generalizes (RoPE)",
-              where=UNSEEN & RELATIVE, per=("task", "encoding"), measure=mean("accuracy"), op=">=", threshold=0.9,
-              role="control", note="mean over {seeds} seeds and the unseen lengths; " + SCOPE),
-    ClaimSpec(name="{task}, {encoding}: copy head's source hits at unseen lengths",
-              paper="the head keeps finding its target past training (RoPE)", where=MEMBER & RELATIVE,
-              per=("task", "encoding"), measure=mean("hit_unseen"), op=">=", threshold=0.9, role="control",
-              note="mean over {seeds} seeds of the copy head's share of sourced queries whose argmax key is a "
-                   "source, over the unseen lengths; " + SCOPE),
-    ClaimSpec(name="{task}, {encoding}: slope of the copy head's argmax key on the query position past T",
-              paper="relative: the peak moves with the query (not pinned)", where=MEMBER & RELATIVE,
-              per=("task", "encoding"), measure=mean("slope_out"), op="~", threshold=1.0, tol=SLOPE_MAX,
-              role="control", note="mean over {seeds} seeds and unseen lengths (a head that follows its source: "
-                                   "1; pinned: 0); " + SCOPE),
+              scale_by="chance", source=FIG4_CLAMP, setting="other", trained=True, revised=AS_CONTROL,
+              note=APE_NOTE + "; the same weights with rows >= T replaced by row T - 1; line 2 x chance" + ANOTHER),
+    # RoPE and NoPE: the same probes; RoPE's as controls (the seed's statement is for a fixed offset), NoPE's as
+    # a next step's predictions (no seed states them)
+    *[ClaimSpec(name="{task}, {encoding}: per-token accuracy at unseen lengths", paper="generalizes (RoPE)",
+                where=UNSEEN & enc, per=("task", "encoding"), measure=mean("accuracy"), op=">=", threshold=0.9,
+                source=source, setting="other", trained=True, revised=revised,
+                note="mean over {seeds} seeds and the unseen lengths; " + why)
+      for enc, source, why, revised in ((ROPE, LEMMA1, SCOPE, GATED),
+                                            (NOPE, NOPE_STEP, NOPE_WHY, f"{AS_PREDICTION}; {GATED}"))],
+    *[ClaimSpec(name="{task}, {encoding}: copy head's source hits at unseen lengths",
+                paper="the head keeps finding its target past training (RoPE)", where=MEMBER & enc,
+                per=("task", "encoding"), measure=mean("hit_unseen"), op=">=", threshold=0.9, source=source,
+                setting="other", trained=True, revised=revised,
+                note="mean over {seeds} seeds of the copy head's share of sourced queries whose argmax key is a "
+                     "source, over the unseen lengths; " + why)
+      for enc, source, why, revised in ((ROPE, LEMMA1, SCOPE, GATED),
+                                            (NOPE, NOPE_STEP, NOPE_WHY, f"{AS_PREDICTION}; {GATED}"))],
+    *[ClaimSpec(name="{task}, {encoding}: slope of the copy head's argmax key on the query position past T",
+                paper="relative: the peak moves with the query (not pinned)", where=MEMBER & enc,
+                per=("task", "encoding"), measure=mean("slope_out"), op="~", threshold=1.0, tol=SLOPE_MAX,
+                source=source, setting="other", trained=True, revised=revised,
+                note="mean over {seeds} seeds and unseen lengths (a head that follows its source: 1; pinned: 0); "
+                     + why)
+      for enc, source, why, revised in ((ROPE, LEMMA1, SCOPE, GATED),
+                                            (NOPE, NOPE_STEP, NOPE_WHY, f"{AS_PREDICTION}; {GATED}"))],
 ]
 
 TABLES = [
@@ -329,7 +383,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              "re-evaluated with every table row >= T replaced by row T - 1. Learned APE is role paper for the "
              "seed's APE statements (they hold for any absolute table); RoPE and NoPE are controls (the seed's "
              "RoPE statement is for a fixed offset). The paper preset is Kazemnejad et al.'s model and trainer.")
-    return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows), intro=intro,
+    return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows, GATE), intro=intro,
                          tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length"),
                          csvs={"heads.csv": "head", "members.csv": "member"})
 

@@ -18,7 +18,7 @@ import numpy as np
 from poslab.experiments import Experiment
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, write_outputs
-from poslab.experiments.spec import ClaimSpec, Extrapolation, comparison_only, is_, judge_all, mean, probe
+from poslab.experiments.spec import ClaimSpec, Extrapolation, cited, comparison_only, is_, judge_all, mean, probe
 from poslab.studies.kit import charlm
 from poslab.studies.kit.charlm import NANOGPT, PRESETS, lm_study, table_length, validation_loss
 
@@ -59,33 +59,36 @@ def evaluate(ctx) -> list[dict]:
 PAPER_PRESET = is_("paper_preset", True)
 # no seed states an LM number: the anchors are nanoGPT's README figures and RoFormer's finding (role external)
 NANOGPT_SOURCE = "nanoGPT's README (karpathy/nanoGPT, shakespeare_char), not a seed"
+# what each claim is (its role follows: experiments/spec.role_of): outside sources, no seed states an LM number
+NANOGPT_CITED = cited("nanoGPT's README (karpathy/nanoGPT, shakespeare_char; no arXiv id)")
+ROFORMER = cited("Su et al. 2021, RoFormer, arXiv 2104.09864")
 OTHER_RECIPE = comparison_only("nanoGPT's figure is for its own recipe, not this run's: shown beside it, not judged")
 CLAIMS = [
     ClaimSpec(name="learned APE: validation loss, whole split (paper preset)",
               paper=f"nanoGPT {NANOGPT['paper']['val_loss']} (20-batch estimate)",
               where=probe("lm") & is_("encoding", "learned") & PAPER_PRESET, measure=mean("val_loss"), op="<=",
-              threshold=TARGET_LOSS, role="external",
+              threshold=TARGET_LOSS, source=NANOGPT_CITED, setting="other",
               note="mean over {seeds} seeds; nanoGPT's own figure: 1.886; 1.90 is the issue's target; "
                    + NANOGPT_SOURCE),
     ClaimSpec(name="learned APE: validation loss, whole split (this run's recipe)",
               paper=f"nanoGPT {NANOGPT['paper']['val_loss']} (20-batch estimate)",
               where=probe("lm") & is_("encoding", "learned") & is_("paper_preset", False), measure=mean("val_loss"),
-              na=OTHER_RECIPE, role="external", note=NANOGPT_SOURCE),
+              na=OTHER_RECIPE, source=NANOGPT_CITED, setting="other", note=NANOGPT_SOURCE),
     ClaimSpec(name="RoPE: validation loss below learned APE at the same budget", paper="lower",
               where=probe("pair"), measure=mean("rope_minus_learned", "mean RoPE - mean learned APE"), op="<",
-              threshold=0.0, role="external",
+              threshold=0.0, source=ROFORMER, setting="other",
               note="means over {seeds} seeds; RoFormer (Su et al. 2021, arXiv 2104.09864) reports a lower pre-training "
                    "loss than learned absolute positions; no seed states it"),
     ClaimSpec(name="{encoding}: training wall time per member (paper preset)",
               paper=f"nanoGPT {NANOGPT['paper']['seconds']} s", where=probe("lm") & PAPER_PRESET, per=("encoding",),
               measure=mean("machine_seconds_per_member"), op="<=", threshold=NANOGPT["paper"]["seconds"],
-              role="external",
+              source=NANOGPT_CITED, setting="other",
               note="the machine's wall time per member (group wall time / members x threads / cores), mean over "
                    "{seeds} seeds; noisy on a shared machine; " + NANOGPT_SOURCE),
     ClaimSpec(name="{encoding}: training wall time per member (this run's recipe)",
               paper=f"nanoGPT {NANOGPT['paper']['seconds']} s", where=probe("lm") & is_("paper_preset", False),
-              per=("encoding",), measure=mean("machine_seconds_per_member"), na=OTHER_RECIPE, role="external",
-              note=NANOGPT_SOURCE),
+              per=("encoding",), measure=mean("machine_seconds_per_member"), na=OTHER_RECIPE,
+              source=NANOGPT_CITED, setting="other", note=NANOGPT_SOURCE),
 ]
 
 

@@ -28,7 +28,9 @@ from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, sa
 from poslab.experiments.spec import (
     ClaimSpec,
     Extrapolation,
+    Source,
     above,
+    cited,
     is_,
     judge_all,
     lower_bound,
@@ -36,6 +38,7 @@ from poslab.experiments.spec import (
     mean,
     minimum,
     probe,
+    seed_states,
     share,
     undecidable,
 )
@@ -60,7 +63,16 @@ LABELS = {("rope", False): "standard (RoPE)", ("rope", True): "EGA alone", ("mop
 ENCODINGS = ("rope", "mope", "sinusoidal")
 # "standard attention": RoPE is the study's reading (MoPE's phase is RoPE's rotation, so RoPE is MoPE with locality
 # off: the ablation's baseline); sinusoidal, the other standard encoding the MoPE abstract names, is the control
-BASELINES = {"rope": "paper", "sinusoidal": "control"}
+# what each claim is (its role follows: experiments/spec.role_of): the MoPE abstract (seed 001, second) states the
+# ablation on TinyShakespeare (the seed's setting); "standard attention" read as RoPE is the usual choice where the
+# seed is silent, read as sinusoidal another; c = 5 (the hard boundary's constant) is assumed, another setting
+BASELINES = {"rope": "usual", "sinusoidal": "other"}
+IMPROVEMENT = seed_states("MoPE abstract: MoPE combined with Energy-Gated Attention achieves +0.119 improvement over "
+                          "standard attention on TinyShakespeare", which="001")
+EITHER = seed_states("MoPE abstract: outperforming either component alone", which="001")
+BOUNDARY = seed_states("MoPE abstract: all 128 frequency-bandwidth pairs converge to the wavelet admissibility "
+                       "boundary", which="001")
+COMPANION = cited("companion abstracts, arXiv 2605.26355 and 2605.21842")
 COMPONENTS = {"EGA alone": ("rope", True), "MoPE alone": ("mope", False)}  # what MoPE + EGA must beat
 EXTERNAL = ("companion abstracts (arXiv 2605.26355, 2605.21842), not seed 001: one seed, models of at most ~6M "
             "parameters; judged apart from the seeds")
@@ -104,10 +116,12 @@ def _sigma0(rows) -> str:
     return "boundary" if rows.get("init_sigma", 1.0) <= BOUNDARY_SIGMA0 else "context"
 
 
-def _gain_claim(cell: tuple[str, bool], gain: float, baseline: str, role: str, note: str) -> ClaimSpec:
+def _gain_claim(cell: tuple[str, bool], gain: float, baseline: str, source: Source, setting: str,
+                note: str) -> ClaimSpec:
     """Every seed's improvement of ``cell`` over standard attention (``baseline``) has the sign of ``gain``."""
     return ClaimSpec(name=f"{LABELS[cell]}: improvement over standard attention ({baseline} baseline, nats)",
-                     paper=f"{gain:+.3f}", role=role, where=probe("gain") & is_("encoding", cell[0])
+                     paper=f"{gain:+.3f}", source=source, setting=setting,
+                     where=probe("gain") & is_("encoding", cell[0])
                      & is_("energy_gate", cell[1]) & is_("baseline", baseline),
                      measure=minimum("gain", "lowest seed") if gain > 0 else maximum("gain", "highest seed"),
                      op=">=" if gain > 0 else "<=", threshold=RESOLUTION if gain > 0 else -RESOLUTION,
@@ -115,13 +129,13 @@ def _gain_claim(cell: tuple[str, bool], gain: float, baseline: str, role: str, n
 
 
 CLAIMS = [
-    *(_gain_claim(SEED_CELL, PAPER[SEED_CELL], baseline, role,
+    *(_gain_claim(SEED_CELL, PAPER[SEED_CELL], baseline, IMPROVEMENT, setting,
                   "; standard attention read as RoPE (MoPE with locality off; the seed does not say which)"
-                  if role == "paper" else "; standard attention read as sinusoidal (the seed does not say which)")
-      for baseline, role in BASELINES.items()),
+                  if setting == "usual" else "; standard attention read as sinusoidal (the seed does not say which)")
+      for baseline, setting in BASELINES.items()),
     ClaimSpec(name="MoPE + EGA beats {component}: loss({component}) - loss(MoPE + EGA), paired by seed",
               paper="outperforming either component alone", where=probe("beats"), per=("component",),
-              measure=lower_bound("diff"), op=">", threshold=0.0,
+              measure=lower_bound("diff"), op=">", threshold=0.0, source=EITHER, setting="seed",
               note="{seeds} seeds; per seed the pair's improvement minus the component's; the pair wins when the "
                    "seed mean less 2 standard errors is above 0"),
     ClaimSpec(name="MoPE pairs within 5% of their model's common omega sigma = c' after training ({sigma_init} "
@@ -129,29 +143,33 @@ CLAIMS = [
               paper="all 128 pairs converge to the admissibility boundary (c not given)",
               where=probe("move") & is_("sigma_init", "context"), per=("sigma_init",),
               measure=share("final_spread_gap", "<=", NEAR), op=">=", threshold=1.0, percent=True,
+              source=BOUNDARY, setting="seed",
               note="{n} pairs over models and heads; c' = the median omega sigma of the model's pairs, so no c is "
                    "assumed; a common boundary puts every pair within 5% of it (the 5% of 'on the boundary' below)"),
     ClaimSpec(name="MoPE pairs within 5% of omega sigma = c after training ({sigma_init} start)",
               paper="128 / 128 (100%)", where=probe("move") & is_("sigma_init", "context"), per=("sigma_init",),
-              measure=share("final_gap", "<=", NEAR), op=">=", threshold=1.0, percent=True, role="control",
+              measure=share("final_gap", "<=", NEAR), op=">=", threshold=1.0, percent=True, source=BOUNDARY,
+              setting="other",
               note="{n} pairs over models and heads; sigma0 = T; c = 5 assumed: the hard boundary's constant"),
     ClaimSpec(name="MoPE pairs off omega sigma = c at initialization that reach it", paper="all pairs converge",
               where=probe("move") & above("initial_gap", NEAR), measure=share("final_gap", "<=", NEAR), op=">=",
-              threshold=1.0, percent=True, role="control", note="{n} pairs started more than 5% off; c = 5 assumed"),
+              threshold=1.0, percent=True, source=BOUNDARY, setting="other",
+              note="{n} pairs started more than 5% off; c = 5 assumed"),
     ClaimSpec(name="MoPE pairs within 5% of omega sigma = c after training ({sigma_init} start)",
               paper="128 / 128 (100%)", where=probe("move") & is_("sigma_init", "boundary"), per=("sigma_init",),
-              measure=share("final_gap", "<=", NEAR), percent=True, role="control",
+              measure=share("final_gap", "<=", NEAR), percent=True, source=BOUNDARY, setting="other",
               na=undecidable("every pair starts on the boundary (sigma0 = 0.01): staying there is not converging to "
                              "it, and leaving it would need no convergence either")),
-    *(_gain_claim(cell, PAPER[cell], "rope", "external", "; " + EXTERNAL) for cell in COMPONENTS.values()),
+    *(_gain_claim(cell, PAPER[cell], "rope", COMPANION, "other", "; " + EXTERNAL) for cell in COMPONENTS.values()),
     ClaimSpec(name="learned tau (mean over layers, heads, models)", paper="~0.35", where=probe("gate"),
-              measure=mean("tau"), op="~", threshold=0.35, tol=0.1, role="external", note=EXTERNAL),
+              measure=mean("tau"), op="~", threshold=0.35, tol=0.1, source=COMPANION, setting="other", note=EXTERNAL),
     ClaimSpec(name="tokens above average energy (E > 1)", paper="~36%", where=probe("gate"),
-              measure=mean("above_average"), op="~", threshold=0.36, tol=0.1, percent=True, role="external",
+              measure=mean("above_average"), op="~", threshold=0.36, tol=0.1, percent=True, source=COMPANION,
+              setting="other",
               note=f"{EXTERNAL}; for Gaussian e, P(e^2 > mean e^2) = P(chi2_1 > 1) = 31.7% before any training"),
     ClaimSpec(name="extra parameters of energy gating (share of the standard model)", paper="12,480 (< 0.26%)",
               where=probe("gate_share"), measure=maximum("share"), op="<", threshold=0.0026, percent=True,
-              role="external", note=f"{EXTERNAL}; h D + h per layer (W_gate, tau_h)"),
+              source=COMPANION, setting="other", note=f"{EXTERNAL}; h D + h per layer (W_gate, tau_h)"),
 ]
 
 

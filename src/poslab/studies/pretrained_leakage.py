@@ -101,6 +101,7 @@ from poslab.experiments.spec import (
     ClaimSpec,
     above,
     comparison_only,
+    derivation,
     is_,
     judge_all,
     lower_bound,
@@ -109,6 +110,7 @@ from poslab.experiments.spec import (
     minimum,
     not_run,
     probe,
+    seed_states,
     undecidable,
 )
 from poslab.probes import leakage as lk
@@ -141,55 +143,75 @@ KEY0 = ("(b) at key 0: its residual product on the pairs (i, 0), position 0 read
 EVERY_KEY = "(b) over every key (the earlier reading): not the abstract's position-0 mechanism alone"
 OTHER_WHY = ("not the checkpoint's set-up: BOS prepended explicitly where the tokenizer adds none (SmolLM2), removed "
              "where it prepends one (Gemma 3)")
-MODES_ROLES = (("{bos}, its own set-up", OWN, "paper", "the mode the checkpoint's tokenizer gives"),
-               ("{bos}, not its set-up", OTHER, "control", OTHER_WHY))
+# what each claim is (its role follows: experiments/spec.role_of). The leakage abstract (seed 001, third) states the
+# claims for pretrained RoPE models, the BOS auto-prepended where the tokenizer does: a checkpoint in its own set-up
+# is the seed's setting; the other BOS mode, NTK applied at inference (not an NTK-trained model) and a comparison
+# across two checkpoints are other settings (controls)
+ABSTRACT = "leakage abstract (seed 001): "
+BOTH = seed_states(ABSTRACT + "both components appear in all three architectures we study", which="001")
+BALANCE = seed_states(ABSTRACT + "NTK scaling suppresses the residual-stream component, sliding-window attention "
+                      "allows it to accumulate with depth, and standard RoPE sits between", which="001")
+BOS_SWAP = seed_states(ABSTRACT + "replacing the BOS embedding before the forward pass removes 40% of the "
+                       "residual-stream component at early queries", which="001")
+FINGERPRINT = seed_states(ABSTRACT + "attention sinks pass forward a deterministic fingerprint of the token at "
+                          "position 0, constant across inputs when that token is the auto-prepended BOS and varying "
+                          "with it otherwise", which="001")
+SINK_READING = seed_states(ABSTRACT + "downstream attention reads this trajectory through sink-reading heads",
+                           which="001")
+MASK = derivation("under a causal mask query i sees i + 1 keys, so the relative fit's log-normaliser moves with i")
+CAUSALITY = derivation("position 0 sees only itself under causal attention, the same BOS token in every window")
+MODES_ROLES = (("{bos}, its own set-up", OWN, "seed", "the mode the checkpoint's tokenizer gives"),
+               ("{bos}, not its set-up", OTHER, "other", OTHER_WHY))
 SLOPE = ("slope of the per-layer mean (b) at key 0 on the layer index (least squares, per window group), "
          "{seeds} groups, mean - 2 standard errors")
 SWAP_NOTE = ("the abstract names no replacement: most frequent token, mean embedding, random vector of the BOS norm, "
              "each the mean change over the window groups; decided only where all three agree")
 SWAP = dataclasses.replace(
     lr.SWAP, name="{label}, with BOS, its own set-up: BOS swap changes early (b), all three replacements",
-    where=probe("swap3") & OWN, per=("label",), role="paper", note="the tokenizer prepends BOS; " + SWAP_NOTE)
+    where=probe("swap3") & OWN, per=("label",), source=BOS_SWAP, setting="seed",
+    note="the tokenizer prepends BOS; " + SWAP_NOTE)
 SWAP_OTHER = dataclasses.replace(
     lr.SWAP, name="{label}, with BOS, not its set-up: BOS swap changes early (b), all three replacements",
-    where=probe("swap3") & OTHER, per=("label",), role="control", note=OTHER_WHY + "; " + SWAP_NOTE)
+    where=probe("swap3") & OTHER, per=("label",), source=BOS_SWAP, setting="other", note=OTHER_WHY + "; " + SWAP_NOTE)
 CLAIMS = [
     *[ClaimSpec(name=f"{{label}}, {mode}: sink heads exist", paper="sinks read downstream by sink-reading heads",
-                where=MODEL & where, per=("label", "bos"), role=role,
+                where=MODEL & where, per=("label", "bos"), source=SINK_READING, setting=setting,
                 measure=minimum("sink_heads", "fewest sink heads (key-0 share >= 0.3) of a window group"),
                 op=">=", threshold=1.0, note="queries i >= first_query; {seeds} window groups; " + why)
-      for mode, where, role, why in MODES_ROLES],
+      for mode, where, setting, why in MODES_ROLES],
     *[ClaimSpec(name=f"{{label}}, {mode}: component (b) at key 0 present", paper="present in all three architectures",
-                where=MODEL & where, per=("label", "bos"), role=role,
+                where=MODEL & where, per=("label", "bos"), source=BOTH, setting=setting,
                 measure=lower_bound("component_b_key0", "group mean of (b) at key 0 - 2 standard errors"),
                 op=">", threshold=0.0, note=GROUPS + "; " + KEY0 + "; " + why)
-      for mode, where, role, why in MODES_ROLES],
+      for mode, where, setting, why in MODES_ROLES],
     *[ClaimSpec(name=f"{{label}}, {mode}: component (b) over every key present",
                 paper="present in all three architectures", where=MODEL & where, per=("label", "bos"),
                 measure=lower_bound("component_b", "group mean of (b) - 2 standard errors"), op=">", threshold=0.0,
-                role="control", note=GROUPS + "; " + EVERY_KEY + "; " + why)
+                source=BOTH, setting="other", note=GROUPS + "; " + EVERY_KEY + "; " + why)
       for mode, where, _, why in MODES_ROLES],
     *[ClaimSpec(name=f"{{label}}, {mode}: component (a) present", paper="present in all three architectures (by "
                 "construction: the causal mask's per-query denominator)", where=MODEL & where, per=("label", "bos"),
                 measure=lower_bound("component_a", "group mean of (a) - 2 standard errors"), op=">", threshold=0.0,
-                role="check", note=GROUPS + "; > 0 by construction under a causal mask (the leakage study's note)")
+                source=MASK, setting="seed",
+                note=GROUPS + "; > 0 by construction under a causal mask (the leakage study's note)")
       for mode, where, _, _ in MODES_ROLES],
     ClaimSpec(name="{label}, {bos}, its own set-up: (b) at key 0 accumulates with depth in the sliding-window layers",
               paper="sliding-window attention allows it to accumulate with depth",
               where=probe("depth") & OWN & above("sliding_layers", 0), per=("label", "bos"),
               measure=lower_bound("slope_sliding", "group mean of the sliding layers' slope - 2 standard errors"),
-              op=">", threshold=0.0, note=SLOPE),
+              op=">", threshold=0.0, source=BALANCE, setting="seed", note=SLOPE),
     ClaimSpec(name="{label}, {bos}, its own set-up: (b) at key 0 accumulates faster with depth in the sliding-window "
                    "layers than in the full-attention layers",
               paper="sliding-window attention allows it to accumulate with depth (standard RoPE sits between)",
               where=probe("depth") & OWN & above("sliding_layers", 0) & above("full_layers", 1), per=("label", "bos"),
               measure=lower_bound("slope_sliding_minus_full", "group mean of the sliding layers' slope less the full "
                                                               "layers' - 2 standard errors"),
-              op=">", threshold=0.0, note="the same model and windows, paired within each group; " + SLOPE),
+              op=">", threshold=0.0, source=BALANCE, setting="seed",
+              note="the same model and windows, paired within each group; " + SLOPE),
     ClaimSpec(name="{label} sliding-window layers accumulate (b) at key 0 faster with depth than {other}'s "
                    "full-attention layers (each in its own set-up)",
               paper="sliding-window attention allows it to accumulate with depth (standard RoPE sits between)",
-              where=probe("depth_cross"), per=("label", "other"), role="control",
+              where=probe("depth_cross"), per=("label", "other"), source=BALANCE, setting="other",
               measure=lower_bound("slope_difference", "mean over groups of the difference of slopes - 2 standard "
                                                       "errors (groups paired by index: independent samples)"),
               op=">", threshold=0.0,
@@ -197,12 +219,13 @@ CLAIMS = [
     ClaimSpec(name="{label}, {bos}, its own set-up: slope of (b) at key 0 with depth, full-attention layers",
               paper="(no number: standard RoPE sits between NTK and a sliding window)",
               where=probe("depth") & OWN & above("full_layers", 1), per=("label", "bos"),
-              measure=mean("slope_full", "group mean of the full-attention layers' slope"),
+              measure=mean("slope_full", "group mean of the full-attention layers' slope"), source=BALANCE,
+              setting="seed",
               na=comparison_only("the abstract states no slope or criterion for full-attention layers; shown beside "
                                  "the sliding layers' slope")),
     *[ClaimSpec(name=f"{{label}}, with BOS: NTK scaling (at inference, {where_}) suppresses (b) {part}",
                 paper="(b) smaller under NTK than standard RoPE", where=probe("contrast") & is_(flag, True),
-                per=("label",), role="control",
+                per=("label",), source=BALANCE, setting="other",
                 measure=lower_bound(column, f"group mean of (b) {part}, standard - NTK (inference), - 2 standard "
                                             "errors"),
                 op=">", threshold=0.0,
@@ -213,7 +236,7 @@ CLAIMS = [
           ("every layer", "ntk_all_run", "at key 0", "standard_minus_ntk_all_key0", KEY0))],
     *[ClaimSpec(name=f"{{label}}, with BOS: standard RoPE sits between NTK and a sliding window, (b) {part}",
                 paper="NTK < standard < sliding window", where=probe("contrast") & is_("window_run", True),
-                per=("label",), role="control",
+                per=("label",), source=BALANCE, setting="other",
                 measure=lower_bound(column, f"group mean of min(standard - NTK, window - standard) of (b) {part} - 2 "
                                             "standard errors"),
                 op=">", threshold=0.0,
@@ -222,18 +245,20 @@ CLAIMS = [
     SWAP,
     ClaimSpec(name="{label}: BOS swap changes early (b) (the checkpoint's set-up)", paper="-40%",
               where=probe("swap3") & OTHER, per=("label",),
-              measure=mean("swap_decisive", "the deciding replacement's change"),
+              measure=mean("swap_decisive", "the deciding replacement's change"), source=BOS_SWAP, setting="seed",
               na=undecidable("its tokenizer adds no BOS (add_bos_token=False), so the abstract's auto-prepended BOS "
                              "is not this checkpoint's set-up; the control below prepends one explicitly")),
     SWAP_OTHER,
     ClaimSpec(name="{label}, with BOS: position-0 residual identical across inputs",
               paper="constant fingerprint with BOS", where=probe("closed"), per=("label",),
-              measure=minimum("bos_at_0", "min cosine over layers"), op=">", threshold=0.9999, role="check",
+              measure=minimum("bos_at_0", "min cosine over layers"), op=">", threshold=0.9999, source=CAUSALITY,
+              setting="seed",
               note="follows from causality: position 0 sees only itself, the same token in every window"),
     ClaimSpec(name="{label}, content token at 0: position-0 residual varies with it at every layer",
               paper="varies with the token otherwise", where=probe("closed") & above("layer", 0), per=("label",),
               measure=maximum("content_at_0", "highest cosine over layers 1 on", by=("layer",)), op="<",
-              threshold=0.99, note="each window's own first token at 0; the least varying layer decides"),
+              threshold=0.99, source=FINGERPRINT, setting="seed",
+              note="each window's own first token at 0; the least varying layer decides"),
 ]
 ARCHITECTURAL = ("{label}, content token at 0: position-0 residual varies with it at every layer",)  # random weights
 
