@@ -151,8 +151,10 @@ def test_revised_note_must_say_when_and_why():
 # ----------------------------------------------------------------------------- a scratch copy of the package
 
 CHECK = ("import importlib, sys; from poslab.experiments import registry; m = importlib.import_module("
-         "'poslab.studies.k1'); p = registry.problems('k1', m.CLAIMS); print('\\n'.join(p)); sys.exit(bool(p))")
-K1_LINE = 'measure=mean("content_covariance"),\n              op="<", threshold=0.0,'
+         "'poslab.studies.k1'); p = registry.problems('k1', m.CLAIMS, getattr(m, 'GATE', None)); "
+         "print('\\n'.join(p)); sys.exit(bool(p))")
+K1_LINE = ('measure=mean("content_covariance"),\n              op="<", threshold=0.0, source=K1_PARAGRAPH, '
+           'setting="seed", trained=True, revised=GATED,')
 
 
 @pytest.fixture(scope="module")
@@ -177,8 +179,8 @@ def _check(src: Path, edit) -> subprocess.CompletedProcess:
 def test_a_changed_threshold_fails_until_a_revised_note_is_added(scratch):
     changed = _check(scratch, lambda t: t.replace(K1_LINE, K1_LINE.replace("threshold=0.0", "threshold=-0.5")))
     assert changed.returncode == 1 and "changed what judges it" in changed.stdout, changed.stdout + changed.stderr
-    revised = _check(scratch, lambda t: t.replace(K1_LINE, K1_LINE.replace(
-        "threshold=0.0,", 'threshold=-0.5, revised="2026-12-07: a test of the rule",')))
+    revised = _check(scratch, lambda t: t.replace(K1_LINE, K1_LINE.replace("threshold=0.0,", "threshold=-0.5,").replace(
+        "revised=GATED,", 'revised="2026-12-07: a test of the rule",')))
     assert revised.returncode == 0, revised.stdout + revised.stderr
 
 
