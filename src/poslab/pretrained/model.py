@@ -85,6 +85,10 @@ SCHEDULE_LAYERS = (FULL,)  # the layer types a schedule applies to unless told (
 # (tests/pretrained/test_layer_rotary.py, tiny.PARITY_KINDS; "gemma3" is the GGUF's name of gemma3_text)
 REPLACEABLE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox", "olmo2", "gemma2", "gemma3_text", "gemma3",
                "gptj")
+# model_type -> tested: collect (poslab's recording attention) gives the checkpoint's logits
+# (tests/pretrained/test_adapter.py, test_layer_rotary.py); every other type is refused by name where a
+# study records attention (pretrained/checks.py), and a forward confirms the recording ran
+RECORDED = (*REPLACEABLE, "gpt2")
 
 DTYPES = ("float32", "bfloat16")
 ATTN = "poslab"  # the name poslab's recording attention is registered under
@@ -838,9 +842,21 @@ def require_attention_fits(field: str, value, L: int, n_heads: int, layers_kept:
 
 # ----------------------------------------------------------------------------- loading
 
-def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | None = None) -> PretrainedLM:
+def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | None = None,
+         quiet: bool = False) -> PretrainedLM:
     """A checkpoint as a :class:`PretrainedLM`: ``smollm2-135m`` (the built-in GGUF), a directory
-    with config.json and safetensors, a .gguf file, or a hub id (needs a network)."""
+    with config.json and safetensors, a .gguf file, or a hub id (needs a network). ``quiet``: without
+    transformers' "Loading weights" bar (a check whose refusal is one line)."""
+    if quiet:
+        from transformers.utils import logging
+
+        shown = logging.is_progress_bar_enabled()
+        logging.disable_progress_bar()
+        try:
+            return load(spec, dtype=dtype, device=device, threads=threads)
+        finally:
+            if shown:
+                logging.enable_progress_bar()
     check_choice("dtype", dtype, DTYPES)
     if dtype == "bfloat16" and device == "cpu":
         raise ConfigError("dtype", dtype, "float32 on cpu (bfloat16 is offered on a GPU)")
@@ -861,9 +877,11 @@ def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | No
         where = folder
     else:
         where = source.path
-    try:
+    from safetensors import SafetensorError
+
+    try:  # read_causal_config checked the files' headers; a tensor damaged inside them fails here
         hf = AutoModelForCausalLM.from_pretrained(where, **kwargs)
-    except (ValueError, OSError, KeyError) as e:
+    except (ValueError, OSError, KeyError, SafetensorError, RuntimeError) as e:
         raise ConfigError("--model", source.name, f"a checkpoint transformers can load ({str(e).splitlines()[0]})") \
             from None
     try:
@@ -873,6 +891,13 @@ def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | No
         tokenizer = None  # a model without a tokenizer reads bytes (see encode_text)
     if tokenizer is not None and is_empty_tokenizer(tokenizer):
         tokenizer = None  # transformers builds an empty one from a folder with no tokenizer files
+    # a tokenizer whose ids run past the embedding table would index out of it
+    weight = hf.get_input_embeddings().weight
+    rows = int(weight.shape[0]) if isinstance(weight, Tensor) else None
+    if tokenizer is not None and rows is not None and len(tokenizer) > rows:
+        raise ConfigError("--model", source.name, f"a checkpoint whose embedding covers its tokenizer's vocabulary "
+                                                  f"(the tokenizer has {len(tokenizer)} tokens, the embedding "
+                                                  f"{rows} rows)")
     # transformers decorates PreTrainedModel.to with functools.wraps(nn.Module.to), whose type takes self as an argument
     return PretrainedLM(hf.to(device), source=source, tokenizer=tokenizer,  # type: ignore[arg-type]
                         key=content_hash(source))

@@ -198,7 +198,7 @@ def inspect_rows(path: str) -> list[dict]:
     source = resolve(path, field="PATH")
     if source.kind == "hub":
         raise ConfigError("PATH", path, "a local config.json, model directory or GGUF file (inspect reads no network)")
-    return describe_rows(entry_from_config(read_config(source), name=str(path)))
+    return describe_rows(entry_from_config(read_config(source, "PATH"), name=str(path)))
 
 
 def inspect_path(path: str) -> dict:

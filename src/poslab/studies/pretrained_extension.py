@@ -85,7 +85,14 @@ from poslab.experiments.spec import ClaimSpec, above, comparison_only, is_, judg
 from poslab.experiments.stages import Stages
 from poslab.pretrained.model import SCHEDULE_LAYERS
 from poslab.store import config_hash
-from poslab.studies.kit.checkpoints import TINY, checkpoint_source, loaded, passkey_prompt, source_path
+from poslab.studies.kit.checkpoints import (
+    TINY,
+    checkpoint_source,
+    loaded,
+    passkey_prompt,
+    preflight_checkpoint,
+    source_path,
+)
 from poslab.studies.kit.ranking import rank_agreement
 from poslab.studies.kit.rope_extension import FINE_TUNING_METHODS
 
@@ -298,6 +305,7 @@ def check_search(search) -> None:
 
 def check(study: StudyConfig) -> None:
     """Every refusal before any weights are read: settings, the checkpoint, the schedule, memory."""
+    from poslab.pretrained.checks import require_capable
     from poslab.pretrained.loading import config_count, read_causal_config, require_transformers
     from poslab.pretrained.model import require_attention_fits
     from poslab.pretrained.table import entry_from_config
@@ -311,6 +319,8 @@ def check(study: StudyConfig) -> None:
     if methods and entry["encoding"] != "rope":
         raise ConfigError("model.method", methods[0], f"none (a rotary schedule needs a RoPE model; "
                                                       f"{m['checkpoint']} uses {entry['encoding']})")
+    needs = ("schedule",) if methods else ()  # every method but none replaces the rotary
+    require_capable(cfg, needs, "--model", m["checkpoint"])
     heads = config_count(cfg, "num_attention_heads", "n_head")
     for scale in study.axis("model.scale"):
         L = int(round(scale * capped(entry["context"], m)))
@@ -319,6 +329,7 @@ def check(study: StudyConfig) -> None:
                                                     f"({L} tokens run past the checkpoint's learned position table "
                                                     f"of {entry['context']} rows)")
         require_attention_fits("model.scale", scale, L, heads, what="mask")
+    preflight_checkpoint(m["checkpoint"], needs)  # last: loads the weights
 
 
 # ----------------------------------------------------------------------------- the members
