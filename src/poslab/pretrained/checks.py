@@ -22,13 +22,12 @@ would store zeros as a finished member.
 Parity tolerance. poslab's frequencies are within 2 ulp of transformers' (tests/pretrained/
 test_rotary_parity.py) and its cos/sin equal to the bit given the same frequencies, so what is left
 is float32 rounding, which scales with the logits: the measure is max |Δ logit| / max |logit|. The
-threshold is max(1e-5, L × 2^-23) at L tokens. 1e-5 is 84 float32 epsilons (2^-23); the
-measured ratios sit well below it (docs/pretrained.md: 3.0e-6 for Gemma 3 270M at 16 and at 576
-tokens, from 1.7e-4 at a largest logit of 57 and 4.7e-4 at 156). The L × 2^-23 term is the float32
-rounding of the angle p θ itself (θ <= 1, p < L: up to L × 2^-24 radians, doubled), which both
-implementations carry and which grows with the position; it passes 1e-5 from L = 84 on. A schedule
-that is not the checkpoint's own is off by orders of magnitude more (one θ for every layer type of
-Gemma 3 270M was off by up to 5.47 in a logit).
+threshold is max(1e-5, L × 2^-23) at L tokens. 1e-5 is 84 float32 epsilons (2^-23); measured
+ratios sit well below it (docs/pretrained.md: at most 8.0e-7 on the tiny ``PARITY_KINDS``
+checkpoints, 1.3e-6 to 2.2e-6 on SmolLM2-135M at 16 and 48 tokens). The L × 2^-23 term is the
+float32 rounding of the angle p θ itself (θ <= 1, p < L: up to L × 2^-24 radians, doubled), which
+both implementations carry and which grows with the position; it passes 1e-5 from L = 84 on. A
+schedule that is not the checkpoint's own is off by orders of magnitude more.
 """
 
 from __future__ import annotations
