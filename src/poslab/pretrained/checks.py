@@ -11,10 +11,10 @@
 A study needs one or both of (``NEEDS``):
 
     record     record attention: collect / stream through poslab's attention function, registered under
-               transformers' attention interface (``RECORDED`` model types)
-    schedule   replace the checkpoint's rotary with poslab's, to apply a schedule (``REPLACEABLE``)
+               transformers' attention interface (the records that can "record", architectures.py)
+    schedule   replace the checkpoint's rotary with poslab's, to apply a schedule (those that can "replace")
 
-A model type outside the list is refused by name before any weights are read. The forward is the
+A model type whose record does not allow it is refused by name before any weights are read. The forward is the
 backstop for a checkpoint that passes the list but not the code: one whose attention does not call
 transformers' attention interface would otherwise leave every recorded pattern empty, and a study
 would store zeros as a finished member.
@@ -37,12 +37,13 @@ from collections.abc import Iterable
 import torch
 
 from poslab.errors import ConfigError
-from poslab.pretrained.model import RECORDED, REPLACEABLE, PretrainedLM
+from poslab.pretrained.architectures import model_types
+from poslab.pretrained.model import PretrainedLM
 from poslab.tasks.base import Batch
 
-NEEDS = {  # what a study asks -> (the model types tested for it, what they are, what poslab cannot do otherwise)
-    "record": (RECORDED, "a model type whose attention poslab records", "record the attention of"),
-    "schedule": (REPLACEABLE, "a model type whose rotary poslab replaces faithfully",
+NEEDS = {  # what a study asks -> (the record's capability, what it is, what poslab cannot do otherwise)
+    "record": ("record", "a model type whose attention poslab records", "record the attention of"),
+    "schedule": ("replace", "a model type whose rotary poslab replaces faithfully",
                  "replace the rotary (to apply a schedule) of"),
 }
 PARITY_RELATIVE = 1e-5  # max |Δ logit| / max |logit| at short lengths (see the module docstring)
@@ -56,7 +57,8 @@ def require_capable(config: dict, needs: Iterable[str], field: str = "--model", 
     its type is not tested for (read off the config: no weights)."""
     model_type = str(config.get("model_type", ""))
     for need in needs:
-        types, allowed, cannot = NEEDS[need]
+        capability, allowed, cannot = NEEDS[need]
+        types = model_types(capability)
         if model_type not in types:
             raise ConfigError(field, value if value is not None else model_type,
                               f"{allowed} ({', '.join(types)}); poslab cannot {cannot} this {model_type!r} model")

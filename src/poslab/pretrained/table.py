@@ -29,6 +29,7 @@ from typing import Any
 from poslab.errors import ConfigError
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies
 from poslab.positional.scaling_laws import critical_dimension, extrapolation_bound
+from poslab.pretrained.architectures import find
 
 HEADER = {"name": "model", "layers": "layers", "encoding": "encoding", "rope_type": "rope type", "theta": "theta",
           "context": "context L0 -> max", "head": "head dim (rotated)", "window": "window",
@@ -52,12 +53,14 @@ def entry_from_config(cfg: dict, name: str = "config") -> dict:
     context = (cfg.get("max_position_embeddings") or cfg.get("n_positions") or cfg.get("max_seq_len")
                or cfg.get("seq_length") or cfg.get("n_ctx"))
     entry = {"name": cfg.get("name") or name, "context": context, "head_dim": head_dim}
-    alibi = cfg.get("alibi") or model_type in ("bloom",) or (cfg.get("attn_config") or {}).get("alibi")
+    arch = find(model_type)  # its record, where the config alone does not say (GPT-2's table, BLOOM's ALiBi)
+    alibi = cfg.get("alibi") or (cfg.get("attn_config") or {}).get("alibi") or \
+        (arch is not None and arch.encoding == "alibi")
     if alibi:
         entry["encoding"] = "alibi"
     elif "relative_attention_num_buckets" in cfg:
         entry["encoding"] = "t5_bias"
-    elif model_type in ("gpt2", "gpt_neo", "opt") or cfg.get("position_embedding_type") == "absolute":
+    elif (arch is not None and arch.encoding == "learned") or cfg.get("position_embedding_type") == "absolute":
         entry["encoding"] = "learned"
     else:
         entry["encoding"] = "rope"
@@ -190,15 +193,33 @@ def table_rows(items: list[dict] | None = None) -> list[dict]:
     return [row for e in (entries() if items is None else items) for row in describe_rows(e)]
 
 
-def inspect_rows(path: str) -> list[dict]:
-    """The table rows of any config.json, model directory, GGUF file or built-in model name (no
-    weights read): one, or one per layer type (:func:`describe_rows`)."""
+def inspect_config(path: str) -> dict:
+    """The config of any config.json, model directory, GGUF file or built-in model name (no weights read)."""
     from poslab.pretrained.loading import read_config, resolve
 
     source = resolve(path, field="PATH")
     if source.kind == "hub":
         raise ConfigError("PATH", path, "a local config.json, model directory or GGUF file (inspect reads no network)")
-    return describe_rows(entry_from_config(read_config(source, "PATH"), name=str(path)))
+    return read_config(source, "PATH")
+
+
+def inspect_rows(path: str, config: dict | None = None) -> list[dict]:
+    """The table rows of ``path`` (:func:`inspect_config`, or its ``config`` already read): one, or one
+    per layer type (:func:`describe_rows`)."""
+    return describe_rows(entry_from_config(config if config is not None else inspect_config(path), name=str(path)))
+
+
+def capability_line(config: dict) -> str:
+    """What poslab can do with a checkpoint of this config, from its architecture's record."""
+    model_type = str(config.get("model_type", ""))
+    arch = find(model_type)
+    if arch is None:
+        return (f"poslab has no record of model type {model_type!r} (pretrained/architectures.py): it neither "
+                "records its attention nor replaces its rotary")
+    can = [what for what, ok in (("records its attention", arch.record),
+                                 (f"replaces its rotary, every schedule ({arch.layout} pairs)", arch.replace)) if ok]
+    return (f"poslab's record of {arch.model_type!r}: " + (", ".join(can) if can else
+                                                           "neither records its attention nor replaces its rotary"))
 
 
 def inspect_path(path: str) -> dict:
