@@ -216,3 +216,21 @@ def test_the_recording_check_wants_each_row_to_sum_to_1_over_the_keys_it_may_see
     monkeypatch.setattr(model, "stream", leaky)
     with pytest.raises(ConfigError, match="recorded pattern at layer 0 is not"):
         preflight(model, ("record",))
+
+
+def test_leakage_asks_for_a_schedule_only_where_its_modes_apply_one(tmp_path, world, monkeypatch):
+    """A rotary type whose attention poslab records but whose rotary it does not replace: refused
+    with BOS among the modes (the NTK variants set a schedule), accepted without BOS alone."""
+    from poslab.experiments import validate
+    from poslab.experiments.runner import prepare
+    from poslab.pretrained import architectures as archs
+    from poslab.studies import get_experiment
+
+    gemma = _tiny_from_config(transformers.GemmaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, vocab_size=256, max_position_embeddings=64), tmp_path / "gemma")
+    monkeypatch.setitem(archs.ARCHITECTURES, "gemma", archs.Architecture(model_type="gemma", record=True))
+    refused(world, ["run", "pretrained-leakage", "--preset", "quick", "--model", str(gemma)],
+            "cannot replace the rotary (to apply a schedule) of this 'gemma' model")
+    exp = get_experiment("pretrained-leakage")
+    validate(prepare(exp, "quick", checkpoint=str(gemma), overrides=WITHOUT_BOS[1:]), "cpu", exp)

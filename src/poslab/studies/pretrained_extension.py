@@ -304,7 +304,8 @@ def check_search(search) -> None:
 
 
 def check(study: StudyConfig) -> None:
-    """Every refusal before any weights are read: settings, the checkpoint, the schedule, memory."""
+    """Every refusal before any work: settings, the checkpoint (what a schedule needs of its model type),
+    the schedule, memory; then, last, one short forward of its weights (``preflight_checkpoint``)."""
     from poslab.pretrained.checks import require_capable
     from poslab.pretrained.loading import config_count, read_causal_config, require_transformers
     from poslab.pretrained.model import require_attention_fits
