@@ -216,15 +216,13 @@ def models():
 def inspect_cmd(path, parity, lengths):
     """The same columns as `poslab models` for any config.json, model directory, GGUF file or
     built-in model (one row per layer type where the types' rope settings differ)."""
-    from poslab.pretrained.table import HEADER, capability_line, inspect_config, inspect_rows
+    from poslab.pretrained.table import HEADER, inspect_rows
 
     if lengths is not None and not parity:
         raise ConfigError("--lengths", lengths, "used with --parity only")
     model, wanted = _parity_model(path, lengths) if parity else (None, None)  # refusals before any output
-    config = inspect_config(path)
-    rows = inspect_rows(path, config)
+    rows = inspect_rows(path)
     click.echo(_table(tuple(HEADER.values()), [tuple(row[k] for k in HEADER) for row in rows]))
-    click.echo(capability_line(config))
     if model is not None:
         _parity(model, path, wanted)
 
