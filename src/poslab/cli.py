@@ -246,8 +246,9 @@ def models():
 @main.command("inspect")
 @click.argument("path")
 @click.option("--parity", is_flag=True,
-              help="load the weights and print max |delta logit| of poslab's rotary (forward and collect) "
-                   "against the checkpoint's own forward")
+              help="load the weights and measure poslab's rotary (forward and collect) against the checkpoint's "
+                   "own forward: max |delta logit| / max |logit| per length against its threshold, pass or fail "
+                   "(exit 1 on a fail)")
 @click.option("--lengths", default=None, help="token counts for --parity, e.g. 16,48 (default: 16 and 48, "
                                               "or past a sliding window; within 3/4 of the context)")
 def inspect_cmd(path, parity, lengths):
@@ -257,30 +258,57 @@ def inspect_cmd(path, parity, lengths):
 
     if lengths is not None and not parity:
         raise ConfigError("--lengths", lengths, "used with --parity only")
+    model, wanted = _parity_model(path, lengths) if parity else (None, None)  # refusals before any output
     rows = inspect_rows(path)
     click.echo(_table(tuple(HEADER.values()), [tuple(row[k] for k in HEADER) for row in rows]))
-    if parity:
-        _parity(path, lengths)
+    if model is not None:
+        _parity(model, path, wanted)
 
 
-def _parity(path: str, lengths: str | None) -> None:
-    """`inspect --parity`: every refusal (no weights, no rotary, an architecture poslab does not
-    replace, a length) before the weights are read."""
+def _parity_model(path: str, lengths: str | None):
+    """`inspect --parity`'s refusals: before the weights are read (no weights, files cut short, no
+    rotary, an architecture poslab does not replace, a length), then as they are (a tokenizer past
+    the embedding, a forward that fails, attention that is not recorded). The loaded model and the
+    lengths asked for (None: the default)."""
+    from poslab.pretrained.checks import preflight, require_capable
     from poslab.pretrained.loading import read_causal_config, resolve
-    from poslab.pretrained.model import load, parity, require_replaceable
+    from poslab.pretrained.model import load
     from poslab.pretrained.table import entry_from_config
 
-    config = read_causal_config(resolve(path, field="PATH"))
+    config = read_causal_config(resolve(path, field="PATH"), "PATH")
     if entry_from_config(config)["encoding"] != "rope":
         raise ConfigError("--parity", path, "a checkpoint with rotary position embedding")
-    require_replaceable(str(config.get("model_type", "")), "--parity", path)
+    require_capable(config, ("schedule", "record"), "--parity", path)
     context = config.get("max_position_embeddings") or config.get("n_positions")
     wanted = _int_list("--lengths", lengths, 2, context) if lengths is not None else None
-    rows = parity(load(path), wanted)
-    click.echo("\nparity with the checkpoint's own forward (random tokens; poslab's rotary, own schedule):")
-    click.echo(_table(("tokens", "forward max |d logit|", "collect max |d logit|", "max |logit|"),
-                      [(str(r["length"]), f"{r['forward']:.2e}", f"{r['collect']:.2e}", f"{r['logit_scale']:.3g}")
-                       for r in rows]))
+    model = load(path, quiet=True)
+    preflight(model, ("record", "schedule"), "--parity", path, compare=False)  # it runs, recorded and rescheduled
+    return model, wanted
+
+
+def _parity(model, path: str, wanted: tuple[int, ...] | None) -> None:
+    """`inspect --parity`: the table of :func:`~poslab.pretrained.model.parity` with each length's
+    relative measure, threshold and verdict (:func:`~poslab.pretrained.checks.parity_verdict`); exit 1
+    on a fail."""
+    from poslab.pretrained.checks import PARITY_RELATIVE, parity_verdict, run_checked
+    from poslab.pretrained.model import parity
+
+    rows = [parity_verdict(r) for r in run_checked(lambda: parity(model, wanted), "--parity", path,
+                                                   "a checkpoint whose rotary poslab can replace (with poslab's "
+                                                   "in its place the forward fails")]
+    click.echo("\nparity with the checkpoint's own forward (random tokens; poslab's rotary, own schedule): "
+               "max |d logit| / max |logit|, forward and collect, against the threshold "
+               f"max({PARITY_RELATIVE:g}, L x 2^-23) at L tokens (float32 rounding: pretrained/checks.py)")
+    click.echo(_table(("tokens", "max |logit|", "forward max |d logit|", "collect max |d logit|", "forward / max",
+                       "collect / max", "threshold", "verdict"),
+                      [(str(r["length"]), f"{r['logit_scale']:.3g}", f"{r['forward']:.2e}", f"{r['collect']:.2e}",
+                        f"{r['forward_relative']:.2e}", f"{r['collect_relative']:.2e}", f"{r['tolerance']:.1e}",
+                        "pass" if r["pass"] else "FAIL") for r in rows]))
+    failed = [str(r["length"]) for r in rows if not r["pass"]]
+    if failed:
+        click.echo(f"parity: FAIL at {', '.join(failed)} tokens", err=True)
+        sys.exit(1)
+    click.echo("parity: pass")
 
 
 @main.group()

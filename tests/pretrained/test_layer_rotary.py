@@ -188,3 +188,38 @@ def test_layer_pattern():
     assert layer_pattern(gemma3) == "5 sliding : 1 full (x3)"
     assert layer_pattern(["sliding_attention", "full_attention"] * 13) == "1 sliding : 1 full (x13)"
     assert layer_pattern(["full_attention"] * 4) == "4 full"
+
+
+def test_parity_tolerance_is_relative_and_grows_with_the_angle_rounding():
+    from poslab.pretrained.checks import parity_tolerance, parity_verdict
+
+    assert parity_tolerance(16) == parity_tolerance(48) == 1e-5
+    assert parity_tolerance(4096) == pytest.approx(4096 * 2.0 ** -23)  # 4.9e-4: the angle's own rounding
+    row = dict(length=16, logit_scale=50.0, forward=0.0, collect=0.0)
+    just_in, just_out = 50.0 * 1e-5 * (1 - 1e-6), 50.0 * 1e-5 * (1 + 1e-6)
+    assert parity_verdict(dict(row, forward=just_in, collect=just_in))["pass"]
+    assert not parity_verdict(dict(row, forward=just_out))["pass"]
+    assert not parity_verdict(dict(row, collect=just_out))["pass"]
+    assert parity_verdict(dict(row, length=4096, forward=50 * 4e-4))["pass"]  # within 4096 x 2^-23 of 57
+    assert not parity_verdict(dict(row, logit_scale=0.5, forward=just_in))["pass"]  # the same |d| at a smaller scale
+
+
+def test_inspect_parity_prints_its_threshold_and_verdict_and_exits_1_on_a_fail(tiny, monkeypatch):
+    import poslab.pretrained.model as model_module
+
+    out = CliRunner().invoke(main, ["inspect", str(tiny("llama")), "--parity"])
+    assert out.exit_code == 0, out.output
+    verdicts = [line.split()[-1] for line in out.stdout.splitlines() if line[:2] in ("16", "48")]
+    assert "max(1e-05, L x 2^-23)" in out.output and verdicts == ["pass", "pass"]
+    assert out.output.rstrip().endswith("parity: pass")
+    real = model_module.rope_frequencies
+
+    def off(*args, **kwargs):  # poslab's frequencies 1% off the checkpoint's
+        inv_freq, factor = real(*args, **kwargs)
+        return inv_freq * 1.01, factor
+
+    monkeypatch.setattr(model_module, "rope_frequencies", off)
+    out = CliRunner().invoke(main, ["inspect", str(tiny("llama")), "--parity"])
+    assert out.exit_code == 1, out.output
+    verdicts = [line.split()[-1] for line in out.stdout.splitlines() if line[:2] in ("16", "48")]
+    assert verdicts == ["FAIL", "FAIL"] and out.stderr.strip() == "parity: FAIL at 16, 48 tokens"

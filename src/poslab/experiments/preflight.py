@@ -23,6 +23,7 @@ def validate(study: StudyConfig, device: str, experiment: Experiment | None = No
     Builds one small real model per distinct model config (every table the run will use) and
     asks it about every length; variants must keep the trained parameter shapes.
     """
+    check_seeds(study)  # every study, an evaluate-only one too (its jobs never read the seeds)
     if device not in DEVICES:
         raise ConfigError("device", device, DEVICES)
     if device == "cuda" and not torch.cuda.is_available():
@@ -39,10 +40,16 @@ def validate(study: StudyConfig, device: str, experiment: Experiment | None = No
     return trained
 
 
-def check_settings(study: StudyConfig) -> None:
-    """The study's own settings: seeds, training, evaluation, grid axes and encoding options."""
-    if not isinstance(study.seeds, int) or study.seeds < 1:
+def check_seeds(study: StudyConfig) -> None:
+    """``--seeds`` / ``seeds``: a positive integer, in every study (an evaluate-only study has one
+    member per job whatever it says, but 0 or -1 is a typo to refuse, not to ignore)."""
+    if not isinstance(study.seeds, int) or isinstance(study.seeds, bool) or study.seeds < 1:
         raise ConfigError("seeds", study.seeds, "a positive integer")
+
+
+def check_settings(study: StudyConfig) -> None:
+    """The study's own settings: training, evaluation, grid axes and encoding options (seeds:
+    :func:`check_seeds`, which :func:`validate` calls first)."""
     study.train.validate()
     if not study.eval.lengths or min(study.eval.lengths) < 1:
         raise ConfigError("eval.lengths", study.eval.lengths, "positive integers")

@@ -141,35 +141,85 @@ def require_causal(config: dict, name: str) -> None:
                                        f"{' / '.join(CAUSAL_SUFFIXES)}); this one declares {', '.join(archs)}")
 
 
-def read_config(source: Source) -> dict:
-    """The checkpoint's Hugging Face config as a plain dict (no weights are read)."""
+def read_config(source: Source, field: str = FIELD) -> dict:
+    """The checkpoint's Hugging Face config as a plain dict (no weights are read); a GGUF file whose
+    header or tensor table is cut short is one ConfigError on ``field``."""
     if source.kind in ("dir", "config"):
         path = Path(source.path) / "config.json" if source.kind == "dir" else Path(source.path)
         try:
             return json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(FIELD, source.name, f"a readable JSON config.json ({e})") from None
+            raise ConfigError(field, source.name, f"a readable JSON config.json ({e})") from None
     if source.kind == "gguf":
-        return gguf_config(source.path, source.name)
+        return gguf_config(source.path, source.name, field)
     require_transformers()
     from transformers import AutoConfig
 
     try:  # a hub id: needs a network (untested here: this machine has none)
         return AutoConfig.from_pretrained(source.path).to_dict()
     except (OSError, ValueError) as e:
-        raise ConfigError(FIELD, source.name, f"a hub id this machine can download, or a local path "
+        raise ConfigError(field, source.name, f"a hub id this machine can download, or a local path "
                                               f"({str(e).splitlines()[0][:120]})") from None
 
 
-def read_causal_config(source: Source) -> dict:
-    """:func:`read_config` for a study that will load the checkpoint: a config without weights and an
-    encoder or other non-causal model are refused here, before any work."""
+def read_causal_config(source: Source, field: str = FIELD) -> dict:
+    """:func:`read_config` for a study that will load the checkpoint: a config without weights, an
+    encoder or other non-causal model, and weight files cut short (:func:`check_weight_files`) are
+    refused here, before any work."""
     if source.kind == "config":
-        raise ConfigError(FIELD, source.name, "a checkpoint with weights (a directory with config.json and "
+        raise ConfigError(field, source.name, "a checkpoint with weights (a directory with config.json and "
                                               "weights, or a GGUF file); a config alone can only be inspected")
-    config = read_config(source)
+    config = read_config(source, field)
     require_causal(config, source.name)
+    check_weight_files(source, field)
     return config
+
+
+def check_weight_files(source: Source, field: str = FIELD) -> None:
+    """ConfigError on ``field`` for a model directory whose safetensors files are cut short or damaged,
+    or whose shard index names a missing file; read from the headers alone (no tensor is read).
+
+    A safetensors file is an 8-byte little-endian header length n, n bytes of JSON giving each
+    tensor's [begin, end) in the data that follows, then the data: whole exactly when its size is
+    8 + n + the largest end. (GGUF files are checked as their header is read, :func:`gguf_metadata`.)"""
+    if source.kind != "dir":
+        return
+    root = Path(source.path)
+    for index in sorted(root.glob("*.safetensors.index.json")):
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            raise ConfigError(field, source.name, f"a checkpoint whose shard index {index.name} is readable JSON "
+                                                  "with a weight_map") from None
+        missing = sorted(s for s in shards if not (root / s).is_file())
+        if missing:
+            raise ConfigError(field, source.name, f"a checkpoint with every shard its index names "
+                                                  f"({', '.join(missing[:3])} missing)")
+    for path in sorted(root.glob("*.safetensors")):
+        why = _safetensors_damage(path)
+        if why:
+            raise ConfigError(field, source.name, f"whole weight files ({path.name} is cut short or damaged: {why})")
+
+
+def _safetensors_damage(path: Path) -> str:
+    """Why ``path`` is not a whole safetensors file ("" when it is)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"{size} bytes, shorter than the 8-byte header length"
+        n = int.from_bytes(head, "little")
+        if 8 + n > size:
+            return f"its header says {n} bytes of metadata, the file holds {size - 8} after the length"
+        try:
+            header = json.loads(f.read(n))
+            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            return "its metadata is not the JSON of a tensor table"
+    expected = 8 + n + max(ends, default=0)
+    if size != expected:
+        return f"{size:,} bytes where its tensor table needs {expected:,}"
+    return ""
 
 
 def config_count(config: dict, *keys: str) -> int:
@@ -181,34 +231,44 @@ def config_count(config: dict, *keys: str) -> int:
     raise ConfigError(FIELD, config.get("model_type", "config"), f"a config that sets one of {', '.join(keys)}")
 
 
-def gguf_metadata(path: str) -> dict:
-    """Every scalar and short array field of a GGUF header, read with the ``gguf`` package."""
+def gguf_metadata(path: str, name: str | None = None, field: str = FIELD) -> dict:
+    """Every scalar and short array field of a GGUF header, read with the ``gguf`` package; a file cut
+    short or damaged (its header, or a tensor past the end of the file) is one ConfigError on ``field``."""
     if importlib.util.find_spec("gguf") is None:
-        raise ConfigError(FIELD, path, "install the extra (the gguf package): pip install 'poslab[pretrained]'")
+        raise ConfigError(field, path, "install the extra (the gguf package): pip install 'poslab[pretrained]'")
     from gguf import GGUFReader
 
+    damaged = f"a whole GGUF file ({Path(path).name} is cut short or damaged: "
+    try:
+        reader = GGUFReader(path)
+    except Exception as e:  # noqa: BLE001 — the reader fails on a short file with IndexError, ValueError, ...
+        raise ConfigError(field, name or path, damaged + f"{type(e).__name__}: {str(e).splitlines()[0][:100]})") \
+            from None
+    size = os.path.getsize(path)
+    end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    if end > size:
+        raise ConfigError(field, name or path, damaged + f"{size:,} bytes where its tensors need {end:,})")
     out = {}
-    reader = GGUFReader(path)
-    for name, field in reader.fields.items():
-        if name.startswith("tokenizer.ggml.") and name not in ("tokenizer.ggml.bos_token_id",
-                                                                "tokenizer.ggml.add_bos_token"):
+    for key, entry in reader.fields.items():
+        if key.startswith("tokenizer.ggml.") and key not in ("tokenizer.ggml.bos_token_id",
+                                                              "tokenizer.ggml.add_bos_token"):
             continue  # vocabularies: large and not about positions
         try:
-            value = field.contents()
+            value = entry.contents()
         except Exception:  # noqa: BLE001 — a field type this gguf version cannot decode
             continue
-        out[name] = value
+        out[key] = value
     return out
 
 
-def gguf_config(path: str, name: str | None = None) -> dict:
-    """A Hugging Face style config from a GGUF header; ConfigError for an architecture that
-    ``transformers`` cannot load from GGUF."""
-    meta = gguf_metadata(path)
+def gguf_config(path: str, name: str | None = None, field: str = FIELD) -> dict:
+    """A Hugging Face style config from a GGUF header; ConfigError (on ``field``) for a damaged file or
+    an architecture that ``transformers`` cannot load from GGUF."""
+    meta = gguf_metadata(path, name, field)
     arch = meta.get("general.architecture")
     supported = _gguf_architectures()
     if supported is not None and not {arch, str(arch).replace("moe", "_moe"), str(arch).replace("-", "_")} & supported:
-        raise ConfigError(FIELD, name or path, f"a GGUF of an architecture transformers can load "
+        raise ConfigError(field, name or path, f"a GGUF of an architecture transformers can load "
                                                f"({', '.join(sorted(supported))}); this one is {arch!r}")
 
     def get(key, default=None):

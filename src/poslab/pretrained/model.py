@@ -25,7 +25,7 @@ rotated channels (exact to float rounding; tests compare it with the ``q_proj`` 
 and a GPT-J). ``partner`` is the layout's: ``rotate_half`` for the half layout, pairs (i, i + r/2)
 (Llama, GPT-NeoX, ...), ``rotate_every_two`` for the interleaved layout, pairs (2i, 2i + 1)
 (GPT-J); ``LAYOUTS`` says how each layout's rotary module hands (cos, sin) to the attention, and
-``MODEL_LAYOUTS`` which checkpoints use which (the default is half). Keys and values of
+each architecture's record (``architectures.py``) which it uses (half without a record). Keys and values of
 grouped-query attention are repeated to the query heads, as the attention itself does.
 
 Position schedules: :class:`PoslabRotary` computes (cos, sin) from
@@ -51,7 +51,8 @@ attention layers only by default (as the checkpoints' own long-context configs d
 ``"all"``; ``collect`` un-rotates each layer with its own type's attention factor, and
 ``rotary_frequencies(layer_type)`` reads each type's. :func:`parity` (``poslab inspect DIR
 --parity``) measures poslab's rotary and ``collect`` against the checkpoint's own forward, and
-only the architectures tested for it (``REPLACEABLE``) take poslab's rotary.
+only the architectures whose record says so (``architectures.model_types("replace")``) take
+poslab's rotary.
 
 Notation: b batch, h query head, s/i/j position, d head dim, r rotated channels, D model width.
 """
@@ -73,6 +74,7 @@ from poslab.machine import MEMORY_FRACTION, memory_bytes
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.loss import masked_cross_entropy
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies, unscaled_positions
+from poslab.pretrained.architectures import find, model_types
 from poslab.pretrained.loading import Source, content_hash, read_causal_config, require_transformers, resolve
 from poslab.tasks.base import Batch
 
@@ -81,10 +83,6 @@ if TYPE_CHECKING:
 
 FULL = "full_attention"  # the layer type of a model without layer types
 SCHEDULE_LAYERS = (FULL,)  # the layer types a schedule applies to unless told ("all": every type)
-# model_type -> tested: poslab's rotary (own schedule) and collect give the checkpoint's logits
-# (tests/pretrained/test_layer_rotary.py, tiny.PARITY_KINDS; "gemma3" is the GGUF's name of gemma3_text)
-REPLACEABLE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox", "olmo2", "gemma2", "gemma3_text", "gemma3",
-               "gptj")
 
 DTYPES = ("float32", "bfloat16")
 ATTN = "poslab"  # the name poslab's recording attention is registered under
@@ -128,7 +126,6 @@ LAYOUTS = {
     "interleaved": Layout(emit=_emit_gptj, partner=rotate_every_two,
                           cos_sin=lambda pe: (pe[1].repeat_interleave(2, -1), pe[0].repeat_interleave(2, -1))),
 }
-MODEL_LAYOUTS = {"gptj": "interleaved"}  # model_type -> layout; every other rotary checkpoint: half
 
 
 class PoslabRotary(nn.Module):
@@ -217,11 +214,12 @@ def _layer_rotation(rotary: LayerRotary, layer_type: str, index: int):
 
 
 def require_replaceable(model_type: str, field: str = "model", value=None) -> None:
-    """ConfigError unless poslab's rotary is tested to replace this architecture's faithfully."""
-    if model_type not in REPLACEABLE:
+    """ConfigError unless this architecture's record says poslab's rotary replaces its own faithfully."""
+    types = model_types("replace")
+    if model_type not in types:
         raise ConfigError(field, value if value is not None else model_type,
                           f"a checkpoint whose rotary poslab replaces faithfully (model types "
-                          f"{', '.join(REPLACEABLE)}); this one is {model_type!r}")
+                          f"{', '.join(types)}); this one is {model_type!r}")
 
 
 def unrotate(rot: Tensor, position_embeddings: tuple, factor: float, layout: str = "half") -> Tensor:
@@ -300,7 +298,8 @@ class PretrainedLM(nn.Module):
         self.own_window = self.window
         self.inference_window: int | None = None  # a sliding window applied in collect (set_window)
         self.layers = _decoder_layers(hf, self.n_layers)
-        self.layout = MODEL_LAYOUTS.get(getattr(config, "model_type", ""), "half")  # rotary pair layout
+        arch = find(getattr(config, "model_type", None))
+        self.layout = arch.layout if arch is not None else "half"  # rotary pair layout (its record's)
         self._rotary_slots = [(parent, name) for parent, name, _ in _rotary_modules(hf)]
         self.own_rotary = [getattr(p, n) for p, n in self._rotary_slots]
         self.schedule: dict | None = None  # the poslab schedule in use (None: the checkpoint's own modules)
@@ -317,7 +316,8 @@ class PretrainedLM(nn.Module):
         """rotary | learned | alibi | none, read off the checkpoint's modules and config."""
         if self._rotary_slots:
             return "rotary"
-        if getattr(self.config, "alibi", False) or getattr(self.config, "model_type", "") in ("bloom", "mpt"):
+        arch = find(getattr(self.config, "model_type", None))
+        if getattr(self.config, "alibi", False) or (arch is not None and arch.encoding == "alibi"):
             return "alibi"
         if any(n.endswith(("wpe", "embed_positions")) for n, _ in self.hf.named_modules()):
             return "learned"
@@ -838,9 +838,21 @@ def require_attention_fits(field: str, value, L: int, n_heads: int, layers_kept:
 
 # ----------------------------------------------------------------------------- loading
 
-def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | None = None) -> PretrainedLM:
+def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | None = None,
+         quiet: bool = False) -> PretrainedLM:
     """A checkpoint as a :class:`PretrainedLM`: ``smollm2-135m`` (the built-in GGUF), a directory
-    with config.json and safetensors, a .gguf file, or a hub id (needs a network)."""
+    with config.json and safetensors, a .gguf file, or a hub id (needs a network). ``quiet``: without
+    transformers' "Loading weights" bar (a check whose refusal is one line)."""
+    if quiet:
+        from transformers.utils import logging
+
+        shown = logging.is_progress_bar_enabled()
+        logging.disable_progress_bar()
+        try:
+            return load(spec, dtype=dtype, device=device, threads=threads)
+        finally:
+            if shown:
+                logging.enable_progress_bar()
     check_choice("dtype", dtype, DTYPES)
     if dtype == "bfloat16" and device == "cpu":
         raise ConfigError("dtype", dtype, "float32 on cpu (bfloat16 is offered on a GPU)")
@@ -861,9 +873,11 @@ def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | No
         where = folder
     else:
         where = source.path
-    try:
+    from safetensors import SafetensorError
+
+    try:  # read_causal_config checked the files' headers; a tensor damaged inside them fails here
         hf = AutoModelForCausalLM.from_pretrained(where, **kwargs)
-    except (ValueError, OSError, KeyError) as e:
+    except (ValueError, OSError, KeyError, SafetensorError, RuntimeError) as e:
         raise ConfigError("--model", source.name, f"a checkpoint transformers can load ({str(e).splitlines()[0]})") \
             from None
     try:
@@ -873,6 +887,13 @@ def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | No
         tokenizer = None  # a model without a tokenizer reads bytes (see encode_text)
     if tokenizer is not None and is_empty_tokenizer(tokenizer):
         tokenizer = None  # transformers builds an empty one from a folder with no tokenizer files
+    # a tokenizer whose ids run past the embedding table would index out of it
+    weight = hf.get_input_embeddings().weight
+    rows = int(weight.shape[0]) if isinstance(weight, Tensor) else None
+    if tokenizer is not None and rows is not None and len(tokenizer) > rows:
+        raise ConfigError("--model", source.name, f"a checkpoint whose embedding covers its tokenizer's vocabulary "
+                                                  f"(the tokenizer has {len(tokenizer)} tokens, the embedding "
+                                                  f"{rows} rows)")
     # transformers decorates PreTrainedModel.to with functools.wraps(nn.Module.to), whose type takes self as an argument
     return PretrainedLM(hf.to(device), source=source, tokenizer=tokenizer,  # type: ignore[arg-type]
                         key=content_hash(source))

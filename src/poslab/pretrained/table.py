@@ -13,6 +13,8 @@ effective     the context the schedule targets: factor x L0 for a scaling dict w
               the config's maximum; a sliding window caps what one layer sees (shown beside it)
 KV cache      yes unless the schedule depends on the sequence length (dynamic NTK, LongRoPE switch
               the frequencies of every cached key when the sequence grows)
+poslab can    what the architecture's record (architectures.py) allows: record its attention,
+              replace its rotary (every schedule); "no record" for a model type poslab has none of
 layers        the layer-type pattern of a config with ``layer_types`` ("5 sliding : 1 full (x3)");
               a model with a rope setting or window per type (Gemma 2, 3) gets one row per type,
               named "model: type xN", each with that type's theta, scaling, window and columns
@@ -29,11 +31,12 @@ from typing import Any
 from poslab.errors import ConfigError
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies
 from poslab.positional.scaling_laws import critical_dimension, extrapolation_bound
+from poslab.pretrained.architectures import find
 
 HEADER = {"name": "model", "layers": "layers", "encoding": "encoding", "rope_type": "rope type", "theta": "theta",
           "context": "context L0 -> max", "head": "head dim (rotated)", "window": "window",
           "wavelengths": "wavelengths", "critical": "critical dim", "bound": "bound (unscaled)",
-          "effective": "effective context", "kv_cache": "KV cache"}
+          "effective": "effective context", "kv_cache": "KV cache", "poslab": "poslab can"}
 
 
 def entries() -> list[dict]:
@@ -51,13 +54,15 @@ def entry_from_config(cfg: dict, name: str = "config") -> dict:
         (width // heads if width and heads else None)
     context = (cfg.get("max_position_embeddings") or cfg.get("n_positions") or cfg.get("max_seq_len")
                or cfg.get("seq_length") or cfg.get("n_ctx"))
-    entry = {"name": cfg.get("name") or name, "context": context, "head_dim": head_dim}
-    alibi = cfg.get("alibi") or model_type in ("bloom",) or (cfg.get("attn_config") or {}).get("alibi")
+    entry = {"name": cfg.get("name") or name, "context": context, "head_dim": head_dim, "model_type": model_type}
+    arch = find(model_type)  # its record, where the config alone does not say (GPT-2's table, BLOOM's ALiBi)
+    alibi = cfg.get("alibi") or (cfg.get("attn_config") or {}).get("alibi") or \
+        (arch is not None and arch.encoding == "alibi")
     if alibi:
         entry["encoding"] = "alibi"
     elif "relative_attention_num_buckets" in cfg:
         entry["encoding"] = "t5_bias"
-    elif model_type in ("gpt2", "gpt_neo", "opt") or cfg.get("position_embedding_type") == "absolute":
+    elif (arch is not None and arch.encoding == "learned") or cfg.get("position_embedding_type") == "absolute":
         entry["encoding"] = "learned"
     else:
         entry["encoding"] = "rope"
@@ -139,7 +144,7 @@ def describe_rows(entry: dict) -> list[dict]:
 def describe(entry: dict) -> dict:
     """The table row of one entry: its published values and the computed columns (strings)."""
     row = {k: "-" for k in HEADER}
-    row.update(name=entry["name"], encoding=entry["encoding"])
+    row.update(name=entry["name"], encoding=entry["encoding"], poslab=capabilities(entry.get("model_type")))
     if entry.get("layers"):
         row["layers"] = entry["layers"]["pattern"]
     context: Any = entry.get("context")  # an int; None where a config names none (a rope row then needs the
@@ -198,7 +203,18 @@ def inspect_rows(path: str) -> list[dict]:
     source = resolve(path, field="PATH")
     if source.kind == "hub":
         raise ConfigError("PATH", path, "a local config.json, model directory or GGUF file (inspect reads no network)")
-    return describe_rows(entry_from_config(read_config(source), name=str(path)))
+    return describe_rows(entry_from_config(read_config(source, "PATH"), name=str(path)))
+
+
+def capabilities(model_type: str | None) -> str:
+    """The "poslab can" column: what its architecture's record allows ("record, replace": record its
+    attention, replace its rotary with every schedule), "none", or "no record" ("-": no model type)."""
+    if not model_type:
+        return "-"
+    arch = find(model_type)
+    if arch is None:
+        return "no record"
+    return ", ".join(c for c in ("record", "replace") if arch.can(c)) or "none"
 
 
 def inspect_path(path: str) -> dict:

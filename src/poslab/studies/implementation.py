@@ -199,15 +199,24 @@ def settings(study: StudyConfig) -> dict:
     return m
 
 
+NEEDS = ("record", "schedule")  # collect (the pattern rows) and Dynamic NTK in place of the checkpoint's rotary
+
+
 def check(study: StudyConfig) -> None:
-    from poslab.pretrained.loading import require_transformers
-    from poslab.studies.kit.checkpoints import checkpoint_source
+    """Every refusal before any work: settings; per checkpoint its config and what the study asks of
+    its model type (``NEEDS``), then one short forward of its weights."""
+    from poslab.pretrained.checks import require_capable
+    from poslab.pretrained.loading import read_causal_config, require_transformers
+    from poslab.studies.kit.checkpoints import checkpoint_source, preflight_checkpoint
 
     settings(study)
-    for name in study.axis("model.checkpoint"):
-        if name != CHAR:
-            require_transformers()
-            checkpoint_source(name)
+    names = [name for name in study.axis("model.checkpoint") if name != CHAR]
+    if names:
+        require_transformers()
+    for name in names:
+        require_capable(read_causal_config(checkpoint_source(name)), NEEDS, "--model", name)
+    for name in names:  # last: loads the weights
+        preflight_checkpoint(name, NEEDS)
 
 
 # ----------------------------------------------------------------------------- the members

@@ -97,7 +97,14 @@ from poslab.experiments.spec import (
 from poslab.experiments.stages import Stages
 from poslab.pretrained.model import SCHEDULE_LAYERS
 from poslab.store import config_hash
-from poslab.studies.kit.checkpoints import TINY, checkpoint_source, loaded, passkey_prompt, source_path
+from poslab.studies.kit.checkpoints import (
+    TINY,
+    checkpoint_source,
+    loaded,
+    passkey_prompt,
+    preflight_checkpoint,
+    source_path,
+)
 from poslab.studies.kit.ranking import rank_agreement
 from poslab.studies.kit.rope_extension import FINE_TUNING_METHODS
 
@@ -362,7 +369,9 @@ def check_search(search) -> None:
 
 
 def check(study: StudyConfig) -> None:
-    """Every refusal before any weights are read: settings, the checkpoint, the schedule, memory."""
+    """Every refusal before any work: settings, the checkpoint (what a schedule needs of its model type),
+    the schedule, memory; then, last, one short forward of its weights (``preflight_checkpoint``)."""
+    from poslab.pretrained.checks import require_capable
     from poslab.pretrained.loading import config_count, read_causal_config, require_transformers
     from poslab.pretrained.model import require_attention_fits
     from poslab.pretrained.table import entry_from_config
@@ -376,6 +385,8 @@ def check(study: StudyConfig) -> None:
     if methods and entry["encoding"] != "rope":
         raise ConfigError("model.method", methods[0], f"none (a rotary schedule needs a RoPE model; "
                                                       f"{m['checkpoint']} uses {entry['encoding']})")
+    needs = ("schedule",) if methods else ()  # every method but none replaces the rotary
+    require_capable(cfg, needs, "--model", m["checkpoint"])
     heads = config_count(cfg, "num_attention_heads", "n_head")
     for scale in study.axis("model.scale"):
         L = int(round(scale * capped(entry["context"], m)))
@@ -384,6 +395,7 @@ def check(study: StudyConfig) -> None:
                                                     f"({L} tokens run past the checkpoint's learned position table "
                                                     f"of {entry['context']} rows)")
         require_attention_fits("model.scale", scale, L, heads, what="mask")
+    preflight_checkpoint(m["checkpoint"], needs)  # last: loads the weights
 
 
 # ----------------------------------------------------------------------------- the members

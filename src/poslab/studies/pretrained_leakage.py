@@ -115,7 +115,7 @@ from poslab.experiments.spec import (
 )
 from poslab.probes import leakage as lk
 from poslab.studies.kit import leakage_rows as lr
-from poslab.studies.kit.checkpoints import TINY, checkpoint_source, loaded, source_path
+from poslab.studies.kit.checkpoints import TINY, checkpoint_source, loaded, preflight_checkpoint, source_path
 from poslab.studies.kit.leakage_rows import PRESENT
 
 PRESETS = ("quick", "cpu")
@@ -400,16 +400,32 @@ def settings(study: StudyConfig, name: str | None = None) -> dict:
     return dict(m, checkpoint=name, **{k: of(m, k, name) for k in PER_CHECKPOINT})
 
 
+def needs(study: StudyConfig, cfg: dict) -> tuple[str, ...]:
+    """What the study asks of a checkpoint with config ``cfg``: its attention recorded in every mode;
+    with BOS in the modes, a rotary checkpoint's rotary replaced too (the NTK variants)."""
+    from poslab.pretrained.table import entry_from_config
+
+    rotary = entry_from_config(cfg)["encoding"] == "rope"
+    return ("record", "schedule") if rotary and "with BOS" in study.axis("model.bos") else ("record",)
+
+
 def check(study: StudyConfig) -> None:
+    """Every refusal before any work: settings; per checkpoint its config, what the study asks of its
+    model type (:func:`needs`), length and memory, then one short forward of its weights
+    (:func:`~poslab.studies.kit.checkpoints.preflight_checkpoint`)."""
     from poslab.machine import MEMORY_FRACTION, memory_bytes
+    from poslab.pretrained.checks import require_capable
     from poslab.pretrained.loading import config_count, read_causal_config, require_transformers
     from poslab.pretrained.model import require_attention_fits
 
     settings(study)
     require_transformers()
+    wanted = {}
     for name in checkpoints(study):
         m = settings(study, name)
         cfg = read_causal_config(checkpoint_source(name))
+        wanted[name] = needs(study, cfg)
+        require_capable(cfg, wanted[name], "--model", name)
         heads = config_count(cfg, "num_attention_heads", "n_head")
         context = cfg.get("max_position_embeddings") or cfg.get("n_positions")
         if context and m["length"] > context:
@@ -421,6 +437,8 @@ def check(study: StudyConfig) -> None:
             raise ConfigError("model.length", m["length"], f"a length whose leakage fit fits in memory: about "
                                                            f"{need / 2**30:.1f} GiB for {name}, "
                                                            f"{have / 2**30:.1f} GiB available")
+    for name, asked in wanted.items():  # last: loads the weights
+        preflight_checkpoint(name, asked)
 
 
 def fit_bytes(length: int, cfg: dict) -> int:

@@ -33,6 +33,25 @@ def source_path(source) -> str:
     return str(source.path if source.kind != "hub" else source.name)
 
 
+def preflight_checkpoint(name: str, needs=(), field: str = "--model") -> None:
+    """The last check of a study on checkpoint ``name``, before any job runs: its weights loaded (float32,
+    on the CPU) and one short forward (:func:`poslab.pretrained.checks.preflight`: it runs; with
+    ``needs`` "record", poslab's recording attention ran at every layer; with "schedule", poslab's
+    rotary gives its logits). The model is let go afterwards: the jobs load their own.
+
+    The built-in checkpoints (``BUILTIN``: SmolLM2, Gemma 3) skip it: their recording and rotary are
+    tested on the files themselves (tests/pretrained/test_smollm2.py, test_gemma3.py), and a load
+    costs them seconds to minutes (Gemma 3 270M's GGUF: 38 s unloaded, docs/pretrained.md)."""
+    from poslab.pretrained.checks import preflight
+    from poslab.pretrained.loading import BUILTIN
+    from poslab.pretrained.model import load
+
+    if name in BUILTIN:
+        return
+    model = load(source_path(checkpoint_source(name)), quiet=True)  # a refusal is one line: no loading bar
+    preflight(model, needs, field, name)
+
+
 @functools.lru_cache(maxsize=1)
 def loaded(path: str, dtype: str, device: str):
     """The checkpoint at ``path``, loaded once per process (the driver's search and inline jobs share it)."""

@@ -1,0 +1,150 @@
+"""One record per checkpoint architecture: what poslab can do with it, and the tiny config its tests build.
+
+    ARCHITECTURES["llama"] -> Architecture    keyed by transformers' model_type
+    find(model_type) -> Architecture | None    by model_type or one of its aliases (a GGUF's name)
+    model_types(capability) -> (type, ...)     the types (aliases included) that can "record" | "replace"
+
+A record holds
+
+- ``encoding``: rope | learned | alibi, where a config alone does not say (GPT-2's table, BLOOM's
+  ALiBi); a config's own fields still decide for the others (``table.entry_from_config``);
+- ``record``: poslab records its attention (poslab's attention function under transformers'
+  attention interface, ``attention``): ``collect`` gives the checkpoint's logits
+  (tests/pretrained/test_adapter.py, test_layer_rotary.py);
+- ``replace``: poslab's rotary replaces the checkpoint's, with every schedule (a schedule is
+  applied by replacing the rotary): ``set_schedule(None)`` and ``collect`` under it give the
+  checkpoint's logits (``parity``; tests/pretrained/test_layer_rotary.py over ``tiny_kinds``);
+- ``layout``: the rotary pair layout, half (i, i + r/2) or interleaved (2i, 2i + 1); ``collect``
+  un-rotates queries and keys with it;
+- ``aliases``: the architecture's other model_type names (Gemma 3's GGUF says "gemma3");
+- ``tiny``: kind -> (transformers config class, options): the tiny random checkpoints
+  ``tiny.tiny_checkpoint`` builds, whose parity tests every kind of a ``replace`` record.
+
+Adding an architecture is one record here and nothing else (tests/pretrained/test_architectures.py
+adds one at run time and runs ``inspect --parity`` on it). A model type with no record is refused
+by name wherever a study needs to record its attention or replace its rotary
+(``checks.require_capable``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+VOCAB = 256  # byte-level: the tiny checkpoints ship no tokenizer (poslab.pretrained.encode_text)
+CONTEXT = 64
+PAIRS = 8  # rotary pairs of the 16-channel heads below
+CAPABILITIES = ("record", "replace")
+
+_BODY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=CONTEXT)
+_TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)  # inside the byte vocabulary
+_THETA = {"rope_type": "default", "rope_theta": 10000.0}
+_GEMMA = dict(_BODY, head_dim=16, sliding_window=16, query_pre_attn_scalar=16, **_TOKENS)
+_GEMMA3_TYPES = ["sliding_attention", "full_attention", "sliding_attention"]
+
+
+def _gemma3_rope(full: dict) -> dict:
+    return {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_theta": 1e6, **full}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Architecture:
+    """What poslab knows of one checkpoint architecture (module docstring)."""
+
+    model_type: str  # transformers' model_type
+    encoding: str = "rope"  # rope | learned | alibi
+    record: bool = False  # poslab records its attention (collect tested)
+    replace: bool = False  # poslab's rotary replaces its own, every schedule (parity tested)
+    layout: str = "half"  # rotary pair layout: half (i, i + r/2) | interleaved (2i, 2i + 1)
+    attention: str = "transformers attention interface"  # the path poslab records through
+    aliases: tuple[str, ...] = ()  # other model_type names of the same architecture (a GGUF's)
+    tiny: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # kind -> (config class, options)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.model_type, *self.aliases)
+
+    def can(self, capability: str) -> bool:
+        return bool(getattr(self, capability))
+
+
+_RECORDS = [
+    Architecture(model_type="llama", record=True, replace=True, tiny={
+        "llama": ("LlamaConfig", dict(_BODY, rope_parameters=_THETA)),
+        "llama-linear": ("LlamaConfig", dict(_BODY, rope_parameters={**_THETA, "rope_type": "linear",
+                                                                     "factor": 4.0})),
+        "llama-dynamic": ("LlamaConfig", dict(_BODY, rope_parameters={**_THETA, "rope_type": "dynamic",
+                                                                      "factor": 2.0})),
+        "llama-yarn": ("LlamaConfig", dict(_BODY, rope_parameters={**_THETA, "rope_type": "yarn", "factor": 2.0,
+                                                                   "original_max_position_embeddings": 32})),
+        "llama-llama3": ("LlamaConfig", dict(_BODY, rope_parameters={
+            "rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 16}))}),
+    Architecture(model_type="qwen2", record=True, replace=True,
+                 tiny={"qwen2": ("Qwen2Config", dict(_BODY, rope_parameters=_THETA))}),
+    Architecture(model_type="qwen3", record=True, replace=True,
+                 tiny={"qwen3": ("Qwen3Config", dict(_BODY, head_dim=16, rope_parameters=_THETA))}),
+    Architecture(model_type="mistral", record=True, replace=True,
+                 tiny={"mistral": ("MistralConfig", dict(_BODY, sliding_window=16, rope_parameters=_THETA))}),
+    Architecture(model_type="phi3", record=True, replace=True, tiny={
+        "phi3": ("Phi3Config", dict(_BODY, original_max_position_embeddings=CONTEXT, rope_parameters=_THETA,
+                                    **_TOKENS)),
+        "phi3-longrope": ("Phi3Config", dict(_BODY, original_max_position_embeddings=32, **_TOKENS, rope_parameters={
+            **_THETA, "rope_type": "longrope", "original_max_position_embeddings": 32,
+            "short_factor": [1.0 + 0.05 * i for i in range(PAIRS)],
+            "long_factor": [1.5 + 0.25 * i for i in range(PAIRS)]}))}),
+    Architecture(model_type="gpt_neox", record=True, replace=True, tiny={
+        "gpt_neox": ("GPTNeoXConfig", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                           num_attention_heads=4, max_position_embeddings=CONTEXT,
+                                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                            "partial_rotary_factor": 0.25}))}),
+    Architecture(model_type="olmo2", record=True, replace=True,
+                 tiny={"olmo2": ("Olmo2Config", dict(_BODY, rope_parameters=_THETA, **_TOKENS))}),
+    # soft caps small enough to bite on a random model's scores (~0.14) and logits (~0.6)
+    Architecture(model_type="gemma2", record=True, replace=True, tiny={
+        "gemma2": ("Gemma2Config", dict(_GEMMA, rope_parameters=_THETA, attn_logit_softcapping=0.1,
+                                        final_logit_softcapping=1.0))}),
+    Architecture(model_type="gemma3_text", aliases=("gemma3",), record=True, replace=True, tiny={
+        "gemma3": ("Gemma3TextConfig", dict(_GEMMA, num_hidden_layers=3, layer_types=_GEMMA3_TYPES,
+                                            rope_parameters=_gemma3_rope({"rope_type": "default"}))),
+        "gemma3-linear": ("Gemma3TextConfig", dict(_GEMMA, num_hidden_layers=3, layer_types=_GEMMA3_TYPES,
+                                                   rope_parameters=_gemma3_rope({"rope_type": "linear",
+                                                                                 "factor": 8.0})))}),
+    Architecture(model_type="gptj", layout="interleaved", record=True, replace=True, tiny={
+        "gptj": ("GPTJConfig", dict(n_embd=64, n_inner=128, n_layer=2, n_head=4, rotary_dim=8, n_positions=CONTEXT))}),
+    Architecture(model_type="gpt2", encoding="learned", record=True,
+                 tiny={"gpt2": ("GPT2Config", dict(n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT))}),
+    Architecture(model_type="gpt_neo", encoding="learned"),  # known to the table; not tested here
+    Architecture(model_type="opt", encoding="learned"),
+    Architecture(model_type="bloom", encoding="alibi"),
+    Architecture(model_type="mpt", encoding="alibi"),
+]
+ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in _RECORDS}
+
+
+def find(model_type: str | None) -> Architecture | None:
+    """The record of ``model_type`` (its own name or an alias); None for an architecture poslab has no
+    record of."""
+    for arch in ARCHITECTURES.values():
+        if model_type in arch.names:
+            return arch
+    return None
+
+
+def model_types(capability: str) -> tuple[str, ...]:
+    """Every model_type name (aliases included) whose record has ``capability`` ("record" | "replace")."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"capability: got {capability!r}; allowed: {', '.join(CAPABILITIES)}")
+    return tuple(name for arch in ARCHITECTURES.values() if arch.can(capability) for name in arch.names)
+
+
+def tiny_configs() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every record's tiny configs: kind -> (config class, options)."""
+    return {kind: cfg for arch in ARCHITECTURES.values() for kind, cfg in arch.tiny.items()}
+
+
+def parity_kinds() -> tuple[str, ...]:
+    """The tiny kinds whose parity the tests check: every kind of a record poslab's rotary replaces."""
+    return tuple(kind for arch in ARCHITECTURES.values() if arch.replace for kind in arch.tiny)

@@ -1,0 +1,55 @@
+"""The architecture records (issue 54, item 1): what poslab can do with each checkpoint family is read
+from one record, and adding an architecture is one record and nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers", reason="the pretrained extra (transformers) is not installed")
+from click.testing import CliRunner
+
+from poslab.cli import main
+from poslab.errors import ConfigError
+from poslab.pretrained import architectures as archs
+from poslab.pretrained import load
+from poslab.pretrained.checks import preflight, require_capable
+from poslab.pretrained.table import capabilities, entry_from_config, table_rows
+from poslab.pretrained.tiny import PARITY_KINDS, tiny_checkpoint
+
+
+def test_the_records_agree_with_what_reads_them(tiny):
+    assert PARITY_KINDS == archs.parity_kinds() and "gpt2" not in PARITY_KINDS and "gptj" in PARITY_KINDS
+    assert archs.find("gemma3") is archs.ARCHITECTURES["gemma3_text"]  # the GGUF's name of Gemma 3
+    assert archs.find("falcon") is None
+    for arch in archs.ARCHITECTURES.values():
+        assert arch.layout in ("half", "interleaved") and arch.encoding in ("rope", "learned", "alibi")
+        if arch.replace:  # a rotary poslab replaces is one it records, with a tiny parity kind
+            assert arch.record and arch.encoding == "rope" and arch.tiny
+    assert load(str(tiny("gptj"))).layout == "interleaved" and load(str(tiny("llama"))).layout == "half"
+    assert entry_from_config(dict(model_type="bloom"))["encoding"] == "alibi"
+    assert entry_from_config(dict(model_type="opt", max_position_embeddings=2048))["encoding"] == "learned"
+    rows = {r["name"]: r for r in table_rows()}  # poslab models: the published model types' records
+    assert rows["Llama 2 7B"]["poslab"] == "record, replace" and rows["GPT-2"]["poslab"] == "record"
+    assert rows["BLOOM"]["poslab"] == "none" and rows["DeepSeek-V2"]["poslab"] == "no record"
+
+
+def test_adding_an_architecture_is_one_record(tmp_path, monkeypatch):
+    """Starcoder2 has no record: inspect says so and a study that records its attention refuses it.
+    One record (with its tiny config) later, the tiny checkpoint builds, the study's checks pass and
+    inspect --parity passes, with nothing else changed."""
+    config = dict(model_type="starcoder2")
+    assert entry_from_config(config)["model_type"] == "starcoder2" and capabilities("starcoder2") == "no record"
+    with pytest.raises(ConfigError, match="cannot record the attention of this 'starcoder2' model"):
+        require_capable(config, ("record",))
+    with pytest.raises(ConfigError, match="kind"):
+        tiny_checkpoint("starcoder2", tmp_path / "none")
+    body = dict(archs._BODY, rope_parameters=archs._THETA, **archs._TOKENS)
+    monkeypatch.setitem(archs.ARCHITECTURES, "starcoder2", archs.Architecture(
+        model_type="starcoder2", record=True, replace=True, tiny={"starcoder2": ("Starcoder2Config", body)}))
+    path = tiny_checkpoint("starcoder2", tmp_path / "starcoder2")
+    require_capable(config, ("record", "schedule"))
+    preflight(load(str(path)), ("record", "schedule"))
+    out = CliRunner().invoke(main, ["inspect", str(path), "--parity"])
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines()[2].rstrip().endswith("record, replace")  # the "poslab can" column
+    assert out.output.rstrip().endswith("parity: pass")
