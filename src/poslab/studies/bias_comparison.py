@@ -165,8 +165,9 @@ ACCURACY = "{setup}, K={K}: mean accuracy at unseen lengths"
 JUDGED = ("2026-12-07: judged where the task decides (issue 53), was n.a. (comparison only): every such setup "
           "learned in range, and phenomenon's own line for the same quantity decides it (near-perfect >= 0.97 for a "
           "relative head, <= 2 x chance for an absolute one); roles from source x setting; the learned-in-range gate")
-NEAR_PERFECT_LINE = dict(measure=mean("accuracy"), op=">=", threshold=0.97, trained=True, revised=JUDGED,
-                         note="{seeds} seeds, {n} rows; phenomenon's line for a relative head (Table 1: near-perfect)")
+NEAR_PERFECT_LINE: dict[str, Any] = dict(
+    measure=mean("accuracy"), op=">=", threshold=0.97, trained=True, revised=JUDGED,
+    note="{seeds} seeds, {n} rows; phenomenon's line for a relative head (Table 1: near-perfect)")
 
 CLAIMS = [
     ClaimSpec(name="{setup}, K={K}: cells selecting -K", paper="relative: -K at every length (Lemma 1)",

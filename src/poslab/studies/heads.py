@@ -8,6 +8,7 @@ class. The set-up and the paper's words are in docs/two-layer-heads.md.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from poslab import probes
 from poslab.experiments import Experiment
@@ -50,7 +51,8 @@ GATE = InRange(where=probe("length") & at_most("length", 16), column="accuracy",
 GATED = ("2026-12-07: the learned-in-range gate (issue 53): a claim past the range or on a trained head's mechanism "
          "is n.a. where its models did not learn the task in range")
 ROLE = "2026-12-07: role computed from source x setting (issue 53): "
-IN_RANGE = dict(name="{task}, H={n_heads}, d_head={d_head}: accuracy at trained lengths (L ≤ 16)", paper="1.00",
+IN_RANGE: dict[str, Any] = dict(
+                name="{task}, H={n_heads}, d_head={d_head}: accuracy at trained lengths (L ≤ 16)", paper="1.00",
                 per=("task", "n_heads", "d_head"), measure=mean("accuracy"), op=">=", threshold=0.97, source=HEADS,
                 revised=ROLE + "the seed's paragraph is content-conditioned retrieval at d_model = 64; fixed offset "
                                "and the fixed-d_head sweep are other settings (control, were paper)")
