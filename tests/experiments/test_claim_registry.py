@@ -276,3 +276,15 @@ def test_a_runs_store_registers_each_claim_once_and_shows_a_changed_line(tmp_pat
     assert trained.holds is True and trained.criterion == "≥ -1"
     assert trained.registered["criterion"] == "≥ 0.9" and "no revised= note" in trained.registered["reason"]
     assert claims["rope: accuracy past training"].registered is None
+
+
+@pytest.mark.parametrize("name", STUDY_MODULES)
+def test_every_claim_says_what_it_is_and_paper_only_where_a_seed_states_it(name):
+    """Roles are computed, never chosen: every spec declares its source and setting, and a paper claim has a
+    seed as its source."""
+    module = importlib.import_module(f"poslab.studies.{name}")
+    specs = module.CLAIMS() if callable(module.CLAIMS) else module.CLAIMS
+    undeclared = [s.name for s in specs if s.source is None or s.setting is None]
+    assert not undeclared, undeclared
+    assert all(s.role == role_of(s.source, s.setting) for s in specs)
+    assert all(s.source.kind == "seed" for s in specs if s.role == "paper")
