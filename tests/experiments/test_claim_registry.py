@@ -288,3 +288,18 @@ def test_every_claim_says_what_it_is_and_paper_only_where_a_seed_states_it(name)
     assert not undeclared, undeclared
     assert all(s.role == role_of(s.source, s.setting) for s in specs)
     assert all(s.source.kind == "seed" for s in specs if s.role == "paper")
+
+
+def test_poslab_claims_shows_the_registered_verdict_beside_the_current_one(tmp_path):
+    from click.testing import CliRunner
+
+    from poslab.cli import main
+
+    got = CliRunner().invoke(main, ["claims", "leakage", "--results", str(ROOT / "docs" / "paper-preset" / "leakage")])
+    assert got.exit_code == 0, got.output
+    assert "registered (first criterion → verdict)" in got.output and "f193f74" in got.output
+    assert "counts (yes / no / n.a.): registered: paper 6 / 9 / 4" in got.output
+    missing = CliRunner().invoke(main, ["claims", "leakage", "--results", str(tmp_path)])
+    assert missing.exit_code == 2 and "--results" in missing.output
+    unknown = CliRunner().invoke(main, ["claims", "no-such-study", "--results", str(tmp_path)])
+    assert unknown.exit_code == 2 and "allowed" in unknown.output
