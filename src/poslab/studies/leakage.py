@@ -29,13 +29,20 @@ from poslab.experiments.spec import (
     mean,
     minimum,
     probe,
-    seed_states,
     share,
 )
 from poslab.probes import leakage as lk
 from poslab.studies.kit import leakage_rows as lr
 from poslab.studies.kit.charlm import CPU_MODEL, recipe_train
 from poslab.studies.kit.checks import require_rotary
+from poslab.studies.kit.leakage_rows import (
+    BALANCE,
+    BOTH,
+    FINGERPRINT,
+    MASK,
+    SINK_READING,
+    SWAP_SOURCE,
+)
 from poslab.tasks import eval_batch
 from poslab.train import TrainConfig, evaluate_loss
 
@@ -75,22 +82,10 @@ EVERY_KEY = "(b) over every key (the earlier reading): not the abstract's positi
 # what each claim is (its role follows: experiments/spec.role_of). The leakage abstract (seed 001, third) states the
 # claims for its three architectures (standard RoPE, NTK scaling, a sliding window) at no size: this grid of small
 # character LMs is their setting ("seed"); a reading or an architecture the abstract does not use is "other"
-ABSTRACT = "leakage abstract (seed 001): "
-BOTH = seed_states(ABSTRACT + "both components appear in all three architectures we study", which="001")
-BALANCE = seed_states(ABSTRACT + "NTK scaling suppresses the residual-stream component, sliding-window attention "
-                      "allows it to accumulate with depth, and standard RoPE sits between", which="001")
-BOS_SWAP = seed_states(ABSTRACT + "replacing the BOS embedding before the forward pass removes 40% of the "
-                       "residual-stream component at early queries", which="001")
-FINGERPRINT = seed_states(ABSTRACT + "attention sinks pass forward a deterministic fingerprint of the token at "
-                          "position 0, constant across inputs when that token is the auto-prepended BOS and varying "
-                          "with it otherwise", which="001")
-SINK_READING = seed_states(ABSTRACT + "downstream attention reads this trajectory through sink-reading heads",
-                           which="001")
-MASK = derivation("under a causal mask query i sees i + 1 keys, so the relative fit's log-normaliser moves with i")
 CAUSALITY = derivation("position 0 sees only itself under causal attention and starts from the same BOS vector")
 # the BOS swap's 'decided only where all three replacements agree' rule lives in studies/kit/leakage_rows
 # (decided_when_agreed, the swap3 rows), outside the spec: left as it is (issue 53)
-SWAP = dataclasses.replace(lr.SWAP, source=BOS_SWAP, setting="seed")
+SWAP = dataclasses.replace(lr.SWAP, source=SWAP_SOURCE, setting="seed")
 CLAIMS = [
     ClaimSpec(name="{model}: component (b) at key 0 present", paper="present in all three", where=MODEL,
               per=("model",), measure=lower_bound("component_b_key0", "seed mean of (b) at key 0 - 2 standard errors"),

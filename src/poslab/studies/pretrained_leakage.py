@@ -110,13 +110,20 @@ from poslab.experiments.spec import (
     minimum,
     not_run,
     probe,
-    seed_states,
     undecidable,
 )
 from poslab.probes import leakage as lk
 from poslab.studies.kit import leakage_rows as lr
 from poslab.studies.kit.checkpoints import TINY, checkpoint_source, loaded, preflight_checkpoint, source_path
-from poslab.studies.kit.leakage_rows import PRESENT
+from poslab.studies.kit.leakage_rows import (
+    BALANCE,
+    BOTH,
+    FINGERPRINT,
+    MASK,
+    PRESENT,
+    SINK_READING,
+    SWAP_SOURCE,
+)
 
 PRESETS = ("quick", "cpu")
 MODES = ("with BOS", "without BOS")
@@ -147,18 +154,6 @@ OTHER_WHY = ("not the checkpoint's set-up: BOS prepended explicitly where the to
 # claims for pretrained RoPE models, the BOS auto-prepended where the tokenizer does: a checkpoint in its own set-up
 # is the seed's setting; the other BOS mode, NTK applied at inference (not an NTK-trained model) and a comparison
 # across two checkpoints are other settings (controls)
-ABSTRACT = "leakage abstract (seed 001): "
-BOTH = seed_states(ABSTRACT + "both components appear in all three architectures we study", which="001")
-BALANCE = seed_states(ABSTRACT + "NTK scaling suppresses the residual-stream component, sliding-window attention "
-                      "allows it to accumulate with depth, and standard RoPE sits between", which="001")
-BOS_SWAP = seed_states(ABSTRACT + "replacing the BOS embedding before the forward pass removes 40% of the "
-                       "residual-stream component at early queries", which="001")
-FINGERPRINT = seed_states(ABSTRACT + "attention sinks pass forward a deterministic fingerprint of the token at "
-                          "position 0, constant across inputs when that token is the auto-prepended BOS and varying "
-                          "with it otherwise", which="001")
-SINK_READING = seed_states(ABSTRACT + "downstream attention reads this trajectory through sink-reading heads",
-                           which="001")
-MASK = derivation("under a causal mask query i sees i + 1 keys, so the relative fit's log-normaliser moves with i")
 CAUSALITY = derivation("position 0 sees only itself under causal attention, the same BOS token in every window")
 MODES_ROLES = (("{bos}, its own set-up", OWN, "seed", "the mode the checkpoint's tokenizer gives"),
                ("{bos}, not its set-up", OTHER, "other", OTHER_WHY))
@@ -168,11 +163,12 @@ SWAP_NOTE = ("the abstract names no replacement: most frequent token, mean embed
              "each the mean change over the window groups; decided only where all three agree")
 SWAP = dataclasses.replace(
     lr.SWAP, name="{label}, with BOS, its own set-up: BOS swap changes early (b), all three replacements",
-    where=probe("swap3") & OWN, per=("label",), source=BOS_SWAP, setting="seed",
+    where=probe("swap3") & OWN, per=("label",), source=SWAP_SOURCE, setting="seed",
     note="the tokenizer prepends BOS; " + SWAP_NOTE)
 SWAP_OTHER = dataclasses.replace(
     lr.SWAP, name="{label}, with BOS, not its set-up: BOS swap changes early (b), all three replacements",
-    where=probe("swap3") & OTHER, per=("label",), source=BOS_SWAP, setting="other", note=OTHER_WHY + "; " + SWAP_NOTE)
+    where=probe("swap3") & OTHER, per=("label",), source=SWAP_SOURCE, setting="other",
+    note=OTHER_WHY + "; " + SWAP_NOTE)
 CLAIMS = [
     *[ClaimSpec(name=f"{{label}}, {mode}: sink heads exist", paper="sinks read downstream by sink-reading heads",
                 where=MODEL & where, per=("label", "bos"), source=SINK_READING, setting=setting,
@@ -245,7 +241,7 @@ CLAIMS = [
     SWAP,
     ClaimSpec(name="{label}: BOS swap changes early (b) (the checkpoint's set-up)", paper="-40%",
               where=probe("swap3") & OTHER, per=("label",),
-              measure=mean("swap_decisive", "the deciding replacement's change"), source=BOS_SWAP, setting="seed",
+              measure=mean("swap_decisive", "the deciding replacement's change"), source=SWAP_SOURCE, setting="seed",
               na=undecidable("its tokenizer adds no BOS (add_bos_token=False), so the abstract's auto-prepended BOS "
                              "is not this checkpoint's set-up; the control below prepends one explicitly")),
     SWAP_OTHER,

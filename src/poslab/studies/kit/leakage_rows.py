@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from poslab.experiments.claims import Claim
-from poslab.experiments.spec import ClaimSpec, is_, mean, probe
+from poslab.experiments.spec import ClaimSpec, derivation, is_, mean, probe, seed_states
 from poslab.models.intervention import Intervention
 from poslab.probes.common import CHUNK
 from poslab.probes.leakage import bos_replacements, closed_system, leakage, log_z_fit
@@ -23,6 +23,20 @@ from poslab.tasks.base import Batch
 
 PRESENT = 0.01  # the floor of a relative BOS-swap change: a change relative to noise-level (b) is noise
 BOS_SWAP, BOS_SWAP_TOL = -0.40, 0.20  # the abstract's BOS swap (-40% of early (b)) and poslab's +-20 points
+
+# what the leakage abstract states, the claims' sources in both leakage studies
+ABSTRACT = "leakage abstract (seed 001): "
+BOTH = seed_states(ABSTRACT + "both components appear in all three architectures we study", which="001")
+BALANCE = seed_states(ABSTRACT + "NTK scaling suppresses the residual-stream component, sliding-window attention "
+                      "allows it to accumulate with depth, and standard RoPE sits between", which="001")
+SWAP_SOURCE = seed_states(ABSTRACT + "replacing the BOS embedding before the forward pass removes 40% of the "
+                       "residual-stream component at early queries", which="001")
+FINGERPRINT = seed_states(ABSTRACT + "attention sinks pass forward a deterministic fingerprint of the token at "
+                          "position 0, constant across inputs when that token is the auto-prepended BOS and varying "
+                          "with it otherwise", which="001")
+SINK_READING = seed_states(ABSTRACT + "downstream attention reads this trajectory through sink-reading heads",
+                           which="001")
+MASK = derivation("under a causal mask query i sees i + 1 keys, so the relative fit's log-normaliser moves with i")
 HEAD_KEYS = ("component_a", "component_b", "component_b_key", "component_b_interaction", "component_b_key0",
              "component_b_rest", "early_component_a", "early_component_b", "early_component_b_key0",
              "old_component_a", "old_component_b", "received_0")
