@@ -14,7 +14,23 @@ def test_a_study_presets_groups_are_timed_both_ways():
     assert got["member_steps"] == 3 * 2 * 2
     assert got["ensemble_seconds"] > 0 and got["plain_seconds"] > 0
     assert got["ratio"] == got["plain_seconds"] / got["ensemble_seconds"]
-    assert lines[-1].startswith("k1 quick preset, 1 groups")
+    assert lines[-1].startswith("k1 quick preset, 1 groups") and "member-steps/s on one thread" in lines[-1]
+
+
+def test_overrides_reach_the_timed_groups(monkeypatch):
+    from poslab.bench import ensemble as module
+
+    seen = []
+    real = module.train_plain
+
+    def spy(make, task, seed, cfg, **kw):
+        seen.append(cfg.crop_padding)
+        return real(make, task, seed, cfg, **kw)
+
+    monkeypatch.setattr(module, "train_plain", spy)
+    bench_ensemble(get_experiment("k1"), "quick", steps=1, per_task=1, overrides=("train.crop_padding=true",),
+                   echo=lambda line: None)
+    assert seen and all(seen)
 
 
 def test_bad_input_is_one_error_naming_the_field():

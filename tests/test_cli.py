@@ -1,5 +1,7 @@
 """The command line: list, run (quick), bad input exit code 2 with one line, report."""
 
+import os
+
 from click.testing import CliRunner
 
 from poslab.cli import main
@@ -89,6 +91,9 @@ def test_bench_train_runs_and_reports_the_ratio():
     assert "3 groups, 72 members" in result.output and "(72 members x 4000 steps)" in result.output
     assert sum(line.startswith("plain loop, ") and line.endswith("x 24 members")
                for line in result.output.splitlines()) == 3
+    # the plain loop as a sweep runs here: one process per core, side by side; both sides in member-steps/s
+    workers = min(os.cpu_count() or 1, 72)
+    assert f"{workers} side by side x " in result.output and result.output.count("member-steps/s") == 2
 
 
 def test_a_bad_store_exits_2_with_one_line_and_is_left_as_it_was(tmp_path):

@@ -262,11 +262,93 @@ def test_compile_falls_back_to_eager_training_where_compiling_fails(monkeypatch)
             assert torch.equal(p, b.state_dict()[name]), name
 
 
-def test_compile_is_part_of_a_runs_key_only_when_on():
+def test_compile_and_crop_padding_are_part_of_a_runs_key_only_when_on():
     from poslab.experiments.experiment import train_fields
 
-    assert "compile" not in train_fields(LM_CFG)
-    assert train_fields(replace(LM_CFG, compile=True))["compile"] is True
+    for name in ("compile", "crop_padding"):
+        assert name not in train_fields(LM_CFG)
+        assert train_fields(replace(LM_CFG, **{name: True}))[name] is True
+
+
+# ----------------------------------------------------------------------------- crop_padding
+
+def chomsky_model(**kw):
+    """Ruoss et al.'s form: a bidirectional encoder with key padding (even_pairs: 41 tokens at L <= 40)."""
+    cfg = TransformerConfig(vocab_size=build_task("even_pairs").vocab_size, d_model=16, n_layers=2, n_heads=2,
+                            max_len=64, causal=False, **kw)
+    return partial(Transformer, cfg)
+
+
+CROP_CFG = TrainConfig(steps=30, batch_size=8, min_length=1, max_length=40, length_sampling="batch", chunk=10)
+
+
+@pytest.mark.parametrize("task, causal", [("even_pairs", False), ("copy", True)])
+def test_a_cropped_batch_gives_the_padded_batchs_loss_and_gradients(task, causal):
+    from poslab.train import cropped
+
+    t = build_task(task)
+    cfg = replace(CROP_CFG, length_sampling="batch" if task == "even_pairs" else "sequence", max_length=12)
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=t.vocab_size, d_model=16, n_layers=2, n_heads=2, max_len=128,
+                                          causal=causal))
+    assert model.padding_inert
+    chunk = DataStream(t, 0, cfg).draw()
+    cut = 0
+    for i in range(cfg.chunk):
+        padded = chunk.map(lambda x, i=i: x[i])
+        if task == "copy":  # one length per sequence: padded past the longest to show the cut
+            padded = padded.map(lambda x: torch.nn.functional.pad(x, (0, 9)) if x.dim() == 2 else x)
+        short = cropped(padded, int(padded.lengths.max()))
+        cut += padded.tokens.shape[-1] - short.tokens.shape[-1]
+        losses, grads = [], []
+        for batch in (padded, short):
+            model.zero_grad()
+            loss = model.loss(batch)
+            loss.backward()
+            losses.append(loss.detach())
+            grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        torch.testing.assert_close(losses[1], losses[0], rtol=1e-6, atol=0)
+        for name, g in grads[0].items():
+            assert rel_err(grads[1][name], g) < 1e-5, name
+    assert cut > 0  # some step was shorter than the chunk's width
+
+
+def test_crop_padding_trains_each_member_as_the_padded_run_and_as_the_plain_loop_to_float_rounding():
+    task, seeds = build_task("even_pairs"), [0, 1, 2]
+    crop = replace(CROP_CFG, crop_padding=True)
+    ens = train_ensemble(chomsky_model(), [task] * 3, seeds, crop, progress=False)
+    padded = train_ensemble(chomsky_model(), [task] * 3, seeds, CROP_CFG, progress=False)
+    plain, losses = train_plain(chomsky_model(), task, 2, crop)
+    for name, p in ens.models[2].state_dict().items():
+        assert rel_err(p, padded.models[2].state_dict()[name]) < 1e-4, name
+        assert rel_err(p, plain.state_dict()[name]) < 1e-5, name
+    np.testing.assert_allclose(ens.loss_curve[:, 2], losses, rtol=1e-5)
+
+
+def test_crop_padding_cuts_each_step_to_its_longest_sequence_and_only_where_the_loss_ignores_padding(monkeypatch):
+    from poslab.train import crops
+
+    widths = []
+    original = Transformer.loss
+
+    def recording(self, batch):
+        widths.append(batch.tokens.shape[-1])
+        return original(self, batch)
+
+    monkeypatch.setattr(Transformer, "loss", recording)
+    cfg = replace(CROP_CFG, crop_padding=True, steps=10)
+    task = build_task("even_pairs")
+    train_ensemble(chomsky_model(), [task] * 2, [0, 1], cfg, progress=False)
+    # each step's longest sequence over both members (one length per batch and member: L + 1 tokens)
+    longest = torch.stack([DataStream(task, s, cfg).draw().lengths[:, 0] for s in (0, 1)]).amax(0)
+    assert widths == longest.tolist() and len(set(widths)) > 1
+    widths.clear()
+    train_ensemble(chomsky_model(), [task] * 2, [0, 1], replace(cfg, crop_padding=False), progress=False)
+    assert set(widths) == {41}
+    # randomized positions are drawn for the padded width, dropout follows the shape: those keep the padding
+    for kw in (dict(random_positions=256), dict(dropout=0.1)):
+        assert not crops(chomsky_model(**kw)(), cfg)
+    assert crops(chomsky_model()(), cfg) and not crops(chomsky_model()(), CROP_CFG)
 
 
 @pytest.mark.slow  # compiling takes a minute on a loaded 2-core machine

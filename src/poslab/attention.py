@@ -16,9 +16,10 @@ weights are not asked for. Otherwise the explicit path below computes it.
 ``is_causal=True`` says the mask is exactly the square causal one (query i keeps keys j <= i) and
 ``mask`` is then left None: the fused kernel gets ``is_causal=True`` instead of a dense boolean
 mask (it skips the masked half), and the explicit path builds the mask itself. Under ``vmap``
-(the ensemble trainer) the fused kernel is used too when ``FUSED_UNDER_VMAP``: on the character
-LM, looping the kernel over members is no slower than the explicit path (``poslab bench lm``
-measures both).
+(the ensemble trainer) the fused kernel is used too when ``FUSED_UNDER_VMAP``, with the member
+axis folded into its batch axis (:class:`_MembersInBatch`): torch has no vmap rule for it on CPU
+and would otherwise call it once per member. Attention treats every (sequence, head) alone, so
+members folded into the batch compute what each computes alone (tests/test_attention_fold.py).
 
 Notation: b batch, h head, i query index, j key index, d head dim.
 """
@@ -37,8 +38,8 @@ from poslab.errors import check_choice
 from poslab.positional.base import PositionalEncoding
 
 KINDS = ("softmax", "linear")
-# Under vmap the fused kernel has no batching rule on CPU: torch loops it over members. On the
-# character LM that loop is no slower than the explicit path (``poslab bench lm``).
+# Under vmap the fused kernel runs once on the members folded into its batch axis (False: the
+# explicit path, which vmap batches itself; ``poslab bench lm`` times both).
 FUSED_UNDER_VMAP = True
 warnings.filterwarnings("ignore", message=".*batching rule for aten::_scaled_dot_product")
 
@@ -103,8 +104,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_p
                 mask, causal = build_mask(q.shape[-2], k.shape[-2], causal=True, device=q.device), False
             if mask is not None:
                 extra = extra.masked_fill(~mask, -math.inf)
+        scale = 1.0 / (math.sqrt(d) * temperature)
+        if vmapped:  # dropout is 0 here (the condition above)
+            return AttentionOutput(out=_MembersInBatch.apply(q, k, v, extra, causal, scale))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=extra, is_causal=causal, dropout_p=dropout,
-                                             scale=1.0 / (math.sqrt(d) * temperature))
+                                             scale=scale)
         return AttentionOutput(out=out)
 
     if is_causal:
@@ -133,6 +137,47 @@ def attention_weights(scores: Tensor, mask: Tensor | None, kind: str, key_gate: 
         return logits.softmax(dim=-1)
     weights = scores if key_gate is None else scores * key_gate
     return weights if mask is None else weights.masked_fill(~mask, 0.0)
+
+
+class _MembersInBatch(torch.autograd.Function):
+    """The fused kernel under ``vmap``, the member axis e folded into its batch axis b.
+
+    torch's CPU ``scaled_dot_product_attention`` has no vmap batching rule, so vmap would call it
+    once per member (its "performance drop" fallback). The ``vmap`` rule here moves the member
+    axis of q, k, v [e, b, h, i | j, d] and of the mask to the front and runs the kernel once on
+    [e b, h, i | j, d]; a mask without a member axis is broadcast over it. The ops inside run
+    below vmap, where autograd records them as it records any other, so the kernel's own backward
+    serves; ``forward`` (called only outside vmap, where :func:`attention` calls the kernel
+    directly) is the kernel itself and has no backward of its own."""
+
+    @staticmethod
+    def forward(q, k, v, mask, is_causal, scale):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("attention: _MembersInBatch is for vmap only; call the kernel directly outside it")
+
+    @staticmethod
+    def vmap(info, in_dims, q, k, v, mask, is_causal, scale):
+        e = info.batch_size
+
+        def lead(x: Tensor, dim: int | None) -> Tensor:  # the member axis first: [e, ...]
+            return x.expand(e, *x.shape) if dim is None else x.movedim(dim, 0)
+
+        q, k, v = (lead(x, dim) for x, dim in zip((q, k, v), in_dims[:3], strict=True))
+        b = q.shape[1]
+        if mask is not None:
+            mask = lead(mask, in_dims[3])  # [e, up to 4 dims broadcastable to b, h, i, j]
+            mask = mask.reshape(e, *[1] * (q.dim() - mask.dim()), *mask.shape[1:])  # [e, b | 1, h | 1, i | 1, j]
+            mask = mask.expand(e, b, *mask.shape[2:]).flatten(0, 1)  # [e b, h | 1, i | 1, j]
+        out = F.scaled_dot_product_attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), attn_mask=mask,
+                                             is_causal=is_causal, scale=scale)  # [e b, h, i, d]
+        return out.view(e, b, *out.shape[1:]), 0
 
 
 def _is_vmapped(x: Tensor) -> bool:

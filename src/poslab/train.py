@@ -28,6 +28,13 @@ Training lengths (``length_sampling``):
   queries at that length's last position, which makes the grid fast path cheap;
 - ``"sequence"``: one length per sequence, right-padded.
 
+Padding (``crop_padding``): batches of one task stack into chunks of one width, the longest a
+training length can take (41 tokens for Ruoss et al.'s tasks at L <= 40), even when a step's
+sequences are all shorter (one length per batch). With ``crop_padding`` each step is cut to its
+own longest sequence (across members, in an ensemble) when the model says its loss does not read
+the positions past every sequence's length (``model.padding_inert``: the Transformer without
+randomized positions, dropout or a length-dependent encoding).
+
 Evaluation (:func:`evaluate_loss`) runs in chunks of sequences, so memory is bounded by the
 chunk, not by the evaluation set.
 
@@ -83,6 +90,10 @@ class TrainConfig:
     # torch.compile the loss (forward and backward); eager where compiling fails. Float rounding
     # differs from eager (tests/test_train.py), so it is part of a run's key when on
     compile: bool = False
+    # cut each step's batch to its longest sequence (positions past every sequence's length are padding),
+    # where the model's loss does not read them (its ``padding_inert``). Equal to the padded batch's loss
+    # and gradients up to float rounding (tests/test_train.py), so part of a run's key when on
+    crop_padding: bool = False
 
     def validate(self) -> None:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -193,10 +204,11 @@ class DataStream:
         return self._chunk.map(lambda x: x[i])
 
 
-def ensemble_batches(streams: list[DataStream], device) -> Iterator[Batch]:
+def ensemble_batches(streams: list[DataStream], device, crop: bool = False) -> Iterator[Batch]:
     """Every member's next batch, stacked along the member axis: tensors [e, b, ...].
 
-    Stacks and moves once per chunk, then hands out views."""
+    Stacks and moves once per chunk, then hands out views; with ``crop`` each cut to its step's
+    longest sequence over every member (:func:`cropped`)."""
     while True:
         parts = [st.draw() for st in streams]
         width = max(p.tokens.shape[-1] for p in parts)  # members' tasks may pad to different widths
@@ -210,8 +222,31 @@ def ensemble_batches(streams: list[DataStream], device) -> Iterator[Batch]:
                                   for k in Batch.TENSORS}
         chunk = Batch(**fields,
                       n_queries=max((p.n_queries or 0) for p in parts) or None)
+        widths = chunk.lengths.flatten(1).amax(1).tolist() if crop else None  # [n] each step's longest
         for i in range(streams[0].cfg.chunk):
-            yield chunk.map(lambda x, i=i: x[i])
+            step = chunk.map(lambda x, i=i: x[i])
+            yield step if widths is None else cropped(step, widths[i])
+
+
+def cropped(batch: Batch, width: int) -> Batch:
+    """``batch`` (tokens [..., s]) cut to its first ``width`` positions, which must hold every
+    sequence (``width`` >= every length): positions past a sequence's length are padding, with no
+    target in the loss mask. Views, no copy."""
+    s = batch.tokens.shape[-1]
+    if width >= s:
+        return batch
+    per_position = batch.targets.dim() == batch.tokens.dim()
+
+    def cut(x: Tensor | None) -> Tensor | None:
+        return x[..., :width] if x is not None and per_position else x
+    return Batch(tokens=batch.tokens[..., :width], targets=cast(Tensor, cut(batch.targets)),
+                 loss_mask=cast(Tensor, cut(batch.loss_mask)), lengths=batch.lengths, first_query=batch.first_query,
+                 n_queries=batch.n_queries, loss_weight=cut(batch.loss_weight))
+
+
+def crops(model: nn.Module, cfg: TrainConfig) -> bool:
+    """Whether training ``model`` under ``cfg`` cuts each batch to its longest sequence."""
+    return cfg.crop_padding and bool(getattr(model, "padding_inert", False))
 
 
 def _pad_steps(chunk: Batch, width: int) -> Batch:
@@ -352,7 +387,7 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
     snapshots: dict[int, list[dict[str, Tensor]]] = {}
     start = time.perf_counter()
     bar = tqdm(range(1, cfg.steps + 1), desc=desc, disable=not progress, unit="step", leave=False, position=position)
-    batches = ensemble_batches(streams, device)
+    batches = ensemble_batches(streams, device, crop=crops(models[0], cfg))
     for step in bar:
         with span("sampling"):
             batch = next(batches)  # tensors [e, b, ...]
@@ -454,9 +489,12 @@ def train_plain(make_model, task: Task, seed: int, cfg: TrainConfig, *, steps: i
     model = build_member(make_model, seed).to(device)
     opt = _optimizer(dict(model.named_parameters()), cfg)
     stream = DataStream(task, seed, cfg)
+    crop = crops(model, cfg)
     losses = []
     for step in range(steps or cfg.steps):
         batch = stream.next().to(device)
+        if crop:
+            batch = cropped(batch, int(batch.lengths.max()))
         loss = masked_cross_entropy(model(batch.tokens, lengths=batch.lengths), batch)
         opt.zero_grad(set_to_none=True)
         _set_lr(opt, cfg, step)

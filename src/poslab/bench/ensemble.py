@@ -24,10 +24,11 @@ from poslab.experiments.training import train_members
 from poslab.train import train_plain
 
 
-def bench_ensemble(experiment: Experiment, preset: str, *, steps: int = 20, per_task: int = 2, echo=print) -> dict:
-    """Time ``per_task`` groups of each task of ``experiment``'s ``preset`` for ``steps`` steps, ensemble
-    against plain."""
-    study = prepare(experiment, preset)
+def bench_ensemble(experiment: Experiment, preset: str, *, steps: int = 20, per_task: int = 2,
+                   overrides: tuple[str, ...] = (), echo=print) -> dict:
+    """Time ``per_task`` groups of each task of ``experiment``'s ``preset`` (with ``overrides``, as
+    ``poslab run --set`` takes them) for ``steps`` steps, ensemble against plain."""
+    study = prepare(experiment, preset, overrides=overrides)
     groups: dict[str, list] = {}
     for m in study_members(experiment, study):
         groups.setdefault(m.group_key(), []).append(m)
@@ -57,6 +58,7 @@ def bench_ensemble(experiment: Experiment, preset: str, *, steps: int = 20, per_
     ratio = plain / ensemble
     echo(f"{experiment.name} {preset} preset, {sum(map(len, chosen.values()))} groups, {member_steps} member-steps: "
          f"ensemble "
-         f"{ensemble / member_steps * 1e3:.1f} ms, plain loop {plain / member_steps * 1e3:.1f} ms a member-step: "
+         f"{ensemble / member_steps * 1e3:.1f} ms, plain loop {plain / member_steps * 1e3:.1f} ms a member-step "
+         f"({member_steps / ensemble:.1f} against {member_steps / plain:.1f} member-steps/s on one thread): "
          f"ratio {ratio:.2f}x")
     return dict(ensemble_seconds=ensemble, plain_seconds=plain, member_steps=member_steps, ratio=ratio)

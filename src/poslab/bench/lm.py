@@ -87,7 +87,7 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
     members training at once (1 / sum of their steps per ms); and as the control the plain loop in
     the same layout, so the ratio says what the layout buys and what poslab's step does. The
     ratio's baseline stays the uncompiled plain loop on every core. Then the ensemble's cost per
-    member for 1 and ``members`` members, with the fused kernel looped under vmap and with the
+    member for 1 and ``members`` members, with the fused kernel folded over members and with the
     explicit path."""
     import multiprocessing
 
@@ -158,7 +158,7 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
             explicit = poslab_ms(E=members) / members
         finally:
             attention_module.FUSED_UNDER_VMAP = saved
-        echo(f"ensemble of {members}, explicit attention under vmap instead of the looped fused kernel: "
+        echo(f"ensemble of {members}, explicit attention under vmap instead of the folded fused kernel: "
              f"{explicit:.1f} ms per member-step")
     return dict(ms=best, rounds=times, poslab_ms=best["poslab"], plain_ms=best["plain SDPA"],
                 ratio=best["poslab"] / best["plain SDPA"], best_ratio=ratio, best_arm=fastest,

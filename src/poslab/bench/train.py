@@ -3,18 +3,20 @@
 Both sides train the same model on the same batches. The ensemble side trains every (K, seed)
 member of an encoding in one vectorized pass over the grid fast path, the encodings' groups in
 parallel worker processes exactly as ``poslab run`` schedules them; the plain side trains one
-model at a time through the direct forward, in this process, right after. Machines like these
-are noisy, so the ratio of the two, measured in one run, is the number to read. Then each
-ensemble's step as fixed + marginal cost per member (:func:`ensemble_scaling`).
+model at a time through the direct forward, as a user runs a sweep of plain loops on this
+machine: one process per core, one thread each, side by side (as ``poslab bench lm`` times its
+sweep), before the ensembles and after. Machines like these are noisy, so the ratio of the two,
+measured in one run, is the number to read. Then each ensemble's step as fixed + marginal cost
+per member (:func:`ensemble_scaling`).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 
 import numpy as np
-import torch
 
 from poslab.experiments import members as study_members
 from poslab.experiments.config import apply_overrides
@@ -31,11 +33,14 @@ def bench_train(*, steps: int = 4000, plain_steps: int = 200, workers: int | Non
                 scaling: tuple[int, ...] = SCALING_SIZES, scaling_steps: int = 100, echo=print) -> dict:
     """Table 1's 72 members as its ensembles (one per group key) beside the plain loop, one model at
     a time, on the same cores: the ensembles run in ``workers`` processes of ``cores / workers``
-    threads (their wall time, worker start-up included, is measured); the plain loop runs one model
-    of each group for ``plain_steps`` steps on all the cores, and its time for every member of the
-    group at the preset's steps is projected from that, once before the ensembles and once after,
-    so the ratio comes with the spread a noisy machine gives it. ``steps`` below the preset's
-    projects the ensembles' wall time in proportion (marked so).
+    threads (their wall time, worker start-up included, is measured); the plain loop runs as a
+    sweep of plain loops is run here, ``workers`` processes of ``cores / workers`` threads side by
+    side, each training one member of a group for ``plain_steps`` steps (started together after
+    their warm-up; a member-step costs the wall time of one step over the members training at
+    once, 1 / sum of their steps per ms), and its time for every member of the group at the
+    preset's steps is projected from that, once before the ensembles and once after, so the ratio
+    comes with the spread a noisy machine gives it. Both sides are also given as member-steps per
+    second. ``steps`` below the preset's projects the ensembles' wall time in proportion (marked so).
 
     ``scaling`` (ensemble sizes; empty: skipped) then times each group's ensemble step on one
     thread at those sizes and fits it as fixed + marginal x members (:func:`ensemble_scaling`).
@@ -47,7 +52,7 @@ def bench_train(*, steps: int = 4000, plain_steps: int = 200, workers: int | Non
     by_label = table1_groups(study)
     everyone = [m for group in by_label.values() for m in group]
     workers = min(workers or os.cpu_count() or 1, len(everyone))
-    before = {label: _plain_step_ms(group, study, plain_steps) for label, group in by_label.items()}
+    before = _plain_side_by_side(by_label, study, plain_steps, workers)
     start = time.perf_counter()  # the groups' calibration (step_costs) is part of the wall time
     parts = share_out(list(by_label.values()), workers)  # as `poslab run` shares them out
     pool, threads = worker_pool(workers)
@@ -63,23 +68,26 @@ def bench_train(*, steps: int = 4000, plain_steps: int = 200, workers: int | Non
          f"{'/'.join(str(len(p)) for p in parts)} in {workers} worker(s) x {threads} thread(s): training "
          f"{', '.join(f'{s:.1f} s' for s in seconds)}; {wall:.1f} s wall with worker start-up = "
          f"{wall / member_steps * 1e3:.3f} ms of wall per member-step")
-    after = {label: _plain_step_ms(group, study, plain_steps) for label, group in by_label.items()}
+    after = _plain_side_by_side(by_label, study, plain_steps, workers)
     plain = {label: (before[label] + after[label]) / 2 for label in by_label}
 
     def projected(ms: dict) -> float:  # seconds for every member of every group at the preset's steps
         return sum(ms[label] * full * len(group) / 1e3 for label, group in by_label.items())
 
     for label, group in by_label.items():
-        echo(f"plain loop, {label}: {plain[label]:.3f} ms/step ({before[label]:.3f} before the ensembles, "
-             f"{after[label]:.3f} after; {plain_steps} steps each, {torch.get_num_threads()} thread(s)) "
+        echo(f"plain loop, {label}: {plain[label]:.3f} ms per member-step ({before[label]:.3f} before the ensembles, "
+             f"{after[label]:.3f} after; {plain_steps} steps, {workers} side by side x {threads} thread(s)) "
              f"x {len(group)} members")
     plain_total = projected(plain)
+    full_steps = len(everyone) * full
     echo(f"Table 1 training ({len(everyone)} members x {full} steps): ensembles {ens_total:.0f} s wall"
-         f"{'' if steps == full else ' (projected)'}, plain loop {plain_total:.0f} s (projected), "
-         f"speed-up {plain_total / ens_total:.1f}x (plain loop timed before: {projected(before) / ens_total:.1f}x, "
+         f"{'' if steps == full else ' (projected)'} = {full_steps / ens_total:,.0f} member-steps/s, plain loop "
+         f"{plain_total:.0f} s (projected) = {full_steps / plain_total:,.0f} member-steps/s, speed-up "
+         f"{plain_total / ens_total:.1f}x (plain loop timed before: {projected(before) / ens_total:.1f}x, "
          f"after: {projected(after) / ens_total:.1f}x)")
     out = dict(wall=wall, seconds=seconds, ensemble_total=ens_total, plain_ms=plain, plain_total=plain_total,
-               speedup=plain_total / ens_total,
+               speedup=plain_total / ens_total, ensemble_member_steps_per_s=full_steps / ens_total,
+               plain_member_steps_per_s=full_steps / plain_total,
                speedup_range=tuple(sorted((projected(before) / ens_total, projected(after) / ens_total))))
     if scaling:
         out |= _scaling_report(by_label, parts, workers, scaling, scaling_steps, full, plain_total, ens_total, echo)
@@ -118,12 +126,30 @@ def _cost(fit: dict, members: int) -> float:
     return fit["fixed_ms"] + fit["marginal_ms"] * members
 
 
-def _plain_step_ms(group: list, study, steps: int) -> float:
-    """ms a step of one member of ``group`` trained alone by the plain loop (after 10 untimed steps)."""
-    make, task = group[0].make_model(), group[0].task
-    train_plain(make, task, 0, study.train, steps=10)  # warm-up, not timed
+def _plain_side_by_side(by_label: dict, study, steps: int, workers: int) -> dict[str, float]:
+    """Each group's plain loop as a sweep runs it here: ``workers`` processes (one per core, its
+    share of the threads) side by side, each training one member of the group; ms per member-step
+    = the wall time of one step over the members training at once (1 / sum of their steps per ms)."""
+    pool, _ = worker_pool(workers)
+    with pool, multiprocessing.get_context("spawn").Manager() as manager:
+        barrier = manager.Barrier(workers)
+        out = {}
+        for label, group in by_label.items():
+            futures = [pool.submit(_plain_step_ms, group[i % len(group)], study, steps, barrier)
+                       for i in range(workers)]
+            out[label] = 1.0 / sum(1.0 / f.result() for f in futures)
+    return out
+
+
+def _plain_step_ms(member, study, steps: int, barrier=None) -> float:
+    """ms a step of ``member`` trained alone by the plain loop (after 10 untimed steps; then, in a
+    side-by-side run, it waits at ``barrier`` so that every process times its steps together)."""
+    make, task = member.make_model(), member.task
+    train_plain(make, task, member.seed, study.train, steps=10)  # warm-up, not timed
+    if barrier is not None:
+        barrier.wait()
     t0 = time.perf_counter()
-    train_plain(make, task, 0, study.train, steps=steps)
+    train_plain(make, task, member.seed, study.train, steps=steps)
     return (time.perf_counter() - t0) / steps * 1e3
 
 

@@ -119,11 +119,12 @@ def model_fields(model) -> dict:
 
 
 def train_fields(train) -> dict:
-    """A TrainConfig as a run's config records it: ``compile`` only when on (compiled training
-    rounds floats differently), so every key from before the field existed still names its run."""
+    """A TrainConfig as a run's config records it: ``compile`` and ``crop_padding`` only when on
+    (either rounds floats differently), so every key from before the field existed still names its run."""
     fields = dataclasses.asdict(train)
-    if not fields["compile"]:
-        del fields["compile"]
+    for name in ("compile", "crop_padding"):
+        if not fields[name]:
+            del fields[name]
     return fields
 
 

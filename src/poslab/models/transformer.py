@@ -270,6 +270,16 @@ class Transformer(nn.Module):
                                                      "longest training or evaluation length)")
         self.encoding.check_positions((L if N is None else N) - 1 + int(self.cfg.bos))
 
+    @property
+    def padding_inert(self) -> bool:
+        """Whether the loss of a batch is unchanged (to float rounding) when the positions past every
+        sequence's length are cut off: they are masked keys (or, causal, later than every real query)
+        and hold no target. Not so with randomized positions (drawn for the padded width), dropout
+        (its draws follow the tensor's shape) or an encoding that reads the longest position (one
+        that breaks a KV cache, ``kv_cache`` False). The trainer's ``crop_padding`` asks it."""
+        cfg = self.cfg
+        return cfg.random_positions is None and cfg.dropout == 0 and self.encoding.kv_cache
+
     def loss(self, batch: Batch) -> Tensor:
         """Mean cross-entropy over the batch's loss mask (one target per position or per sequence).
 
