@@ -103,7 +103,7 @@ def test_a_schedule_goes_on_the_rope_layers_only_and_says_so(tiny, kind, targets
     summary = model.schedule_summary()
     rope_layers = sum(model.layer_rope)
     assert summary.startswith(f"linear x4 on {rope_layers} of {model.n_layers} layers")
-    assert ("the rope layers only: layers 3 have no rope" in summary) == bool(nope)
+    assert ("the rope layers only: layer 3 has no rope" in summary) == bool(nope)
     with pytest.raises(ConfigError, match="schedule_layers.*with rope layers"):
         model.set_schedule(dict(LINEAR), layer_types=("nope_attention",))
     model.restore()
@@ -179,3 +179,18 @@ def test_records_of_the_refused_do_nothing():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert transformers.AutoConfig.for_model("deepseek_v3").model_type == "deepseek_v3"
+
+
+def test_the_extension_studys_summary_row_says_where_the_schedule_went(tiny):
+    from poslab.studies.pretrained_extension import checkpoint_member_rows
+
+    model = load(tiny("llama4"))
+    ids = torch.randint(0, 256, (200,), generator=torch.Generator().manual_seed(0))
+    config = dict(length=40, windows=2, scaling={"rope_type": "linear", "factor": 2.0}, method="linear", scale=2,
+                  depths=[], trials=0, digits=5)
+    summary = next(r for r in checkpoint_member_rows(model, ids, config, 32) if r["probe"] == "summary")
+    assert summary["schedule_on"] == ("linear x2 on 3 of 4 layers (chunked_attention), the rope layers only: "
+                                      "layer 3 has no rope and keeps no position encoding")
+    own = next(r for r in checkpoint_member_rows(model, ids, dict(config, scaling=None, method="none"), 32)
+               if r["probe"] == "summary")
+    assert own["schedule_on"] == "the checkpoint's own rotary"

@@ -449,8 +449,9 @@ class PretrainedLM(nn.Module):
         where = f"on {len(on)} of {self.n_layers} layers ({', '.join(targets)})"
         nope = [i for i, r in enumerate(self.layer_rope) if not r]
         if nope:
-            where += (f", the rope layers only: layers {', '.join(map(str, nope))} have no rope and keep no "
-                      f"position encoding")
+            many = len(nope) > 1
+            where += (f", the rope layers only: layer{'s' if many else ''} {', '.join(map(str, nope))} "
+                      f"{'have' if many else 'has'} no rope and keep{'' if many else 's'} no position encoding")
         return f"{name} {where}"
 
     def _setting(self, scaling: dict | None, layer_type: str) -> dict:

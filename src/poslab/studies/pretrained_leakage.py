@@ -548,7 +548,7 @@ def evaluate_mode(model, ids: torch.Tensor, config: dict) -> list[dict]:
     if model.encoding == "rotary":
         ntk = {"rope_type": "ntk", "factor": float(config["ntk_factor"])}
         layers = schedule_layers(config)
-        runs = [(NTK, layers)] + ([(NTK_ALL, "all")] if len(model.rope_types) > 1 and layers != "all" else [])
+        runs = [(NTK, layers)] + ([(NTK_ALL, "all")] if len(model.rotary_types) > 1 and layers != "all" else [])
         for variant, where in runs:
             model.set_schedule(ntk, layer_types=where)
             try:
