@@ -194,3 +194,16 @@ def test_the_extension_studys_summary_row_says_where_the_schedule_went(tiny):
     own = next(r for r in checkpoint_member_rows(model, ids, dict(config, scaling=None, method="none"), 32)
                if r["probe"] == "summary")
     assert own["schedule_on"] == "the checkpoint's own rotary"
+
+
+def test_a_cohere2_config_without_layer_types_reads_its_period():
+    """Command A's config.json may name sliding_window_pattern alone: its config class builds the types."""
+    config = dict(model_type="cohere2", num_hidden_layers=8, sliding_window_pattern=4, sliding_window=4096,
+                  hidden_size=64, num_attention_heads=4, max_position_embeddings=8192, rope_theta=50000.0)
+    layers = entry_from_config(config)["layers"]
+    assert layers["pattern"] == "3 sliding : 1 full (no rope) (x2)"
+    assert layers["types"]["sliding_attention"] == {"count": 6, "rope_theta": 50000.0, "sliding_window": 4096}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        built = transformers.Cohere2Config(num_hidden_layers=8, sliding_window_pattern=4)
+    assert ARCHITECTURES["cohere2"].layer_types(config) == list(built.layer_types)

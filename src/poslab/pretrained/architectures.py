@@ -76,6 +76,9 @@ class Architecture:
     rope_flags: tuple[str, str, int] | None = None  # (per-layer 1/0 field, interval field, its default)
     rope_types: tuple[str, ...] | None = None  # the layer types that rotate (None: every type)
     chunk: str | None = None  # config field of the chunk of the chunked_attention layers
+    # where a config.json has no layer_types: (the field of the period, its default), the last layer of each
+    # period full attention, the others sliding (Cohere2's sliding_window_pattern, as its config class builds it)
+    type_period: tuple[str, int] | None = None
     notes: str = ""  # what else the layers do to q and k (shown by inspect)
     attention: str = "transformers attention interface"  # the path poslab records through
     why_not: str = ""  # for a record that can do nothing: why (said when a study refuses it)
@@ -102,15 +105,27 @@ class Architecture:
             else:
                 interval = int(get(interval_field) or default)
                 flags = [(i + 1) % interval != 0 for i in range(n)]
-        types = get("layer_types")
+        types = self.layer_types(config)
         if self.rope_types is not None and types:
             flags = [f and t in self.rope_types for f, t in zip(flags, types, strict=True)]
         return flags
 
+    def layer_types(self, config) -> list[str] | None:
+        """The config's ``layer_types``, or those its period field implies (``type_period``); None without."""
+        get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+        types = get("layer_types")
+        if types:
+            return [str(t) for t in types]
+        n = int(get("num_hidden_layers") or 0)
+        if self.type_period is None or not n:
+            return None
+        period = int(get(self.type_period[0]) or self.type_period[1])
+        return ["sliding_attention" if (i + 1) % period else "full_attention" for i in range(n)]
+
     def layer_chunks(self, config) -> list[int | None]:
         """Per layer, the chunk of its chunked attention (None: not chunked)."""
         get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
-        types = get("layer_types") or []
+        types = self.layer_types(config) or []
         chunk = get(self.chunk) if self.chunk else None
         return [int(chunk) if chunk and t == CHUNKED else None for t in types] if types else \
             [None] * int(get("num_hidden_layers") or 0)
@@ -169,6 +184,7 @@ _RECORDS = [
         "cohere": ("CohereConfig", dict(_BODY, rope_parameters=_THETA, logit_scale=0.5, **_TOKENS))}),
     # Command A / R7B: three sliding rope layers, then one global layer without rope
     Architecture(model_type="cohere2", layout="interleaved", output="repeated", rope_types=("sliding_attention",),
+                 type_period=("sliding_window_pattern", 4),
                  record=True, replace=True, tiny={
                      "cohere2": ("Cohere2Config", dict(_BODY, num_hidden_layers=4, sliding_window=16,
                                                        rope_parameters=_THETA, logit_scale=0.5, **_TOKENS))}),
@@ -177,11 +193,11 @@ _RECORDS = [
     Architecture(model_type="mixtral", record=True, replace=True, tiny={
         "mixtral": ("MixtralConfig", dict(_BODY, num_local_experts=4, num_experts_per_tok=2, rope_parameters=_THETA,
                                           **_TOKENS))}),
-    Architecture(model_type="qwen2_moe", record=True, replace=True, tiny={
+    Architecture(model_type="qwen2_moe", aliases=("qwen2moe",), record=True, replace=True, tiny={
         "qwen2_moe": ("Qwen2MoeConfig", dict(_BODY, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                                              shared_expert_intermediate_size=32, rope_parameters=_THETA,
                                              **_TOKENS))}),
-    Architecture(model_type="qwen3_moe", record=True, replace=True, tiny={
+    Architecture(model_type="qwen3_moe", aliases=("qwen3moe",), record=True, replace=True, tiny={
         "qwen3_moe": ("Qwen3MoeConfig", dict(_BODY, head_dim=16, num_experts=4, num_experts_per_tok=2,
                                              moe_intermediate_size=32, rope_parameters=_THETA, **_TOKENS))}),
     Architecture(model_type="granite", record=True, replace=True, tiny={  # its multipliers away from 1

@@ -84,7 +84,7 @@ def entry_from_config(cfg: dict, name: str = "config") -> dict:
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     if window:
         entry["sliding_window"] = window
-    types = cfg.get("layer_types")
+    types = arch.layer_types(cfg) if arch is not None else cfg.get("layer_types")
     n = cfg.get("num_hidden_layers")
     if entry["encoding"] == "rope":
         types = list(types) if types and len(types) == (n or len(types)) else None
