@@ -207,3 +207,19 @@ def test_a_cohere2_config_without_layer_types_reads_its_period():
         warnings.simplefilter("ignore")
         built = transformers.Cohere2Config(num_hidden_layers=8, sliding_window_pattern=4)
     assert ARCHITECTURES["cohere2"].layer_types(config) == list(built.layer_types)
+
+
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_a_schedule_by_poslab_equals_the_checkpoint_saved_with_it(tiny, kind):
+    """poslab's rotary is in place (a linear x4 moves the logits) and equals the family's own rotary
+    under the same schedule (the checkpoint saved with it), partial factor kept."""
+    from poslab.pretrained.tiny import CONFIGS
+
+    params = {**CONFIGS[kind][1]["rope_parameters"], **LINEAR}
+    x = tokens()
+    model = load(tiny(kind))
+    own = model(x).detach()
+    model.set_schedule(dict(LINEAR))
+    ours = model(x).detach()
+    assert float((ours - own).abs().max()) > 1e-4
+    torch.testing.assert_close(ours, load(tiny(kind, rope_parameters=params))(x).detach(), rtol=0, atol=TOL)
