@@ -223,3 +223,16 @@ def test_a_schedule_by_poslab_equals_the_checkpoint_saved_with_it(tiny, kind):
     ours = model(x).detach()
     assert float((ours - own).abs().max()) > 1e-4
     torch.testing.assert_close(ours, load(tiny(kind, rope_parameters=params))(x).detach(), rtol=0, atol=TOL)
+
+
+def test_pretrained_leakage_refuses_a_length_past_llama4s_chunk_before_any_work(tiny, tmp_path):
+    """The leakage probe keeps causal or sliding-window keys, not chunks: past the chunk it is one line,
+    exit 2, nothing stored; within it the study runs on Llama 4's pattern (no-rope layer included)."""
+    base = ["run", "pretrained-leakage", "--preset", "quick", "--model", str(tiny("llama4")), "--set",
+            "model.windows=4", "--store", str(tmp_path / "s.sqlite"), "--no-progress", "--executor", "inline"]
+    out = CliRunner().invoke(main, [*base, "--set", "model.length=40", "--out", str(tmp_path / "past")])
+    assert out.exit_code == 2 and "model.length" in out.output and "chunks of 8" in out.output
+    assert not (tmp_path / "past").exists() and not (tmp_path / "s.sqlite").exists()
+    out = CliRunner().invoke(main, [*base, "--set", "model.length=8", "--set", "model.first_query=4",
+                                    "--out", str(tmp_path / "within")])
+    assert out.exit_code == 0, out.output
