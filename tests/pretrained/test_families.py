@@ -25,7 +25,7 @@ from poslab.tasks.base import Batch  # noqa: E402
 
 TOL = 1e-5
 FAMILIES = ("phi", "stablelm", "cohere", "cohere2", "starcoder2", "mixtral", "qwen2_moe", "qwen3_moe", "granite",
-            "glm", "glm4", "smollm3", "llama4")
+            "glm", "glm4", "smollm3", "llama4", "falcon", "falcon-mq")
 LINEAR = {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}
 
 
@@ -137,10 +137,8 @@ MLA = dict(model_type="deepseek_v3", num_attention_heads=16, hidden_size=64, qk_
 
 
 @pytest.mark.parametrize("config, why", [(MLA, "multi-head latent attention"),
-                                         (dict(MLA, model_type="deepseek_v2"), "multi-head latent attention"),
-                                         (dict(model_type="falcon", new_decoder_architecture=True),
-                                          "does not call transformers' attention interface")])
-def test_mla_and_falcon_are_refused_by_name_before_any_weights(tmp_path, config, why):
+                                         (dict(MLA, model_type="deepseek_v2"), "multi-head latent attention")])
+def test_mla_is_refused_by_name_before_any_weights(tmp_path, config, why):
     for needs in (("record",), ("schedule",)):
         with pytest.raises(ConfigError, match=f"this '{config['model_type']}' model: .*{why}"):
             require_capable(config, needs)
@@ -173,7 +171,7 @@ def test_token_losses_divide_by_granites_logit_scaling(tiny):
 
 
 def test_records_of_the_refused_do_nothing():
-    for name in ("deepseek_v2", "falcon"):
+    for name in ("deepseek_v2",):
         arch = ARCHITECTURES[name]
         assert arch.why_not and not arch.record and not arch.replace and not arch.tiny
     with warnings.catch_warnings():
@@ -236,3 +234,36 @@ def test_pretrained_leakage_refuses_a_length_past_llama4s_chunk_before_any_work(
     out = CliRunner().invoke(main, [*base, "--set", "model.length=8", "--set", "model.first_query=4",
                                     "--out", str(tmp_path / "within")])
     assert out.exit_code == 0, out.output
+
+
+def test_an_alibi_falcon_is_recorded_and_not_rescheduled(tmp_path):
+    """ALiBi Falcon builds a rotary module it never calls: its encoding is alibi, collect leaves q as
+    projected (the bias is in the mask) and gives its logits, and a schedule is refused by name."""
+    from poslab.pretrained.checks import preflight
+    from poslab.pretrained.model import parity
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.FalconConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, alibi=True,
+                                           new_decoder_architecture=False, multi_query=False, vocab_size=256,
+                                           max_position_embeddings=64)
+        torch.manual_seed(0)
+        transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "falcon")
+    model = load(tmp_path / "falcon", quiet=True)
+    assert model.encoding == "alibi" and model.own_rotary  # the unused rotary module is there
+    preflight(model, ("record",))
+    x = tokens(20)
+    projections = []
+    handles = [layer.self_attention.query_key_value.register_forward_hook(lambda m, a, out: projections.append(out))
+               for layer in model.layers]
+    inter = model.collect(batch_of(x))
+    for h in handles:
+        h.remove()
+    torch.testing.assert_close(inter.logits, model(x).detach(), rtol=0, atol=TOL)
+    q = projections[0].view(1, 20, model.n_heads, 3, model.d_head)[..., 0, :].transpose(1, 2)
+    torch.testing.assert_close(inter.layers[0].q, q, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ConfigError, match="schedule"):
+        model.set_schedule(None)
+    with pytest.raises(ConfigError, match="--parity"):
+        parity(model)
+    assert entry_from_config(config.to_dict())["encoding"] == "alibi"

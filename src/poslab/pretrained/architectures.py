@@ -225,12 +225,19 @@ _RECORDS = [
                                                          intermediate_size_mlp=128, num_local_experts=2,
                                                          attention_chunk_size=8, floor_scale=4,
                                                          rope_parameters=_THETA, **_TOKENS))}),
+    # Falcon calls transformers' attention interface in the installed transformers (5.25); the recording check
+    # (checks.preflight) refuses a version that does not. ALiBi Falcon (alibi=True) is recorded, not rescheduled.
+    Architecture(model_type="falcon", record=True, replace=True, tiny={
+        "falcon": ("FalconConfig", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_kv_heads=2,
+                                        new_decoder_architecture=True, max_position_embeddings=CONTEXT,
+                                        rope_parameters=_THETA, **_TOKENS)),
+        "falcon-mq": ("FalconConfig", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                           multi_query=True, new_decoder_architecture=False, parallel_attn=True,
+                                           max_position_embeddings=CONTEXT, rope_parameters=_THETA, **_TOKENS))}),
     # refused by name: what poslab cannot do with them, and why
     Architecture(model_type="deepseek_v2", aliases=("deepseek_v3",),
                  why_not="multi-head latent attention (MLA): rope on a decoupled qk_rope_head_dim part of each "
                          "head, outside poslab's rotary replacement and un-rotation"),
-    Architecture(model_type="falcon", why_not="its attention does not call transformers' attention interface, so "
-                                              "poslab's recording attention would never run"),
     Architecture(model_type="gpt2", encoding="learned", record=True,
                  tiny={"gpt2": ("GPT2Config", dict(n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT))}),
     Architecture(model_type="gpt_neo", encoding="learned"),  # known to the table; not tested here

@@ -356,12 +356,13 @@ class PretrainedLM(nn.Module):
 
     @property
     def encoding(self) -> str:
-        """rotary | learned | alibi | none, read off the checkpoint's modules and config."""
-        if self._rotary_slots:
-            return "rotary"
+        """rotary | learned | alibi | none, read off the checkpoint's config and modules (ALiBi first: an
+        ALiBi Falcon builds a rotary module it never calls)."""
         arch = find(getattr(self.config, "model_type", None))
         if getattr(self.config, "alibi", False) or (arch is not None and arch.encoding == "alibi"):
             return "alibi"
+        if self._rotary_slots:
+            return "rotary"
         if any(n.endswith(("wpe", "embed_positions")) for n, _ in self.hf.named_modules()):
             return "learned"
         return "none"
@@ -406,7 +407,7 @@ class PretrainedLM(nn.Module):
         dict) on the layers of ``layer_types`` (default: full attention, the global layers; "all":
         every layer), each other layer type keeps its own setting, computed by poslab. None or {}:
         every type's own schedule, computed by poslab. ``restore()`` puts the checkpoint's modules back."""
-        if not self._rotary_slots:
+        if self.encoding != "rotary":
             raise ConfigError("schedule", (scaling or {}).get("rope_type", "default"),
                               f"a model with rotary position embedding (this {self.config.model_type} "
                               f"model's encoding is {self.encoding})")
@@ -509,7 +510,7 @@ class PretrainedLM(nn.Module):
     def rotary_frequencies(self, layer_type: str | None = None) -> Tensor:
         """theta_i of the rotary in use on the layers of ``layer_type`` (default :attr:`default_type`;
         at L <= L0 for a length-dependent schedule), [r/2]."""
-        if not self._rotary_slots:
+        if self.encoding != "rotary":
             raise ConfigError("encoding", self.encoding, "a rotary model (rotary_frequencies)")
         layer_type = self._layer_type(layer_type)
         module = self._rotary_module()
@@ -635,9 +636,10 @@ class PretrainedLM(nn.Module):
             logits = self(batch.tokens)
         s = batch.tokens.shape[1]
         inter = Intermediates(embed=records[0]["resid_pre"], positions=torch.arange(s))
+        rotary = self.encoding == "rotary"  # an ALiBi Falcon hands its attention (cos, sin) it does not use
         for i, rec in enumerate(records):
             cos_sin = rec.get("position_embeddings")
-            if cos_sin is None or not self.layer_rope[i]:  # no rotation: what the logits see is the projection
+            if cos_sin is None or not self.layer_rope[i] or not rotary:  # no rotation: q, k as projected
                 q, k = rec["rot_q"], rec["rot_k"]
             else:
                 factor = self._factor(i)
@@ -781,7 +783,7 @@ def parity(model: PretrainedLM, lengths: tuple[int, ...] | None = None, *, seed:
     forward under poslab's rotary (``set_schedule(None)``: every layer type's own schedule, computed
     by poslab) and of ``collect`` under it (poslab's recording attention). The checkpoint's own
     modules are back afterwards. ConfigError for an architecture poslab does not replace."""
-    if not model._rotary_slots:
+    if model.encoding != "rotary":
         raise ConfigError("--parity", model.encoding, "a model with rotary position embedding")
     require_replaceable(getattr(model.config, "model_type", ""), "--parity")
     lengths = tuple(lengths or parity_lengths(model))
