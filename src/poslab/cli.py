@@ -261,6 +261,9 @@ def inspect_cmd(path, parity, lengths):
     model, wanted = _parity_model(path, lengths) if parity else (None, None)  # refusals before any output
     rows = inspect_rows(path)
     click.echo(_table(tuple(HEADER.values()), [tuple(row[k] for k in HEADER) for row in rows]))
+    for row in rows:
+        if row.get("notes"):
+            click.echo(f"layers also: {row['notes']}")
     if model is not None:
         _parity(model, path, wanted)
 

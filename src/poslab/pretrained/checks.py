@@ -37,7 +37,7 @@ from collections.abc import Iterable
 import torch
 
 from poslab.errors import ConfigError
-from poslab.pretrained.architectures import model_types
+from poslab.pretrained.architectures import find, model_types
 from poslab.pretrained.model import PretrainedLM
 from poslab.tasks.base import Batch
 
@@ -60,8 +60,11 @@ def require_capable(config: dict, needs: Iterable[str], field: str = "--model", 
         capability, allowed, cannot = NEEDS[need]
         types = model_types(capability)
         if model_type not in types:
+            arch = find(model_type)
+            why = f": {arch.why_not}" if arch is not None and arch.why_not else ""
             raise ConfigError(field, value if value is not None else model_type,
-                              f"{allowed} ({', '.join(types)}); poslab cannot {cannot} this {model_type!r} model")
+                              f"{allowed} ({', '.join(types)}); poslab cannot {cannot} this {model_type!r} model"
+                              f"{why}")
 
 
 @torch.no_grad()

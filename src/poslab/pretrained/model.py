@@ -107,8 +107,8 @@ def rotate_every_two(x: Tensor) -> Tensor:
 class Layout:
     """A rotary pair layout and the (cos, sin) interface of the checkpoints that use it."""
 
-    emit: Callable[[Tensor, float], tuple[Tensor, Tensor]]  # angles [b, s, r/2], A -> the rotary module's output
-    cos_sin: Callable[[tuple], tuple[Tensor, Tensor]]  # that output -> (A cos, A sin) per channel, [b, s, r]
+    emit: Callable[[Tensor, float], object]  # angles [b, s, r/2], A -> the rotary module's output (float32)
+    cos_sin: Callable[[object], tuple[Tensor, Tensor]]  # that output -> (A cos, A sin) per channel, [b, s, r]
     partner: Callable[[Tensor], Tensor]  # rotated = x (A cos) + partner(x) (A sin)
 
 
@@ -121,11 +121,44 @@ def _emit_gptj(angles: Tensor, factor: float) -> tuple[Tensor, Tensor]:
     return angles.sin() * factor, angles.cos() * factor  # GPT-J's order; its attention repeats each per pair
 
 
-LAYOUTS = {
-    "half": Layout(emit=_emit_half, cos_sin=lambda pe: (pe[0], pe[1]), partner=rotate_half),
-    "interleaved": Layout(emit=_emit_gptj, partner=rotate_every_two,
-                          cos_sin=lambda pe: (pe[1].repeat_interleave(2, -1), pe[0].repeat_interleave(2, -1))),
+def _emit_repeated(angles: Tensor, factor: float) -> tuple[Tensor, Tensor]:
+    emb = torch.repeat_interleave(angles, 2, dim=-1)  # [b, s, r]: channels 2i and 2i + 1 share angle i (Cohere)
+    return emb.cos() * factor, emb.sin() * factor
+
+
+def _emit_complex(angles: Tensor, factor: float) -> Tensor:
+    return torch.polar(torch.ones_like(angles), angles) * factor  # A e^{i angle}, [b, s, r/2] (Llama 4)
+
+
+def _first_half_repeated(pe) -> tuple[Tensor, Tensor]:
+    """GLM: Llama's halves, of which the attention takes the first half, each angle on its pair (2i, 2i + 1)."""
+    half = pe[0].shape[-1] // 2
+    return pe[0][..., :half].repeat_interleave(2, -1), pe[1][..., :half].repeat_interleave(2, -1)
+
+
+LAYOUTS = {  # (pair layout, the rotary module's output) -> Layout (architectures.py: OUTPUTS)
+    ("half", "halves"): Layout(emit=_emit_half, cos_sin=lambda pe: (pe[0], pe[1]), partner=rotate_half),
+    ("interleaved", "gptj"): Layout(emit=_emit_gptj, partner=rotate_every_two,
+                                    cos_sin=lambda pe: (pe[1].repeat_interleave(2, -1),
+                                                        pe[0].repeat_interleave(2, -1))),
+    ("interleaved", "repeated"): Layout(emit=_emit_repeated, cos_sin=lambda pe: (pe[0], pe[1]),
+                                        partner=rotate_every_two),
+    ("interleaved", "halves"): Layout(emit=_emit_half, cos_sin=_first_half_repeated, partner=rotate_every_two),
+    ("interleaved", "complex"): Layout(emit=_emit_complex, partner=rotate_every_two,
+                                       cos_sin=lambda pe: (pe.real.repeat_interleave(2, -1),
+                                                           pe.imag.repeat_interleave(2, -1))),
 }
+LAYOUT_OUTPUT = {"half": "halves", "interleaved": "gptj"}  # a layout named alone: its first checkpoints' output
+
+
+def _interface(layout) -> tuple[str, str]:
+    """(pair layout, output) of ``layout``: the pair itself, or a layout's name (its first checkpoints' output)."""
+    if isinstance(layout, tuple):
+        if layout not in LAYOUTS:
+            raise ConfigError("layout", list(layout), f"one of {', '.join('/'.join(k) for k in LAYOUTS)}")
+        return layout
+    check_choice("layout", layout, LAYOUT_OUTPUT)
+    return layout, LAYOUT_OUTPUT[layout]
 
 
 class PoslabRotary(nn.Module):
@@ -137,10 +170,10 @@ class PoslabRotary(nn.Module):
     original_inv_freq: Tensor
 
     def __init__(self, head_dim: int, base: float, scaling: dict | None, *, max_position_embeddings: int | None,
-                 layout: str = "half"):
+                 layout: str | tuple[str, str] = "half"):
         super().__init__()
-        check_choice("layout", layout, LAYOUTS)
-        self.layout = layout
+        self.interface = _interface(layout)  # (pair layout, the module output the attention expects)
+        self.layout = self.interface[0]
         self.head_dim, self.base, self.max_position_embeddings = head_dim, base, max_position_embeddings
         self.scaling = dict(scaling or {})
         self.rope_type = self.scaling.get("rope_type", self.scaling.get("type", "default"))
@@ -166,8 +199,10 @@ class PoslabRotary(nn.Module):
         if self.n_hat:
             inv_freq = torch.where(pos < self.n_hat, self.original_inv_freq, inv_freq)  # [b, s, r/2]
         freqs = pos * inv_freq  # [b, s, r/2], float32 as in the reference
-        a, b = LAYOUTS[self.layout].emit(freqs, self.attention_scaling)
-        return a.to(x.dtype), b.to(x.dtype)
+        out = LAYOUTS[self.interface].emit(freqs, self.attention_scaling)
+        if isinstance(out, Tensor):  # complex (Llama 4): handed as computed, as the checkpoint's module does
+            return out
+        return out[0].to(x.dtype), out[1].to(x.dtype)
 
 
 class LayerRotary(nn.Module):
@@ -222,10 +257,11 @@ def require_replaceable(model_type: str, field: str = "model", value=None) -> No
                           f"{', '.join(types)}); this one is {model_type!r}")
 
 
-def unrotate(rot: Tensor, position_embeddings: tuple, factor: float, layout: str = "half") -> Tensor:
+def unrotate(rot: Tensor, position_embeddings, factor: float, layout: str | tuple[str, str] = "half") -> Tensor:
     """Queries or keys before the rotation: [b, h, s, d] from the rotated ones and the rotary
-    module's output the attention was handed (``layout``'s interface)."""
-    spec = LAYOUTS[layout]
+    module's output the attention was handed (``layout``'s interface: a pair layout, or
+    (pair layout, output) as in architectures.py)."""
+    spec = LAYOUTS[_interface(layout)]
     cos, sin = spec.cos_sin(position_embeddings)  # [b, s, r] each
     r = cos.shape[-1]
     c, s = cos[:, None].to(rot.dtype), sin[:, None].to(rot.dtype)  # [b, 1, s, r]
@@ -300,10 +336,17 @@ class PretrainedLM(nn.Module):
         self.layers = _decoder_layers(hf, self.n_layers)
         arch = find(getattr(config, "model_type", None))
         self.layout = arch.layout if arch is not None else "half"  # rotary pair layout (its record's)
+        # (pair layout, what the checkpoint's rotary module hands its attention): poslab's rotary hands the same
+        self.interface = (self.layout, arch.output) if arch is not None else ("half", "halves")
+        # the per-layer pattern of its record: which layers rotate, which attend in chunks
+        self.layer_rope = arch.rope_layers(config) if arch is not None else [True] * self.n_layers
+        self.layer_chunks = arch.layer_chunks(config) if arch is not None else [None] * self.n_layers
+        self.notes = arch.notes if arch is not None else ""
         self._rotary_slots = [(parent, name) for parent, name, _ in _rotary_modules(hf)]
         self.own_rotary = [getattr(p, n) for p, n in self._rotary_slots]
         self.schedule: dict | None = None  # the poslab schedule in use (None: the checkpoint's own modules)
         self.schedules: dict[str, dict] | None = None  # the same per layer type
+        self.schedule_targets: tuple[str, ...] = ()  # the layer types the schedule in use was put on
         self._hooks: list = []  # per-layer rotation hooks of a schedule (restore removes them)
         # what the probes written for poslab's Transformer read (probes/leakage.py)
         self.cfg = SimpleNamespace(bos=False, attention="softmax", energy_gate=False, causal=True,
@@ -313,12 +356,13 @@ class PretrainedLM(nn.Module):
 
     @property
     def encoding(self) -> str:
-        """rotary | learned | alibi | none, read off the checkpoint's modules and config."""
-        if self._rotary_slots:
-            return "rotary"
+        """rotary | learned | alibi | none, read off the checkpoint's config and modules (ALiBi first: an
+        ALiBi Falcon builds a rotary module it never calls)."""
         arch = find(getattr(self.config, "model_type", None))
         if getattr(self.config, "alibi", False) or (arch is not None and arch.encoding == "alibi"):
             return "alibi"
+        if self._rotary_slots:
+            return "rotary"
         if any(n.endswith(("wpe", "embed_positions")) for n, _ in self.hf.named_modules()):
             return "learned"
         return "none"
@@ -331,8 +375,10 @@ class PretrainedLM(nn.Module):
     @property
     def default_type(self) -> str:
         """The layer type ``own_scaling()`` and ``rotary_frequencies()`` read without one: full attention's
-        (the global layers, where a schedule goes by default), else the first layer's."""
-        return FULL if FULL in self.rope_types else self.rope_types[0]
+        (the global layers, where a schedule goes by default) where those rotate, else the first rope
+        layer's (Llama 4, Cohere2: their full-attention layers have no rope)."""
+        types = self.rotary_types or self.rope_types
+        return FULL if FULL in types else types[0]
 
     def own_scaling(self, layer_type: str | None = None) -> dict:
         """The checkpoint's own rotary config (of ``layer_type``, default :attr:`default_type`) as a
@@ -361,7 +407,7 @@ class PretrainedLM(nn.Module):
         dict) on the layers of ``layer_types`` (default: full attention, the global layers; "all":
         every layer), each other layer type keeps its own setting, computed by poslab. None or {}:
         every type's own schedule, computed by poslab. ``restore()`` puts the checkpoint's modules back."""
-        if not self._rotary_slots:
+        if self.encoding != "rotary":
             raise ConfigError("schedule", (scaling or {}).get("rope_type", "default"),
                               f"a model with rotary position embedding (this {self.config.model_type} "
                               f"model's encoding is {self.encoding})")
@@ -370,19 +416,44 @@ class PretrainedLM(nn.Module):
         targets = self._schedule_targets(layer_types)
         settings = {t: self._setting(scaling if t in targets else None, t) for t in self.rope_types}
         device = next(self.hf.parameters()).device
-        rotary = LayerRotary({t: PoslabRotary(self.d_head, cfg["rope_theta"], cfg, layout=self.layout,
+        rotary = LayerRotary({t: PoslabRotary(self.d_head, cfg["rope_theta"], cfg, layout=self.interface,
                                               max_position_embeddings=self.context)
                               for t, cfg in settings.items()}, shared=self.default_type).to(device)
         self.restore()
+        self.schedule_targets = targets
         for parent, name in self._rotary_slots:
             setattr(parent, name, rotary)
         if not self.per_type_rope:  # one pair for every layer: layers of another setting get theirs by a hook
             shared = settings[self.default_type]
             self._hooks = [layer.register_forward_pre_hook(_layer_rotation(rotary, t, i), with_kwargs=True)
                            for i, (layer, t) in enumerate(zip(self.layers, self.layer_types, strict=True))
-                           if settings[t] != shared]
+                           if settings[t] != shared and self.layer_rope[i]]
         self.schedules = settings
         self.schedule = settings[self.default_type]
+
+    @property
+    def rotary_types(self) -> tuple[str, ...]:
+        """The layer types with at least one layer that rotates q and k (a schedule goes on these only)."""
+        return tuple(t for t in self.rope_types
+                     if any(r for r, u in zip(self.layer_rope, self.layer_types, strict=True) if u == t))
+
+    def schedule_summary(self) -> str:
+        """Where the schedule in use acts: its rope type and the layers it is on, "the rope layers only"
+        where some layers have no rope (they are left as they are)."""
+        if self.schedules is None:
+            return "the checkpoint's own rotary"
+        targets = self.schedule_targets
+        on = [i for i, (t, r) in enumerate(zip(self.layer_types, self.layer_rope, strict=True)) if r and t in targets]
+        cfg = self.schedules[targets[0]]
+        name = cfg.get("rope_type", cfg.get("type", "default"))
+        name += f" x{cfg['factor']:g}" if cfg.get("factor") else ""
+        where = f"on {len(on)} of {self.n_layers} layers ({', '.join(targets)})"
+        nope = [i for i, r in enumerate(self.layer_rope) if not r]
+        if nope:
+            many = len(nope) > 1
+            where += (f", the rope layers only: layer{'s' if many else ''} {', '.join(map(str, nope))} "
+                      f"{'have' if many else 'has'} no rope and keep{'' if many else 's'} no position encoding")
+        return f"{name} {where}"
 
     def _setting(self, scaling: dict | None, layer_type: str) -> dict:
         own = self.own_scaling(layer_type)
@@ -395,15 +466,21 @@ class PretrainedLM(nn.Module):
         return cfg
 
     def _schedule_targets(self, layer_types) -> tuple[str, ...]:
+        """The layer types a schedule goes on: of ``layer_types``, those with rope layers. The default
+        (full attention) on a model whose full-attention layers have no rope (Llama 4, Cohere2) is every
+        rope layer type."""
+        rotary = self.rotary_types
         if layer_types == "all":
-            return self.rope_types
+            return rotary
         if isinstance(layer_types, str) or not layer_types or not all(isinstance(t, str) for t in layer_types):
             raise ConfigError("schedule_layers", layer_types, f'"all" or a tuple of layer types of '
-                                                              f'{", ".join(self.rope_types)}')
-        present = tuple(t for t in layer_types if t in self.rope_types)
+                                                              f'{", ".join(rotary)}')
+        present = tuple(t for t in layer_types if t in rotary)
+        if not present and tuple(layer_types) == SCHEDULE_LAYERS:
+            return rotary
         if not present:
-            raise ConfigError("schedule_layers", list(layer_types), f'"all" or layer types this model has: '
-                                                                    f'{", ".join(self.rope_types)}')
+            raise ConfigError("schedule_layers", list(layer_types), f'"all" or layer types of this model with rope '
+                                                                    f'layers: {", ".join(rotary)}')
         return present
 
     def _layer_type(self, layer_type: str | None) -> str:
@@ -433,7 +510,7 @@ class PretrainedLM(nn.Module):
     def rotary_frequencies(self, layer_type: str | None = None) -> Tensor:
         """theta_i of the rotary in use on the layers of ``layer_type`` (default :attr:`default_type`;
         at L <= L0 for a length-dependent schedule), [r/2]."""
-        if not self._rotary_slots:
+        if self.encoding != "rotary":
             raise ConfigError("encoding", self.encoding, "a rotary model (rotary_frequencies)")
         layer_type = self._layer_type(layer_type)
         module = self._rotary_module()
@@ -519,7 +596,8 @@ class PretrainedLM(nn.Module):
         state alone (a soft cap, a logit scale) take the plain forward."""
         head, body = self.hf.get_output_embeddings(), getattr(self.hf, "base_model", None)
         plain = (head is None or body is None or body is self.hf
-                 or any(getattr(self.config, k, None) for k in ("final_logit_softcapping", "logit_scale")))
+                 or any(getattr(self.config, k, None) for k in ("final_logit_softcapping", "logit_scale",
+                                                                "logits_scaling")))
         if plain or body is None:  # (plain covers body None; repeated for the type checker)
             logits = self(tokens)
             return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(),
@@ -558,14 +636,15 @@ class PretrainedLM(nn.Module):
             logits = self(batch.tokens)
         s = batch.tokens.shape[1]
         inter = Intermediates(embed=records[0]["resid_pre"], positions=torch.arange(s))
+        rotary = self.encoding == "rotary"  # an ALiBi Falcon hands its attention (cos, sin) it does not use
         for i, rec in enumerate(records):
             cos_sin = rec.get("position_embeddings")
-            if cos_sin is None:  # no rotation: what the logits see is the projection itself
+            if cos_sin is None or not self.layer_rope[i] or not rotary:  # no rotation: q, k as projected
                 q, k = rec["rot_q"], rec["rot_k"]
             else:
                 factor = self._factor(i)
-                q = unrotate(rec["rot_q"], cos_sin, factor, self.layout)
-                k = unrotate(rec["rot_k"], cos_sin, factor, self.layout)
+                q = unrotate(rec["rot_q"], cos_sin, factor, self.interface)
+                k = unrotate(rec["rot_k"], cos_sin, factor, self.interface)
             inter.layers.append(LayerIntermediates(
                 attn_scores=rec["attn_scores"], pattern=rec["pattern"], q=q, k=k, rot_q=rec["rot_q"],
                 rot_k=rec["rot_k"], v=rec["v"], resid_pre=rec["resid_pre"], resid_post=rec["resid_post"]))
@@ -704,7 +783,7 @@ def parity(model: PretrainedLM, lengths: tuple[int, ...] | None = None, *, seed:
     forward under poslab's rotary (``set_schedule(None)``: every layer type's own schedule, computed
     by poslab) and of ``collect`` under it (poslab's recording attention). The checkpoint's own
     modules are back afterwards. ConfigError for an architecture poslab does not replace."""
-    if not model._rotary_slots:
+    if model.encoding != "rotary":
         raise ConfigError("--parity", model.encoding, "a model with rotary position embedding")
     require_replaceable(getattr(model.config, "model_type", ""), "--parity")
     lengths = tuple(lengths or parity_lengths(model))
@@ -767,7 +846,7 @@ def _keep_output(record: dict):
 def _keep_rotation(record: dict):
     def hook(module, args, kwargs):
         pe = kwargs.get("position_embeddings")
-        if pe is None and len(args) > 1 and isinstance(args[1], tuple):
+        if pe is None and len(args) > 1 and isinstance(args[1], (tuple, Tensor)):
             pe = args[1]
         if pe is not None:
             record["position_embeddings"] = pe

@@ -15,7 +15,8 @@ KV cache      yes unless the schedule depends on the sequence length (dynamic NT
               the frequencies of every cached key when the sequence grows)
 poslab can    what the architecture's record (architectures.py) allows: record its attention,
               replace its rotary (every schedule); "no record" for a model type poslab has none of
-layers        the layer-type pattern of a config with ``layer_types`` ("5 sliding : 1 full (x3)");
+layers        the layer-type pattern of a config with ``layer_types`` ("5 sliding : 1 full (x3)"), and of
+              layers without rope, from the architecture's record ("3 chunked : 1 full (no rope)");
               a model with a rope setting or window per type (Gemma 2, 3) gets one row per type,
               named "model: type xN", each with that type's theta, scaling, window and columns
 """
@@ -50,8 +51,10 @@ def entry_from_config(cfg: dict, name: str = "config") -> dict:
     model_type = cfg.get("model_type", "")
     heads = cfg.get("num_attention_heads") or cfg.get("n_head") or cfg.get("n_heads")
     width = cfg.get("hidden_size") or cfg.get("n_embd") or cfg.get("d_model")
-    head_dim = cfg.get("head_dim") or cfg.get("qk_rope_head_dim") or cfg.get("d_kv") or \
-        (width // heads if width and heads else None)
+    head_dim = cfg.get("head_dim") or cfg.get("d_kv") or (width // heads if width and heads else None)
+    mla = cfg.get("qk_rope_head_dim") and cfg.get("qk_nope_head_dim") is not None  # DeepSeek's MLA
+    if mla:  # each of num_attention_heads heads: qk_nope_head_dim + qk_rope_head_dim, the latter rotated
+        head_dim = int(cfg["qk_nope_head_dim"]) + int(cfg["qk_rope_head_dim"])
     context = (cfg.get("max_position_embeddings") or cfg.get("n_positions") or cfg.get("max_seq_len")
                or cfg.get("seq_length") or cfg.get("n_ctx"))
     entry = {"name": cfg.get("name") or name, "context": context, "head_dim": head_dim, "model_type": model_type}
@@ -71,6 +74,8 @@ def entry_from_config(cfg: dict, name: str = "config") -> dict:
         partial = params.get("partial_rotary_factor") or cfg.get("partial_rotary_factor") or cfg.get("rotary_pct")
         if not partial and cfg.get("rotary_dim") and head_dim:  # GPT-J: the rotated channels, absolute
             partial = cfg["rotary_dim"] / head_dim
+        if mla and head_dim:
+            partial = cfg["qk_rope_head_dim"] / head_dim
         if partial and partial != 1.0:
             entry["partial_rotary_factor"] = float(partial)
         scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")}
@@ -79,29 +84,53 @@ def entry_from_config(cfg: dict, name: str = "config") -> dict:
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     if window:
         entry["sliding_window"] = window
-    types = cfg.get("layer_types")
-    if types and entry["encoding"] == "rope" and len(types) == cfg.get("num_hidden_layers", len(types)):
-        entry["layers"] = _layer_entries(cfg, entry, list(types), params, window)
+    types = arch.layer_types(cfg) if arch is not None else cfg.get("layer_types")
+    n = cfg.get("num_hidden_layers")
+    if entry["encoding"] == "rope":
+        types = list(types) if types and len(types) == (n or len(types)) else None
+        rope = arch.rope_layers(cfg) if arch is not None and n and (types or arch.rope_types is None) else None
+        chunks = arch.layer_chunks(cfg) if arch is not None and types else None
+        if types or (rope and not all(rope)):
+            types = types or [FULL] * len(rope or [])
+            entry["layers"] = _layer_entries(cfg, entry, types, params, window, rope, chunks)
+            if arch is not None and arch.notes:
+                entry["layers"]["notes"] = arch.notes
     return entry
 
 
-def _layer_entries(cfg: dict, entry: dict, types: list[str], params: dict, window) -> dict:
-    """The pattern and, per layer type, its count, rope setting and window (a sliding window holds
-    on the layers that are not full attention, as transformers' masks apply it)."""
+FULL = "full_attention"
+NO_ROPE = " (no rope)"  # the suffix of a layer kind without rope ("full_attention (no rope)")
+
+
+def _layer_entries(cfg: dict, entry: dict, types: list[str], params: dict, window, rope: list[bool] | None = None,
+                   chunks: list | None = None) -> dict:
+    """The pattern and, per layer kind (its type, and whether it rotates q and k: its record's
+    per-layer pattern), its count, rope setting and window or chunk (a sliding window holds on the
+    layers that are not full attention, as transformers' masks apply it; a chunk on the chunked ones)."""
     per_type = params if params and set(params) <= set(types) and all(isinstance(v, dict) for v in params.values()) \
         else None
-    out: dict[str, Any] = {"pattern": layer_pattern(types), "types": {}}
-    for t in dict.fromkeys(types):
-        own = dict(per_type[t]) if per_type else {k: v for k, v in params.items()}
-        sub: dict[str, Any] = {"count": types.count(t),
-                               "rope_theta": float(own.get("rope_theta") or entry["rope_theta"])}
-        scaling = {k: v for k, v in own.items() if k not in ("rope_theta", "partial_rotary_factor")}
-        if scaling.get("rope_type", scaling.get("type", "default")) != "default":
-            sub["rope_scaling"] = scaling
-        if window and t != "full_attention":
+    rope = rope or [True] * len(types)
+    chunks = chunks or [None] * len(types)
+    kinds = [t if r else t + NO_ROPE for t, r in zip(types, rope, strict=True)]
+    out: dict[str, Any] = {"pattern": layer_pattern(kinds), "types": {}}
+    for kind in dict.fromkeys(kinds):
+        i = kinds.index(kind)
+        t = types[i]
+        sub: dict[str, Any] = {"count": kinds.count(kind)}
+        if kind.endswith(NO_ROPE):
+            sub["encoding"] = "none"
+        else:
+            own = dict(per_type[t]) if per_type else {k: v for k, v in params.items()}
+            sub["rope_theta"] = float(own.get("rope_theta") or entry["rope_theta"])
+            scaling = {k: v for k, v in own.items() if k not in ("rope_theta", "partial_rotary_factor")}
+            if scaling.get("rope_type", scaling.get("type", "default")) != "default":
+                sub["rope_scaling"] = scaling
+        if chunks[i]:
+            sub["chunk"] = chunks[i]
+        elif window and t != FULL:
             sub["sliding_window"] = window
-        out["types"][t] = sub
-    if per_type and "full_attention" in per_type:  # the entry's own columns: the global layers'
+        out["types"][kind] = sub
+    if per_type and FULL in per_type and FULL in out["types"]:  # the entry's own columns: the global layers'
         entry["rope_theta"] = out["types"]["full_attention"]["rope_theta"]
         entry.pop("rope_scaling", None)
         if "rope_scaling" in out["types"]["full_attention"]:
@@ -111,7 +140,7 @@ def _layer_entries(cfg: dict, entry: dict, types: list[str], params: dict, windo
 
 def layer_pattern(types: list[str]) -> str:
     """The shortest repeating unit of the layer types as runs: "5 sliding : 1 full (x3)"."""
-    short = [str(t).removesuffix("_attention") for t in types]
+    short = [str(t).replace("_attention", "") for t in types]
     if len(set(short)) == 1:
         return f"{len(short)} {short[0]}"
     n = len(short)
@@ -129,15 +158,17 @@ def describe_rows(entry: dict) -> list[dict]:
     types = layers["types"]
     if len({json.dumps({k: v for k, v in sub.items() if k != "count"}, sort_keys=True)
             for sub in types.values()}) == 1:
-        return [describe(entry)]
+        return [dict(describe(entry), **({"notes": layers["notes"]} if layers.get("notes") else {}))]
     rows = []
-    for t in sorted(types, key=lambda t: t != "full_attention"):
+    for t in sorted(types, key=lambda t: (t != FULL, t.endswith(NO_ROPE))):
         sub = {k: v for k, v in entry.items() if k not in ("rope_scaling", "sliding_window", "layers")}
         sub.update({k: v for k, v in types[t].items() if k != "count"})
-        sub["name"] = f"{entry['name']}: {t.removesuffix('_attention')} x{types[t]['count']}"
+        sub["name"] = f"{entry['name']}: {t.replace('_attention', '')} x{types[t]['count']}"
         row = describe(sub)
         row["layers"] = layers["pattern"]
         rows.append(row)
+    if layers.get("notes"):
+        rows[0]["notes"] = layers["notes"]
     return rows
 
 
@@ -150,7 +181,7 @@ def describe(entry: dict) -> dict:
     context: Any = entry.get("context")  # an int; None where a config names none (a rope row then needs the
     # scaling's original_max_position_embeddings, as int() below takes it)
     head: int | None = entry.get("head_dim")
-    row["window"] = str(entry.get("sliding_window") or "-")
+    row["window"] = str(entry.get("sliding_window") or (f"chunk {entry['chunk']}" if entry.get("chunk") else "-"))
     row["head"] = str(head or "?")
     row["kv_cache"] = "yes"
     if entry["encoding"] != "rope":
@@ -162,7 +193,7 @@ def describe(entry: dict) -> dict:
     rope_type = scaling.get("rope_type", legacy_type)
     base = float(entry.get("rope_theta", 10000.0))
     frac = float(entry.get("partial_rotary_factor", 1.0))
-    r = int(head * frac) if head else None
+    r = round(head * frac) if head else None
     orig = int(scaling.get("original_max_position_embeddings") or context)
     row.update(rope_type=rope_type, theta=f"{base:g}", head=f"{head} ({r})" if r != head else str(head),
                context=f"{orig} -> {context}" if orig != context else str(context))

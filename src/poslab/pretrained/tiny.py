@@ -10,6 +10,10 @@ goes through the same loading path as any checkpoint a researcher has.
     tiny_checkpoint("gemma2", path)   # layer types sliding / full, one rope setting, soft caps 0.1 / 1
     tiny_checkpoint("gemma3", path)   # a rope setting per layer type: sliding theta 10^4 (window 16),
                                       # full theta 10^6; "gemma3-linear": linear x8 on the full layers
+    tiny_checkpoint("cohere2", path)  # interleaved pairs; 3 sliding rope layers : 1 full layer without rope
+    tiny_checkpoint("llama4", path)   # iRoPE: chunk 8 on 3 rope layers, 1 global layer without rope
+    ...                               # phi, stablelm, cohere, starcoder2, mixtral, qwen2_moe, qwen3_moe,
+                                      # granite, glm, glm4, smollm3, falcon, falcon-mq (architectures.py)
 
 The configs are the architecture records' (``architectures.py``: each record's ``tiny``). Every
 rotary kind here is one poslab must replace faithfully (``PARITY_KINDS``: poslab's rotary and

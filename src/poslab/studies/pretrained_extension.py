@@ -616,7 +616,7 @@ def checkpoint_member_rows(model, ids: torch.Tensor, config: dict, context: int)
                      loss_out=float(per_position[context - 1:].mean()) if L > context else None,
                      loss_last_quarter=float(per_position[(3 * (L - 1)) // 4:].mean()),
                      rise=float(per_position[context - 1:].mean() - within.mean()) if L > context else None,
-                     seconds=seconds))
+                     seconds=seconds, schedule_on=model.schedule_summary()))
     for depth in config["depths"]:
         for trial in range(config["trials"]):
             rows.append(dict(ids_, probe="passkey", depth=depth, trial=trial,

@@ -410,6 +410,7 @@ def check(study: StudyConfig) -> None:
     model type (:func:`needs`), length and memory, then one short forward of its weights
     (:func:`~poslab.studies.kit.checkpoints.preflight_checkpoint`)."""
     from poslab.machine import MEMORY_FRACTION, memory_bytes
+    from poslab.pretrained.architectures import find
     from poslab.pretrained.checks import require_capable
     from poslab.pretrained.loading import config_count, read_causal_config, require_transformers
     from poslab.pretrained.model import require_attention_fits
@@ -422,6 +423,13 @@ def check(study: StudyConfig) -> None:
         cfg = read_causal_config(checkpoint_source(name))
         wanted[name] = needs(study, cfg)
         require_capable(cfg, wanted[name], "--model", name)
+        arch = find(cfg.get("model_type"))
+        chunks = [c for c in (arch.layer_chunks(cfg) if arch is not None else []) if c]
+        if chunks and m["length"] > min(chunks):  # the probe's kept keys: causal or a sliding window, not chunks
+            raise ConfigError("model.length", m["length"], f"at most {min(chunks)} tokens for {name} (its "
+                                                           f"{cfg.get('model_type')!r} layers attend in chunks of "
+                                                           f"{min(chunks)}; the leakage probe's kept keys are causal "
+                                                           f"or a sliding window)")
         heads = config_count(cfg, "num_attention_heads", "n_head")
         context = cfg.get("max_position_embeddings") or cfg.get("n_positions")
         if context and m["length"] > context:
@@ -544,7 +552,7 @@ def evaluate_mode(model, ids: torch.Tensor, config: dict) -> list[dict]:
     if model.encoding == "rotary":
         ntk = {"rope_type": "ntk", "factor": float(config["ntk_factor"])}
         layers = schedule_layers(config)
-        runs = [(NTK, layers)] + ([(NTK_ALL, "all")] if len(model.rope_types) > 1 and layers != "all" else [])
+        runs = [(NTK, layers)] + ([(NTK_ALL, "all")] if len(model.rotary_types) > 1 and layers != "all" else [])
         for variant, where in runs:
             model.set_schedule(ntk, layer_types=where)
             try:
