@@ -216,17 +216,21 @@ def _spec_for(name: str, rows: list[dict]) -> dict | None:
     return {**fit[0], "fingerprint": digest([r["fingerprint"] for r in fit]), "revised": "; ".join(notes) or None}
 
 
+def changed_in(commit: str) -> list[str]:
+    """The paths a commit changed against its first parent (a merge's whole change, as main saw it)."""
+    return git("diff", "--name-only", f"{commit}^1", commit).split()
+
+
 def walk(since: str) -> dict[str, dict]:
-    commits = git("rev-list", "--reverse", f"{since}^..HEAD", "--", *CODE, *RESULTS).split()
-    dump_all([c for i, c in enumerate(commits) if i == 0 or any(
-        p.startswith(tuple(CODE)) for p in git("show", "--format=", "--name-only", c).split())])
+    commits = git("rev-list", "--reverse", "--first-parent", f"{since}^..HEAD", "--", *CODE, *RESULTS).split()
+    dump_all([c for i, c in enumerate(commits) if i == 0 or any(p.startswith(tuple(CODE)) for p in changed_in(c))])
     ledgers: dict[str, dict] = {}
     specs: dict[str, list[dict]] = {}  # study -> its spec records at the commit walked
     registered = False
     for i, commit in enumerate(commits):
         registered = registered or commit.startswith(REGISTERED)
         subject, date = git("show", "-s", "--format=%s%n%ad", "--date=short", commit).strip().split("\n")[:2]
-        changed = git("show", "--format=", "--name-only", commit).split()
+        changed = changed_in(commit)
         print(f"[{i + 1}/{len(commits)}] {commit[:7]} {date} {subject[:70]}", file=sys.stderr)
         if i == 0 or any(p.startswith(tuple(CODE)) for p in changed):
             for study, rows in dump_at(commit).items():
