@@ -171,3 +171,20 @@ def test_a_study_sets_the_layout_and_it_keys_the_member():
     with pytest.raises(ConfigError) as err:
         _ = members(exp, apply_overrides(study, ["model.layout=rope,learned"]))[0].model_config
     assert err.value.field == "layout"
+
+
+def test_rotary_probes_read_each_layers_own_frequencies_and_the_kv_cache_refuses_a_layout():
+    from poslab.probes import rotary_theta
+    from poslab.probes.kv_cache import cached_model
+
+    model = make(n_layers=3, layout="rope:base=100,rope:base=10000,nope")
+    d = model.cfg.d_head
+    for layer, base in ((0, 100.0), (1, 10000.0)):
+        expected = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        torch.testing.assert_close(rotary_theta(model, layer).double(), expected)
+    with pytest.raises(ConfigError) as err:
+        rotary_theta(model, 2)  # the nope layer has no theta
+    assert err.value.field == "layout"
+    with pytest.raises(ConfigError) as err:
+        cached_model(model)
+    assert err.value.field == "layout"
