@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -325,6 +326,9 @@ class Transformer(nn.Module):
         self.ln_final = nn.LayerNorm(D, bias=cfg.bias) if cfg.layer_norm else nn.Identity()
         self.U = nn.Parameter(_uniform(m, D))  # readout, [m, D]
 
+    def block(self, layer: int) -> Block:
+        return cast(Block, self.layers[layer])
+
     def layer_encoding(self, layer: int) -> PositionalEncoding:
         """The encoding whose attention hooks layer ``layer`` calls."""
         index = self._encoding_index[layer]
@@ -406,7 +410,7 @@ class Transformer(nn.Module):
         model's window, no chunk): a plain causal mask is None with plain_causal True (attention's
         fused kernel skips the masked half) unless ``explicit``."""
         cfg = self.cfg
-        window, chunk = (cfg.window, None) if layer is None else (self.layers[layer].window, self.layers[layer].chunk)
+        window, chunk = (cfg.window, None) if layer is None else (self.block(layer).window, self.block(layer).chunk)
         plain_causal = cfg.causal and window is None and chunk is None and lengths is None and not explicit
         if plain_causal:
             return None, True
@@ -427,8 +431,8 @@ class Transformer(nn.Module):
         """:meth:`attention_mask` of every layer, each distinct (window, chunk) built once."""
         built: dict[tuple[int | None, int | None], tuple[Tensor | None, bool]] = {}
         out = []
-        for i, block in enumerate(self.layers):
-            key = (block.window, block.chunk)
+        for i in range(len(self.layers)):
+            key = (self.block(i).window, self.block(i).chunk)
             if key not in built:
                 built[key] = self.attention_mask(n, lengths, device, explicit=explicit, layer=i)
             out.append(built[key])
