@@ -188,3 +188,19 @@ def test_rotary_probes_read_each_layers_own_frequencies_and_the_kv_cache_refuses
     with pytest.raises(ConfigError) as err:
         cached_model(model)
     assert err.value.field == "layout"
+
+
+def test_a_schedule_swap_refuses_a_layout_with_rotary_layers_of_their_own():
+    from poslab.studies.kit.longrope_search import swap, with_scaling
+
+    scaling = {"rope_type": "linear", "factor": 2.0}
+    ok = with_scaling(make(layout="rope,nope"), scaling)  # the rope layers use the swapped module
+    assert ok.layer_encoding(0) is ok.encoding
+    torch.testing.assert_close(ok.layer_encoding(0).rotary_frequencies().double(),
+                               make().encoding.rotary_frequencies().double() / 2)
+    for model in (make(layout="rope,rope:base=100"), make(encoding="nope", layout="nope,rope")):
+        with pytest.raises(ConfigError) as err:
+            with_scaling(model, scaling)
+        assert err.value.field == "layout"
+        with pytest.raises(ConfigError):
+            swap(model, model.encoding)
