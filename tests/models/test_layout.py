@@ -204,3 +204,28 @@ def test_a_schedule_swap_refuses_a_layout_with_rotary_layers_of_their_own():
         assert err.value.field == "layout"
         with pytest.raises(ConfigError):
             swap(model, model.encoding)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_padding_and_vmap_with_a_layout_equal_the_plain_calls(causal):
+    import copy
+    import warnings
+
+    from torch.func import functional_call, stack_module_state, vmap
+
+    kw = dict(causal=causal, encoding="nope", layout="rope:chunk=3,t5:window=2:temperature=0.5", qk_norm=True)
+    model, x = make(**kw), tokens(b=1, s=8)
+    padded = x.clone()
+    padded[:, 5:] = 0
+    out = model(padded, lengths=torch.tensor([5]))
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out[:, :5], model(x[:, :5]))
+    members = [make(seed=i, **kw) for i in range(2)]
+    params, buffers = stack_module_state(members)
+    base = copy.deepcopy(members[0]).to("meta")
+    x, lengths = tokens(), torch.tensor([S, 7, 4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        stacked = vmap(lambda p, b: functional_call(base, (p, b), (x,), {"lengths": lengths}))(params, buffers)
+    for e, member in enumerate(members):
+        torch.testing.assert_close(stacked[e], member(x, lengths=lengths))
