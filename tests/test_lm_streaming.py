@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from poslab import sampling
 from poslab.errors import ConfigError
 from poslab.models.transformer import Transformer, TransformerConfig
-from poslab.probes.lm_streaming import linear_buckets, log_buckets, positionwise_loss
+from poslab.probes.lm_streaming import check_streamable, linear_buckets, log_buckets, positionwise_loss
 
 
 def model_of(encoding="rope", **changes):
@@ -33,6 +33,9 @@ def reference(model, tokens):
     ("transformer_xl", {}), ("mope", {}), ("rope", dict(bos=True)), ("rope", dict(window=7)),
     ("alibi", dict(energy_gate=True)), ("rope", dict(energy_gate=True, gate_renormalize=True)),
     ("rope_yarn", {}), ("learned", dict(max_len=16, encoding_options=dict(out_of_range="clamp"))),
+    # per-layer layouts (issue 57): each layer's own encoding, chunk, window, temperature and qk-norm
+    ("rope", dict(n_layers=4, layout="rope:chunk=6,t5:window=8:temperature=0.5,rope:base=100,nope", qk_norm=True)),
+    ("learned", dict(layout="rope:chunk=11,alibi", bos=True)),
 ])
 @pytest.mark.parametrize("memory_limit", [1 << 30, 0], ids=["memory", "disk"])
 def test_streamed_equals_the_forward(encoding, changes, memory_limit, tmp_path):
@@ -69,12 +72,17 @@ def test_buckets_are_the_means_of_their_positions():
     (dict(encoding="learned", encoding_options=dict(out_of_range="interpolate")), "encoding"),
     (dict(causal=False), "causal"), (dict(attention="linear"), "attention"),
     (dict(encoding="learned", max_len=16), "length"),  # the model's own check: a table of 16 rows
+    (dict(layout="rope,shaw"), "layout"), (dict(layout="nope,rope_dynamic"), "layout"),  # a layer's encoding
 ])
 def test_refuses_what_it_cannot_stream(changes, field):
     model = model_of(**changes)
     with pytest.raises(ConfigError) as err:
         positionwise_loss(model, torch.zeros(41, dtype=torch.long), chunk=8)
     assert err.value.field == field
+    if "layout" in changes:  # the config alone says so too (the char LM's check before any work)
+        with pytest.raises(ConfigError) as err:
+            check_streamable(model.cfg)
+        assert err.value.field == "layout"
 
 
 def test_refuses_bad_tokens_and_chunks():

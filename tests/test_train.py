@@ -146,19 +146,24 @@ def test_generic_tasks_are_drawn_one_sample_per_step_and_padded():
 
 
 def transformer(**kw):
-    cfg = TransformerConfig(vocab_size=20, d_model=16, n_layers=2, n_heads=4, max_len=16, **kw)
+    cfg = TransformerConfig(**dict(vocab_size=20, d_model=16, n_layers=2, n_heads=4, max_len=16) | kw)
     return partial(Transformer, cfg)
 
 
-@pytest.mark.parametrize("task, kw, encoding", [("shift", dict(K=2), "rope"), ("shift", dict(K=2), "learned"),
-                                                ("content_conditioned", dict(K1=2, K2=3), "rope"),
-                                                ("content_conditioned", dict(K1=2, K2=3), "learned")])
-def test_transformer_members_equal_the_seed_trained_alone(task, kw, encoding):
+# a mixed layout (issue 57): chunked and windowed rope, a learned T5 bias with its own temperature, nope, qk-norm
+LAYOUT = dict(n_layers=4, layout="rope:chunk=4,t5:window=6:temperature=0.5,rope:window=5,nope", qk_norm=True)
+
+
+@pytest.mark.parametrize("task, kw, encoding, model_kw", [
+    ("shift", dict(K=2), "rope", {}), ("shift", dict(K=2), "learned", {}),
+    ("content_conditioned", dict(K1=2, K2=3), "rope", {}), ("content_conditioned", dict(K1=2, K2=3), "learned", {}),
+    ("shift", dict(K=2), "rope", LAYOUT)])
+def test_transformer_members_equal_the_seed_trained_alone(task, kw, encoding, model_kw):
     cfg = TrainConfig(steps=50, batch_size=16, min_length=8, max_length=16, optimizer="adamw", weight_decay=0.1,
                       decay_1d=False, lr_schedule="cosine", warmup_steps=5, min_lr=1e-4, grad_clip=1.0)
     seeds = [0, 1, 2]
     tasks = [build_task(task, **kw)] * 3
-    make = transformer(encoding=encoding)
+    make = transformer(encoding=encoding, **model_kw)
     ens = train_ensemble(make, tasks, seeds, cfg, progress=False)
     alone = train_ensemble(make, tasks[:1], [2], cfg, progress=False).models[0]
     plain, losses = train_plain(make, tasks[0], 2, cfg)
@@ -166,6 +171,8 @@ def test_transformer_members_equal_the_seed_trained_alone(task, kw, encoding):
         assert rel_err(p, alone.state_dict()[name]) < 1e-5, name
         assert rel_err(p, plain.state_dict()[name]) < 1e-5, name
     assert rel_err(ens.models[2].layers[0].W_Q, make().layers[0].W_Q) > 1e-2  # it trained
+    for name, p in make().named_parameters():  # every parameter moved, a layer encoding's own included
+        assert rel_err(ens.models[2].state_dict()[name], p) > 1e-3, name
     assert abs(ens.loss_curve[-1, 2] - losses[-1]) < 1e-4
 
 

@@ -54,20 +54,22 @@ class AttentionOutput:
 
 
 def build_mask(n_q: int, n_k: int, *, causal: bool = False, window: int | None = None,
-               key_padding: Tensor | None = None, device=None) -> Tensor | None:
+               key_padding: Tensor | None = None, device=None, chunk: int | None = None) -> Tensor | None:
     """Boolean keep-mask broadcastable to [b, h, i, j], or None when everything is kept.
 
-    Causal and window masks use sequence indices, aligned at the end (query i is key
-    i + n_k - n_q), so a cached prefix of keys works. ``key_padding`` [b, j] is True where a key
-    is real.
+    Causal, window and chunk masks use sequence indices, aligned at the end (query i is key
+    i + n_k - n_q), so a cached prefix of keys works; ``chunk``: query i keeps only keys with
+    j // chunk == i // chunk. ``key_padding`` [b, j] is True where a key is real.
     """
     mask = None
-    if causal or window is not None:
+    if causal or window is not None or chunk is not None:
         i = torch.arange(n_q, device=device)[:, None] + (n_k - n_q)
         j = torch.arange(n_k, device=device)[None, :]
         mask = j <= i if causal else torch.ones(n_q, n_k, dtype=torch.bool, device=device)
         if window is not None:
             mask = mask & (i - j < window)
+        if chunk is not None:
+            mask = mask & (i // chunk == j // chunk)
     if key_padding is not None:
         pad = key_padding[:, None, None, :]
         mask = pad if mask is None else mask & pad

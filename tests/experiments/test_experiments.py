@@ -406,6 +406,9 @@ def test_model_fields_added_later_leave_the_run_key_alone_at_their_defaults():
     fields = model_fields(cfg)
     assert not set(LATER_MODEL_DEFAULTS) & set(fields)  # the key of a run stored before they existed
     assert model_fields(dataclasses.replace(cfg, random_positions=256))["random_positions"] == 256
+    assert not {"layout", "qk_norm"} & set(fields)  # issue 57's fields: a plain model's key is as before
+    laid = model_fields(dataclasses.replace(cfg, n_layers=2, layout="rope,nope", qk_norm=True))
+    assert (laid["layout"], laid["qk_norm"]) == ("rope,nope", True)
 
 
 def test_lines_share_a_colour_per_hue_and_dash_the_flagged_series(tmp_path, monkeypatch):

@@ -84,7 +84,8 @@ class Intervention:
 def forward_with(model, tokens: Tensor, intervention: Intervention, *, lengths: Tensor | None = None):
     """(logits [b, s, m], Intermediates) of a :class:`~poslab.models.transformer.Transformer` on
     ``tokens`` under ``intervention``: the model's forward with the BOS slot, the position-0
-    residual entering each layer and each layer's mask as the intervention says."""
+    residual entering each layer and each layer's mask as the intervention says (each layer with
+    its own encoding and mask under a ``layout``)."""
     from poslab.models.intermediates import Intermediates
 
     cfg = model.cfg
@@ -92,11 +93,11 @@ def forward_with(model, tokens: Tensor, intervention: Intervention, *, lengths: 
     intervention.check(cfg, b)
     x, pos = model.embed(tokens, bos=intervention.bos(model.W_bos, b) if cfg.bos else None)
     n = x.shape[1]
-    mask, _ = model.attention_mask(n, lengths, tokens.device, explicit=True)
+    masks = model.layer_masks(n, lengths, tokens.device, explicit=True)  # each layer's own (window, chunk)
     inter = Intermediates(embed=x, positions=pos)
-    for i, block in enumerate(model.layers):
+    for i, (block, (mask, _)) in enumerate(zip(model.layers, masks, strict=True)):
         x = intervention.patch(x, i)
-        x, layer = block(x, model.encoding, pos, intervention.mask(mask, i, n), need_weights=True)
+        x, layer = block(x, model.layer_encoding(i), pos, intervention.mask(mask, i, n), need_weights=True)
         inter.layers.append(layer)
     return model.readout(intervention.patch(x, len(model.layers))), inter
 

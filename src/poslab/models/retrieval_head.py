@@ -36,7 +36,7 @@ from poslab.attention import KINDS, attention, attention_weights, build_mask
 from poslab.errors import ConfigError, check_choice, require_positive_int
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.loss import masked_cross_entropy
-from poslab.positional import build_encoding
+from poslab.positional import PositionalEncoding, build_encoding
 from poslab.tasks.base import Batch
 
 
@@ -78,6 +78,12 @@ class RetrievalHead(nn.Module):
         self.W_K = nn.Parameter(torch.empty(h * d, D).uniform_(-bound, bound))
         self.W_V = nn.Parameter(torch.empty(h * d, D).uniform_(-bound, bound))
         self.U = nn.Parameter(torch.empty(m, h * d).uniform_(-1 / math.sqrt(h * d), 1 / math.sqrt(h * d)))
+
+    def layer_encoding(self, layer: int = 0) -> PositionalEncoding:
+        """The encoding of layer ``layer``: the one layer's, as a Transformer's is per layer."""
+        if layer != 0:
+            raise ConfigError("layer", layer, "0 (the retrieval head has one layer)")
+        return self.encoding
 
     def check_length(self, L: int) -> None:
         """Raise ConfigError before any work if length L cannot be encoded."""

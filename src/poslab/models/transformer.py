@@ -10,14 +10,37 @@
     logits = U LN_final(x)
 
 Used for the shift task, the character-level language model, and studies of context extension
-and of positional leakage. The mask is causal and/or a sliding window, plus key padding when ``lengths`` is given.
+and of positional leakage. The mask is causal and/or a sliding window (and, per layer, chunked),
+plus key padding when ``lengths`` is given.
 
 One positional-encoding module serves the whole model: ``embed`` is called once at the input,
 ``rotate_qk``, ``score_bias`` and ``value_bias`` in every layer, all with the same parameters.
 Sharing is what T5 does with its relative bias, keeps RoPE-family tables in one place, and leaves
 no dead parameters (a per-layer copy of an embed-site encoding would never be called past layer
-0). An experiment that wants per-layer positional parameters needs a new config field, not a
-change here.
+0).
+
+A per-layer layout (``layout``, :mod:`poslab.models.layout`) gives layers their own encoding,
+mask and temperature, as the field's hybrid models do::
+
+    layout = "rope,rope,rope,nope"                     RNoPE / SmolLM3: every fourth layer without rope
+    layout = "rope:window=64,rope:window=64,rope:window=64,nope"         SWAN-GPT, Command A
+    layout = "rope:chunk=64,rope:chunk=64,rope:chunk=64,nope"            Llama 4 (with qk_norm=True)
+    layout = "rope:base=10000,rope:base=1000000"       Gemma's local / global theta
+
+The pattern repeats over ``n_layers``. ``encoding`` stays the input-site encoding (its ``embed``)
+and the default: layers whose entry is the model's encoding with its options use that module,
+and layers with the same entry share one other module (``layer_encodings``), so a layout of
+``encoding`` alone is the plain model, parameter for parameter. A layer with a window or chunk
+gets its own mask; plain causal layers keep the fused kernel. ``model.layer_encoding(l)`` is
+layer l's encoding; every caller of a Block's parts (:func:`~poslab.models.intervention.forward_with`,
+the streamed evaluator) asks it, never ``model.encoding``, for a layer.
+
+``qk_norm=True`` L2-normalizes each head's q and k (rows of unit norm) before ``rotate_qk`` on
+the layers whose encoding rotates (``is_rotary``), as Llama 4 does on its rope layers; RoPE's
+rotation is orthogonal, so normalizing before it equals normalizing after. With unit rows the
+logits are cosines / (sqrt(d) tau); Llama 4's norm is an RMS norm (rows of norm sqrt(d)), whose
+logits ours equal at temperature 1/d. Llama 4's position-dependent temperature on its no-rope
+layers is not implemented (a layer's ``temperature`` is a constant).
 
 With ``bos`` a learned vector ``W_bos`` is prepended at position 0 and the real tokens sit at
 positions 1 .. s (explicit ``positions`` are those of the real tokens; BOS keeps 0). Logits are
@@ -55,7 +78,8 @@ D d_model, F MLP width, m vocab.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -65,6 +89,7 @@ from poslab.attention import KINDS, attention, build_mask
 from poslab.errors import ConfigError, check_choice, require_positive_int
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.intervention import Intervention, forward_with
+from poslab.models.layout import LayerSpec, check_layout, parse_layout
 from poslab.models.loss import masked_cross_entropy
 from poslab.positional import PositionalEncoding, build_encoding, check_encoding, encoding_class
 from poslab.tasks.base import Batch
@@ -106,6 +131,10 @@ class TransformerConfig:
     # sample at evaluation too (True, the default, as the authors' code does: google-deepmind/
     # randomized_positional_encodings); False: evaluate at 0 .. s - 1
     random_positions_eval: bool = True
+    # per-layer pattern, e.g. "rope,rope,rope,nope" or "rope:window=64,nope", repeated over n_layers
+    # (poslab.models.layout); None: ``encoding`` with ``window`` and ``temperature`` in every layer
+    layout: str | None = None
+    qk_norm: bool = False  # L2-normalize each head's q and k on the layers that rotate (Llama 4)
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
@@ -133,6 +162,22 @@ class TransformerConfig:
             require_positive_int("random_positions", self.random_positions)
         if not isinstance(self.random_positions_eval, bool):
             raise ConfigError("random_positions_eval", self.random_positions_eval, "True, False")
+        if not isinstance(self.qk_norm, bool):
+            raise ConfigError("qk_norm", self.qk_norm, "True, False")
+        if self.layout is not None:
+            check_layout(self.layout, n_layers=self.n_layers, encoding=self.encoding, options=self.encoding_options,
+                         causal=self.causal, d_model=self.d_model, n_heads=self.n_heads, max_len=self.max_len)
+
+    def layer_specs(self) -> tuple[LayerSpec, ...]:
+        """Each layer's encoding, window, chunk and temperature (the model's where the layout is silent)."""
+        if self.layout is None:
+            own = LayerSpec(encoding=self.encoding, options=tuple(sorted(self.encoding_options.items())))
+            specs: tuple[LayerSpec, ...] = (own,) * self.n_layers
+        else:
+            specs = parse_layout(self.layout, self.n_layers, self.encoding, self.encoding_options, self.causal)
+        return tuple(replace(s, window=self.window if s.window is None else s.window,
+                             temperature=self.temperature if s.temperature is None else s.temperature)
+                     for s in specs)
 
     @property
     def d_head(self) -> int:
@@ -144,11 +189,17 @@ class TransformerConfig:
 
 
 class Block(nn.Module):
-    """One pre-LN layer: x + W_O attn(LN_attn x), then x + MLP(LN_mlp x)."""
+    """One pre-LN layer: x + W_O attn(LN_attn x), then x + MLP(LN_mlp x).
 
-    def __init__(self, cfg: TransformerConfig):
+    ``spec`` is the layer's window, chunk and temperature (default: the model's, no chunk);
+    ``qk_norm``: its q and k rows are L2-normalized before rotation."""
+
+    def __init__(self, cfg: TransformerConfig, spec: LayerSpec | None = None, qk_norm: bool = False):
         super().__init__()
         self.cfg = cfg
+        spec = spec or LayerSpec(encoding=cfg.encoding, window=cfg.window, temperature=cfg.temperature)
+        self.window, self.chunk, self.qk_norm = spec.window, spec.chunk, qk_norm
+        self.temperature = cfg.temperature if spec.temperature is None else spec.temperature
         D, hd = cfg.d_model, cfg.n_heads * cfg.d_head
         self.ln_attn = nn.LayerNorm(D, bias=cfg.bias) if cfg.layer_norm else nn.Identity()
         # Projections act as y = W x (the paper's convention): [out, in]; head r owns rows r d .. (r+1) d.
@@ -173,7 +224,7 @@ class Block(nn.Module):
         q, k, v = self.project(a)  # [b, h, n, d]
         v, gate = self.gated(a, v)
         att = attention(q, k, v, encoding, pos, pos, mask=mask, kind=self.cfg.attention,
-                        temperature=self.cfg.temperature, key_gate=gate, need_weights=need_weights,
+                        temperature=self.temperature, key_gate=gate, need_weights=need_weights,
                         is_causal=is_causal, dropout=p, stream=a)
         out = self.mix(x, att.out, p)
         if not need_weights:
@@ -192,10 +243,13 @@ class Block(nn.Module):
         return (self.queries(a), *self.keys_values(a))
 
     def queries(self, a: Tensor) -> Tensor:
-        return self._heads(a, self.W_Q)  # [b, h, n, d]
+        return self._qk_norm(self._heads(a, self.W_Q))  # [b, h, n, d]
 
     def keys_values(self, a: Tensor) -> tuple[Tensor, Tensor]:
-        return self._heads(a, self.W_K), self._heads(a, self.W_V)  # [b, h, n, d] each
+        return self._qk_norm(self._heads(a, self.W_K)), self._heads(a, self.W_V)  # [b, h, n, d] each
+
+    def _qk_norm(self, x: Tensor) -> Tensor:
+        return F.normalize(x, dim=-1) if self.qk_norm else x  # unit rows, before rotate_qk
 
     def gate(self, a: Tensor, start: int = 0, carry: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Energy gate of the keys a [b, n, D] at internal indices start .. start + n - 1 ->
@@ -253,9 +307,36 @@ class Transformer(nn.Module):
         self.W_E = nn.Parameter(torch.randn(m, D))  # token embedding, [m, D]
         if cfg.bos:
             self.W_bos = nn.Parameter(torch.randn(D))  # the BOS vector, embedded like a token
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        # layer l's encoding: ``encoding`` where its entry is the model's, else a shared entry of
+        # ``layer_encodings`` (built after W_E and W_bos, so a plain model's RNG stream is unchanged
+        # by the layout machinery)
+        specs = cfg.layer_specs()
+        own = (cfg.encoding, tuple(sorted(cfg.encoding_options.items())))
+        distinct: list[tuple[str, tuple]] = []
+        for spec in specs:
+            if (spec.encoding, spec.options) != own and (spec.encoding, spec.options) not in distinct:
+                distinct.append((spec.encoding, spec.options))
+        self.layer_encodings = nn.ModuleList(
+            build_encoding(name, d_model=D, n_heads=cfg.n_heads, d_head=cfg.d_head, max_len=cfg.max_len,
+                           d_head_from="d_model", **dict(options)) for name, options in distinct)
+        self._encoding_index = tuple(-1 if (s.encoding, s.options) == own else distinct.index((s.encoding, s.options))
+                                     for s in specs)  # -1: ``encoding``
+        self.layers = nn.ModuleList(
+            Block(cfg, spec, qk_norm=cfg.qk_norm and self.layer_encoding(i).is_rotary) for i, spec in enumerate(specs))
         self.ln_final = nn.LayerNorm(D, bias=cfg.bias) if cfg.layer_norm else nn.Identity()
         self.U = nn.Parameter(_uniform(m, D))  # readout, [m, D]
+
+    def block(self, layer: int) -> Block:
+        return cast(Block, self.layers[layer])
+
+    def layer_encoding(self, layer: int) -> PositionalEncoding:
+        """The encoding whose attention hooks layer ``layer`` calls."""
+        index = self._encoding_index[layer]
+        return self.encoding if index < 0 else self.layer_encodings[index]  # type: ignore[return-value]
+
+    def encodings(self) -> list[PositionalEncoding]:
+        """Every distinct encoding module of the model: ``encoding``, then ``layer_encodings``."""
+        return [self.encoding, *self.layer_encodings]  # type: ignore[list-item]
 
     def check_length(self, L: int) -> None:
         """Raise ConfigError before any work if sequences of L tokens cannot be encoded.
@@ -268,7 +349,8 @@ class Transformer(nn.Module):
         if N is not None and not N > L:
             raise ConfigError("random_positions", N, f"an integer > {L} (more positions to sample from than the "
                                                      "longest training or evaluation length)")
-        self.encoding.check_positions((L if N is None else N) - 1 + int(self.cfg.bos))
+        for enc in self.encodings():
+            enc.check_positions((L if N is None else N) - 1 + int(self.cfg.bos))
 
     @property
     def padding_inert(self) -> bool:
@@ -288,8 +370,11 @@ class Transformer(nn.Module):
         """
         logits = self(batch.tokens, lengths=None if self.cfg.causal else batch.lengths)
         loss = masked_cross_entropy(logits, batch)
-        penalty = self.encoding.penalty()  # a training-only term (MoPE's admissibility penalty)
-        return loss if penalty is None else loss + penalty
+        for enc in self.encodings():
+            penalty = enc.penalty()  # a training-only term (MoPE's admissibility penalty)
+            if penalty is not None:
+                loss = loss + penalty
+        return loss
 
     def forward(self, tokens: Tensor, positions: Tensor | None = None, lengths: Tensor | None = None,
                 return_intermediates: bool = False):
@@ -300,10 +385,11 @@ class Transformer(nn.Module):
         interventions run the same parts through :func:`poslab.models.intervention.forward_with`.
         """
         x, pos = self.embed(tokens, positions)
-        mask, plain_causal = self.attention_mask(x.shape[1], lengths, tokens.device)
+        masks = self.layer_masks(x.shape[1], lengths, tokens.device)
         inter = Intermediates(embed=x, positions=pos) if return_intermediates else None
-        for block in self.layers:
-            x, layer = block(x, self.encoding, pos, mask, need_weights=return_intermediates, is_causal=plain_causal)
+        for i, (block, (mask, plain_causal)) in enumerate(zip(self.layers, masks, strict=True)):
+            x, layer = block(x, self.layer_encoding(i), pos, mask, need_weights=return_intermediates,
+                             is_causal=plain_causal)
             if inter is not None:
                 inter.layers.append(layer)
         logits = self.readout(x)
@@ -328,24 +414,39 @@ class Transformer(nn.Module):
             pos = torch.cat((torch.zeros_like(positions[..., :1]), positions), dim=-1)  # BOS at 0, [n] | [b, n]
         return _dropout(self.encoding.embed(x, pos), cfg.dropout if self.training else 0.0), pos
 
-    def attention_mask(self, n: int, lengths: Tensor | None, device, *,
-                       explicit: bool = False) -> tuple[Tensor | None, bool]:
-        """(keep-mask broadcastable to [b, h, n, n], plain_causal): a plain causal mask is None with
-        plain_causal True (attention's fused kernel skips the masked half) unless ``explicit``."""
+    def attention_mask(self, n: int, lengths: Tensor | None, device, *, explicit: bool = False,
+                       layer: int | None = None) -> tuple[Tensor | None, bool]:
+        """(keep-mask broadcastable to [b, h, n, n], plain_causal) of layer ``layer`` (None: the
+        model's window, no chunk): a plain causal mask is None with plain_causal True (attention's
+        fused kernel skips the masked half) unless ``explicit``."""
         cfg = self.cfg
-        plain_causal = cfg.causal and cfg.window is None and lengths is None and not explicit
+        window, chunk = (cfg.window, None) if layer is None else (self.block(layer).window, self.block(layer).chunk)
+        plain_causal = cfg.causal and window is None and chunk is None and lengths is None and not explicit
         if plain_causal:
             return None, True
         key_padding = None
         if lengths is not None:
             key_padding = torch.arange(n, device=device) < (lengths + int(cfg.bos))[:, None]  # [b, n]
-        mask = build_mask(n, n, causal=cfg.causal, window=cfg.window, key_padding=key_padding, device=device)
+        mask = build_mask(n, n, causal=cfg.causal, window=window, chunk=chunk, key_padding=key_padding,
+                          device=device)
         if lengths is not None:
             # A padded query keeps itself so no softmax row is empty (its output is never read);
             # real queries are unaffected, their own key is always kept.
             assert mask is not None  # key_padding was given
             mask = mask | torch.eye(n, dtype=torch.bool, device=device)
         return mask, False
+
+    def layer_masks(self, n: int, lengths: Tensor | None, device, *,
+                    explicit: bool = False) -> list[tuple[Tensor | None, bool]]:
+        """:meth:`attention_mask` of every layer, each distinct (window, chunk) built once."""
+        built: dict[tuple[int | None, int | None], tuple[Tensor | None, bool]] = {}
+        out = []
+        for i in range(len(self.layers)):
+            key = (self.block(i).window, self.block(i).chunk)
+            if key not in built:
+                built[key] = self.attention_mask(n, lengths, device, explicit=explicit, layer=i)
+            out.append(built[key])
+        return out
 
     def readout(self, x: Tensor) -> Tensor:
         """The last residual stream x [b, n, D] -> logits of the real tokens [b, s, m] (BOS dropped)."""

@@ -183,17 +183,22 @@ def carrier(model: Collects, batch: Batch, *, head: int | None = 0, chunk: int =
 
 # ----------------------------------------------------------------------------- (iv) carrier profile
 
-def rotary_theta(model: PoslabModel) -> Tensor:
-    """The model's rotary frequencies theta [d/2] (``encoding.rotary_frequencies()``).
+def rotary_theta(model: PoslabModel, layer: int = 0) -> Tensor:
+    """Layer ``layer``'s rotary frequencies theta [d/2] (``layer_encoding(layer).rotary_frequencies()``:
+    the model's encoding, or that layer's under a Transformer's ``layout``).
 
-    Raises ConfigError (field ``encoding``) for an encoding that does not rotate q and k, and for
-    LongRoPE with n_hat > 0 (positions below n_hat rotate by other frequencies: no single theta).
+    Raises ConfigError (field ``encoding``, or ``layout`` with one) for an encoding that does not
+    rotate q and k, and for LongRoPE with n_hat > 0 (positions below n_hat rotate by other
+    frequencies: no single theta).
     """
-    theta = model.encoding.rotary_frequencies()
+    enc = model.layer_encoding(layer)
+    theta = enc.rotary_frequencies()
     if theta is None:
-        raise ConfigError("encoding", model.cfg.encoding, f"a rotary encoding: {', '.join(rotary_encodings())}")
-    if getattr(model.encoding, "n_hat", 0):
-        raise ConfigError("encoding_options.scaling.n_hat", model.encoding.n_hat,
+        layout = getattr(model.cfg, "layout", None)
+        raise ConfigError("encoding" if layout is None else "layout", model.cfg.encoding if layout is None else layout,
+                          f"a rotary encoding in layer {layer}: {', '.join(rotary_encodings())}")
+    if getattr(enc, "n_hat", 0):
+        raise ConfigError("encoding_options.scaling.n_hat", enc.n_hat,
                           "0: a rotary probe reads one frequency table for every position")
     return theta
 
@@ -232,10 +237,10 @@ def carrier_profile(model: PoslabModel, batch: Batch, offsets: Sequence[int] | n
     (Section 7's carrier inner product at delta = -K). head=None averages the heads' profiles.
     Raises ConfigError (field ``encoding``) for a non-rotary encoding, before any work.
     """
-    theta = rotary_theta(model)
+    theta = rotary_theta(model)  # layer 0's, whose moments these are
     check_head(model.cfg.n_heads, head)
     mom = collect_moments(model, batch, chunk=chunk)
-    layout = cast(str, model.encoding.layout)  # a rotary encoding (rotary_theta checked): RoPE's or MoPE's pair layout
+    layout = cast(str, model.layer_encoding(0).layout)  # a rotary encoding (rotary_theta checked): RoPE's or MoPE's
     profile = carrier_profile_of(mom.m_Q, mom.m_K, theta, layout, offsets, normalize=normalize)
     return profile.mean(0) if head is None else profile[head]
 

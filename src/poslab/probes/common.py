@@ -63,6 +63,8 @@ class PoslabModel(Collects, Protocol):
     @property
     def encoding(self) -> PositionalEncoding: ...
 
+    def layer_encoding(self, layer: int) -> PositionalEncoding: ...  # the encoding layer ``layer`` attends with
+
 
 # ----------------------------------------------------------------------------- chunks
 

@@ -67,6 +67,9 @@ class OwnStepRotary(PositionalEncoding):
 def cached_model(model: nn.Module) -> nn.Module:
     """A copy of a poslab model (its ``encoding`` a length-dependent RoPE) that computes what a
     KV-cached decoder computes (:class:`OwnStepRotary`)."""
+    layout = getattr(model.cfg, "layout", None)
+    if layout is not None:  # its layers' own encodings would keep the recompute's rotation
+        raise ConfigError("layout", layout, "None: the cached decoder replaces the model's one encoding")
     cached = copy.deepcopy(model)
     cached.encoding = OwnStepRotary(cached.encoding)  # type: ignore[arg-type]  # a RoPE: the caller's model has one
     return cached

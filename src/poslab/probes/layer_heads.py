@@ -107,12 +107,13 @@ def retrieving_head(model, untrained, batch, heads: list[dict], last: dict[int, 
         cq, ck = moments[which].carrier_energies()
         out[f"carrier_q{which}"], out[f"carrier_k{which}"] = float(cq[head]), float(ck[head])
     out["random_direction_head"] = 1 / model.cfg.d_head
-    if model.encoding.rotary_frequencies() is None:
+    enc = model.layer_encoding(layer)  # the chosen head's layer's encoding (its own under a layout)
+    if enc.rotary_frequencies() is None:
         return out, []
-    theta = rotary_theta(model)
+    theta = rotary_theta(model, layer)
     deltas = np.arange(-(max(lengths) - 1), 1)
     mom = moments[""]
-    phi = carrier_profile_of(mom.m_Q[head], mom.m_K[head], theta, model.encoding.layout, deltas)[0]
+    phi = carrier_profile_of(mom.m_Q[head], mom.m_K[head], theta, enc.layout, deltas)[0]
     top = secondary_peak(phi, deltas)
     s = np.arange(4, max(lengths))
     g = rotary_kernel(theta, s)

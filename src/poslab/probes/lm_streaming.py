@@ -27,8 +27,10 @@ Refused with one ConfigError before any work (:func:`check_streamable`): a non-c
 linear attention, encodings whose hooks read the sequence's length (``kv_cache`` False: dynamic
 NTK / YaRN-style schedules, an interpolated or rescaled learned table) and value-bias encodings
 (Shaw); a learned table shorter than the window fails the model's own ``check_length``. Supported:
-BOS, sliding windows and energy-gated attention (the gate's running mean of e^2 is carried
-across chunks in pass A).
+BOS, sliding windows, energy-gated attention (the gate's running mean of e^2 is carried
+across chunks in pass A) and per-layer layouts (each layer streams with its own encoding,
+window, chunk, temperature and qk-norm, all read from the model: ``layer_encoding(l)`` and the
+block's own fields; every layer's encoding is checked as above).
 
 Cost: exact causal attention, ~ n_layers (2 n^2 D) multiply-adds for the scores and values plus
 the per-token MLP, i.e. ~1e3 L^2 flops for the 4-layer width-128 LM: meant for a GPU at 10^6.
@@ -55,22 +57,29 @@ MEMORY_LIMIT = 256 << 20  # bytes: the stream, K and V stay in tensors when 3 n 
 
 
 def check_streamable(cfg, encoding=None) -> None:
-    """Raise one ConfigError if a Transformer of config ``cfg`` (whose built ``encoding`` may be
-    given; else a short one is built from the config to ask) cannot be evaluated streamed."""
+    """Raise one ConfigError if a Transformer of config ``cfg`` (whose built encoding, or list of
+    every distinct encoding with a layout, may be given; else short ones are built from the config
+    to ask) cannot be evaluated streamed."""
     from poslab.positional import build_encoding
 
     if not cfg.causal:
         raise ConfigError("causal", cfg.causal, "True (the streamed position-wise loss is for causal LMs)")
     if cfg.attention != "softmax":
         raise ConfigError("attention", cfg.attention, "softmax (the streamed position-wise loss)")
-    enc = encoding or build_encoding(cfg.encoding, d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head,
-                                     max_len=min(cfg.max_len, 1024), d_head_from="d_model", **cfg.encoding_options)
-    if enc.uses("value_bias") or not enc.kv_cache:
-        raise ConfigError("encoding", cfg.encoding if not cfg.encoding_options else
-                          f"{cfg.encoding} {cfg.encoding_options}",
-                          "an encoding whose hooks see positions one at a time: no value bias (Shaw) and no "
-                          "length-dependent schedule (dynamic NTK, interpolated learned table); streamed "
-                          "position-wise loss")
+    if encoding is None:
+        names = [(cfg.encoding, cfg.encoding_options)] + [(s.encoding, s.encoding_options) for s in cfg.layer_specs()]
+        encoding = [build_encoding(name, d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head,
+                                   max_len=min(cfg.max_len, 1024), d_head_from="d_model", **options)
+                    for name, options in [n for i, n in enumerate(names) if n not in names[:i]]]
+    for enc in encoding if isinstance(encoding, list) else [encoding]:
+        if enc.uses("value_bias") or not enc.kv_cache:
+            field = "encoding" if cfg.layout is None else "layout"
+            value = cfg.layout if cfg.layout is not None else (
+                cfg.encoding if not cfg.encoding_options else f"{cfg.encoding} {cfg.encoding_options}")
+            raise ConfigError(field, value,
+                              "an encoding whose hooks see positions one at a time: no value bias (Shaw) and no "
+                              "length-dependent schedule (dynamic NTK, interpolated learned table); streamed "
+                              "position-wise loss")
 
 
 # ----------------------------------------------------------------------------- buckets
@@ -178,7 +187,7 @@ def positionwise_loss(model, tokens: Tensor, *, chunk: int = CHUNK, key_chunk: i
     require_positive_int("chunk", chunk)
     key_chunk = key_chunk or chunk
     require_positive_int("key_chunk", key_chunk)
-    check_streamable(cfg, model.encoding)
+    check_streamable(cfg, model.encodings())
     L = tokens.numel() - 1
     model.check_length(L)
     device = torch.device(device or next(model.parameters()).device)
@@ -199,8 +208,8 @@ def positionwise_loss(model, tokens: Tensor, *, chunk: int = CHUNK, key_chunk: i
             if bos and a == 0:
                 z = torch.cat((model.W_bos[None, None], z), 1)
             x.write(a, enc.embed(z, torch.arange(a, b, device=device))[0])
-        for block in model.layers:
-            _layer(block, enc, x, K, V, G, n, chunk, key_chunk, device)
+        for i, block in enumerate(model.layers):
+            _layer(block, model.layer_encoding(i), x, K, V, G, n, chunk, key_chunk, device)
         return _readout(model, x, tokens, L, bos, chunk, buckets, per_position, device,
                         storage="disk" if disk else "memory")
     finally:
@@ -213,8 +222,10 @@ def positionwise_loss(model, tokens: Tensor, *, chunk: int = CHUNK, key_chunk: i
 
 def _layer(block, enc, x: _Rows, K: _Rows, V: _Rows, G: _Rows | None, n: int, chunk: int, key_chunk: int,
            device) -> None:
-    """One layer, in place on the stream ``x``; K, V (and G, log g with renormalized gating) are scratch."""
+    """One layer, in place on the stream ``x``; K, V (and G, log g with renormalized gating) are scratch.
+    ``enc`` is this layer's encoding; its window, chunk and temperature are the block's."""
     cfg = block.cfg
+    window, chunk_size, temperature = block.window, block.chunk, block.temperature
     h, d = cfg.n_heads, cfg.d_head
     renorm = G is not None
     # pass A: this layer's keys and values (and, with energy gating, each key's gate) for every row
@@ -241,7 +252,10 @@ def _layer(block, enc, x: _Rows, K: _Rows, V: _Rows, G: _Rows | None, n: int, ch
         M = torch.full((h, i1 - i0), -math.inf, device=device)  # running max, [h, c]
         Z = torch.zeros(h, i1 - i0, device=device)  # normaliser
         acc = torch.zeros(h, i1 - i0, d, device=device)  # value sum O
-        first = 0 if cfg.window is None else max(0, i0 - cfg.window + 1) // key_chunk * key_chunk
+        first = 0 if window is None else max(0, i0 - window + 1)
+        if chunk_size is not None:
+            first = max(first, i0 // chunk_size * chunk_size)  # the query block's first chunk starts there
+        first = first // key_chunk * key_chunk
         for j0 in range(first, i1, key_chunk):
             j1 = min(n, j0 + key_chunk, i1)
             k = K.read(j0, j1).view(-1, h, d).transpose(0, 1)[None]  # [1, h, c', d]
@@ -252,16 +266,19 @@ def _layer(block, enc, x: _Rows, K: _Rows, V: _Rows, G: _Rows | None, n: int, ch
             bias = enc.score_bias(rq, rk, qpos, kpos)
             if bias is not None:
                 s += bias
-            if cfg.temperature != 1:
-                s /= cfg.temperature
+            if temperature != 1:
+                s /= temperature
             s = s[0]  # [h, c, c']
             if renorm:
                 assert G is not None
                 s = s + G.read(j0, j1).T[:, None, :]  # + log g_hj
-            if j1 - 1 > i0 or (cfg.window is not None and i1 - 1 - j0 >= cfg.window):  # a block on an edge
+            if (j1 - 1 > i0 or (window is not None and i1 - 1 - j0 >= window)
+                    or (chunk_size is not None and j0 // chunk_size != (i1 - 1) // chunk_size)):  # a block on an edge
                 keep = kpos[None, :] <= qpos[:, None]  # [c, c']
-                if cfg.window is not None:
-                    keep = keep & (qpos[:, None] - kpos[None, :] < cfg.window)
+                if window is not None:
+                    keep = keep & (qpos[:, None] - kpos[None, :] < window)
+                if chunk_size is not None:
+                    keep = keep & (qpos[:, None] // chunk_size == kpos[None, :] // chunk_size)
                 s = s.masked_fill(~keep, -math.inf)
             M_new = torch.maximum(M, s.amax(-1))
             safe = torch.where(torch.isinf(M_new), torch.zeros_like(M_new), M_new)  # rows with no key yet

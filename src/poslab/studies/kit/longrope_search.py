@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from poslab.errors import ConfigError
 from poslab.positional import build_encoding
 from poslab.positional.rope_scaling import rope_frequencies
 
@@ -52,6 +53,7 @@ def rope_encoding(model, scaling: dict | None):
 
 def with_scaling(model, scaling: dict | None):
     """The same weights under another RoPE schedule (RoPE has no parameters; one module serves every layer)."""
+    _one_rotary(model)
     out = copy.deepcopy(model)
     out.encoding = rope_encoding(model, scaling)
     return out.eval()
@@ -59,8 +61,19 @@ def with_scaling(model, scaling: dict | None):
 
 def swap(model, encoding):
     """``model`` reading positions through ``encoding`` from now on (weights untouched)."""
+    _one_rotary(model)
     model.encoding = encoding
     return model
+
+
+def _one_rotary(model) -> None:
+    """ConfigError if a layout gives some layers a rotary module of their own: replacing the
+    model's ``encoding`` would leave those layers on their old schedule."""
+    layout = getattr(model.cfg, "layout", None)
+    if layout is not None and any(enc.is_rotary for enc in getattr(model, "layer_encodings", ())):
+        raise ConfigError("layout", layout, "a layout whose rotary layers all use the model's encoding (entries "
+                                            "naming it, without options of their own): a schedule replaces that one "
+                                            "module")
 
 
 def longrope(L0: int, short, long, s: float, n_hat: int = 0) -> dict:
