@@ -64,7 +64,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -107,8 +107,9 @@ def rotate_every_two(x: Tensor) -> Tensor:
 class Layout:
     """A rotary pair layout and the (cos, sin) interface of the checkpoints that use it."""
 
-    emit: Callable[[Tensor, float], object]  # angles [b, s, r/2], A -> the rotary module's output (float32)
-    cos_sin: Callable[[object], tuple[Tensor, Tensor]]  # that output -> (A cos, A sin) per channel, [b, s, r]
+    # angles [b, s, r/2], A -> the rotary module's output (float32): a (cos, sin) pair, or one complex tensor
+    emit: Callable[[Tensor, float], Any]
+    cos_sin: Callable[[Any], tuple[Tensor, Tensor]]  # that output -> (A cos, A sin) per channel, [b, s, r]
     partner: Callable[[Tensor], Tensor]  # rotated = x (A cos) + partner(x) (A sin)
 
 
