@@ -1,6 +1,6 @@
 """A GGUF header is parsed once per load and per ``inspect --parity`` (issue 54, item 6: Gemma 3's
-parity in time). gguf's reader builds a numpy view per part of every header field, 14.6 s for Gemma
-3 270M's vocabulary here; before ``shared_gguf_reader`` a load built it 4 times and ``inspect
+parity in time). gguf's reader builds numpy views of every header field, 14.6 s for Gemma 3 270M's
+vocabulary here; before ``shared_gguf_reader`` a load built it 4 times and ``inspect
 --parity`` 6 times (docs/pretrained.md, "Gemma 3's parity in time"). A tiny llama GGUF written here
 stands in for it: the count of readers is the same whatever the vocabulary."""
 

@@ -239,9 +239,9 @@ _SHARED_READERS: dict | None = None  # (path, size, mtime) -> GGUFReader while s
 def shared_gguf_reader():
     """Within it, every ``gguf.GGUFReader`` of one unchanged file (path, size, mtime) is the same reader.
 
-    gguf's reader builds a numpy view per part of every header field: for Gemma 3 270M's
-    262,144-token vocabulary about 4 million views, 14.6 s a build on this machine's 2 shared cores
-    (docs/pretrained.md, "Gemma 3's parity in time"). Loading one GGUF built it four times: poslab's
+    gguf's reader builds numpy views of every part of every header field, its 262,144-token vocabulary
+    included for Gemma 3 270M: poslab's config read of it (one build) took 14.6 s on this machine's 2
+    shared cores (docs/pretrained.md, "Gemma 3's parity in time"). Loading one GGUF built it four times: poslab's
     :func:`gguf_metadata`, then transformers' ``load_gguf_checkpoint`` for the config, the tokenizer's
     config and the weights. The reader only reads its memory map, so one serves them all; it goes
     when the outermost block ends. Re-entrant; any other use of the reader is left alone."""
