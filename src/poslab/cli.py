@@ -254,12 +254,14 @@ def models():
 def inspect_cmd(path, parity, lengths):
     """The same columns as `poslab models` for any config.json, model directory, GGUF file or
     built-in model (one row per layer type where the types' rope settings differ)."""
+    from poslab.pretrained.loading import shared_gguf_reader
     from poslab.pretrained.table import HEADER, inspect_rows
 
     if lengths is not None and not parity:
         raise ConfigError("--lengths", lengths, "used with --parity only")
-    model, wanted = _parity_model(path, lengths) if parity else (None, None)  # refusals before any output
-    rows = inspect_rows(path)
+    with shared_gguf_reader():  # one parse of a GGUF header for the config, the load and the rows
+        model, wanted = _parity_model(path, lengths) if parity else (None, None)  # refusals before any output
+        rows = inspect_rows(path)
     click.echo(_table(tuple(HEADER.values()), [tuple(row[k] for k in HEADER) for row in rows]))
     for row in rows:
         if row.get("notes"):

@@ -53,3 +53,20 @@ def test_adding_an_architecture_is_one_record(tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     assert out.output.splitlines()[2].rstrip().endswith("record, replace")  # the "poslab can" column
     assert out.output.rstrip().endswith("parity: pass")
+
+
+def test_a_llama4_config_json_without_layer_types_shows_its_chunks():
+    """A Llama 4 config.json as published names no layer_types (its config class builds them from
+    no_rope_layers and attention_chunk_size): the record builds the same ones, so the chunk shows."""
+    from transformers import Llama4TextConfig
+
+    published = dict(num_hidden_layers=8, num_attention_heads=4, hidden_size=64, head_dim=16,
+                     max_position_embeddings=1024, rope_theta=5e5, attention_chunk_size=128,
+                     no_rope_layers=[1, 1, 1, 0, 1, 1, 0, 1])
+    built = Llama4TextConfig(**published, intermediate_size_mlp=128, num_local_experts=2)
+    arch = archs.find("llama4_text")
+    assert arch.layer_types(dict(published)) == list(built.layer_types)
+    assert arch.layer_chunks(dict(published)) == [128 if t == archs.CHUNKED else None for t in built.layer_types]
+    layers = entry_from_config(dict(published, model_type="llama4_text"))["layers"]
+    assert layers["types"]["chunked_attention"] == {"count": 6, "rope_theta": 5e5, "chunk": 128}
+    assert layers["types"]["full_attention (no rope)"]["count"] == 2

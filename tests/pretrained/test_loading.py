@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from importlib import resources
 
 import pytest
 
@@ -60,6 +62,30 @@ def test_table_has_the_survey_models():
     for model in ("Llama 2", "Llama 3.1", "Mistral", "Qwen2.5", "Phi-3", "DeepSeek-V2", "GPT-NeoX", "Gemma",
                   "SmolLM2", "GPT-2", "BLOOM", "MPT", "T5"):
         assert model in names
+
+
+def test_models_shows_the_per_layer_pattern_of_a_published_config(tmp_path):
+    """An entry with its published config (SmolLM3-3B: no rope on every fourth layer) is read as
+    inspect reads that config: `poslab models` prints its pattern and a row per layer kind, the same
+    rows `poslab inspect` gives for the same config.json."""
+    (entry,) = [e for e in entries() if e["name"] == "SmolLM3-3B"]
+    raw = json.loads(resources.files("poslab").joinpath("data/llm_positions.json").read_text())
+    (published,) = [m["config"] for m in raw["models"] if m["name"] == "SmolLM3-3B"]
+    flags = published["no_rope_layers"]
+    assert entry["layers"]["pattern"] == "3 full : 1 full (no rope) (x9)"
+    assert entry["layers"]["types"]["full_attention (no rope)"]["count"] == flags.count(0) == 9
+    out = CliRunner().invoke(main, ["models"])
+    assert out.exit_code == 0, out.output
+    lines = [line for line in out.output.splitlines() if line.startswith("SmolLM3-3B")]
+    assert [line.split("  ")[0] for line in lines] == ["SmolLM3-3B: full x27", "SmolLM3-3B: full (no rope) x9"]
+    assert all("3 full : 1 full (no rope) (x9)" in line for line in lines)
+    assert " 5e+06 " in lines[0] and " none " in lines[1]  # theta on the rope layers; none on the others
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**published, "name": "SmolLM3-3B"}))
+    shown = CliRunner().invoke(main, ["inspect", str(config)])
+    cells = lambda text: [re.split(r"\s{2,}", line.strip()) for line in text.splitlines()  # noqa: E731
+                          if line.startswith("SmolLM3-3B")]
+    assert cells(shown.output) == cells(out.output)  # the same cells (the tables' widths differ)
 
 
 def test_computed_columns_follow_the_scaling_laws():

@@ -94,17 +94,7 @@ class Architecture:
 
     def rope_layers(self, config) -> list[bool]:
         """Per layer, whether it rotates q and k, read off ``config`` (a dict or a config object)."""
-        get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
-        n = int(get("num_hidden_layers") or get("n_layer") or 0)
-        flags = [True] * n
-        if self.rope_flags is not None:
-            listed, interval_field, default = self.rope_flags
-            given = get(listed)
-            if given:
-                flags = [bool(f) for f in given]
-            else:
-                interval = int(get(interval_field) or default)
-                flags = [(i + 1) % interval != 0 for i in range(n)]
+        flags = self._flags(config)
         types = self.layer_types(config)
         if self.rope_types is not None and types:
             flags = [f and t in self.rope_types for f, t in zip(flags, types, strict=True)]
@@ -117,10 +107,25 @@ class Architecture:
         if types:
             return [str(t) for t in types]
         n = int(get("num_hidden_layers") or 0)
+        if self.chunk is not None and get(self.chunk) and n:  # as Llama 4's config class builds them
+            return [CHUNKED if rope else "full_attention" for rope in self._flags(config)]
         if self.type_period is None or not n:
             return None
         period = int(get(self.type_period[0]) or self.type_period[1])
         return ["sliding_attention" if (i + 1) % period else "full_attention" for i in range(n)]
+
+    def _flags(self, config) -> list[bool]:
+        """Per layer, whether its rope flags (``rope_flags``) let it rotate (every layer without them)."""
+        get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+        n = int(get("num_hidden_layers") or get("n_layer") or 0)
+        if self.rope_flags is None:
+            return [True] * n
+        listed, interval_field, default = self.rope_flags
+        given = get(listed)
+        if given:
+            return [bool(f) for f in given]
+        interval = int(get(interval_field) or default)
+        return [(i + 1) % interval != 0 for i in range(n)]
 
     def layer_chunks(self, config) -> list[int | None]:
         """Per layer, the chunk of its chunked attention (None: not chunked)."""

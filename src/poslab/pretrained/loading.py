@@ -18,6 +18,7 @@ machine these tests run on does not have, so that path is untested here.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -229,6 +230,45 @@ def config_count(config: dict, *keys: str) -> int:
         if config.get(key):
             return int(config[key])
     raise ConfigError(FIELD, config.get("model_type", "config"), f"a config that sets one of {', '.join(keys)}")
+
+
+_SHARED_READERS: dict | None = None  # (path, size, mtime) -> GGUFReader while shared_gguf_reader() is open
+
+
+@contextlib.contextmanager
+def shared_gguf_reader():
+    """Within it, every ``gguf.GGUFReader`` of one unchanged file (path, size, mtime) is the same reader.
+
+    gguf's reader builds numpy views of every part of every header field, its 262,144-token vocabulary
+    included for Gemma 3 270M: poslab's config read of it (one build) took 14.6 s on this machine's 2
+    shared cores (docs/pretrained.md, "Gemma 3's parity in time"). Loading one GGUF built it four times: poslab's
+    :func:`gguf_metadata`, then transformers' ``load_gguf_checkpoint`` for the config, the tokenizer's
+    config and the weights. The reader only reads its memory map, so one serves them all; it goes
+    when the outermost block ends. Re-entrant; any other use of the reader is left alone."""
+    global _SHARED_READERS
+    if _SHARED_READERS is not None or importlib.util.find_spec("gguf") is None:  # shared already, or no gguf
+        yield
+        return
+    import gguf
+
+    original = gguf.GGUFReader
+    readers: dict = {}
+
+    def reader(path, *args, **kwargs):
+        if args or kwargs:  # a mode other than read-only: its own reader
+            return original(path, *args, **kwargs)
+        stat = os.stat(path)
+        key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+        if key not in readers:
+            readers[key] = original(path)
+        return readers[key]
+
+    _SHARED_READERS, gguf.GGUFReader = readers, reader  # transformers imports it from gguf at each call
+    try:
+        yield
+    finally:
+        _SHARED_READERS, gguf.GGUFReader = None, original
+        readers.clear()
 
 
 def gguf_metadata(path: str, name: str | None = None, field: str = FIELD) -> dict:

@@ -75,7 +75,14 @@ from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.loss import masked_cross_entropy
 from poslab.positional.rope_scaling import LENGTH_DEPENDENT, rope_frequencies, unscaled_positions
 from poslab.pretrained.architectures import find, model_types
-from poslab.pretrained.loading import Source, content_hash, read_causal_config, require_transformers, resolve
+from poslab.pretrained.loading import (
+    Source,
+    content_hash,
+    read_causal_config,
+    require_transformers,
+    resolve,
+    shared_gguf_reader,
+)
 from poslab.tasks.base import Batch
 
 if TYPE_CHECKING:
@@ -804,13 +811,12 @@ def parity(model: PretrainedLM, lengths: tuple[int, ...] | None = None, *, seed:
         model.restore()
         own = model(x)
         model.set_schedule(None)
-        try:
-            ours = model(x)
-            recorded = model.collect(batch).logits
+        try:  # each [L, vocabulary] logits compared in place and dropped: own and one other held at a time
+            forward = float(model(x).sub_(own).abs_().max())
+            collect = float(model.collect(batch).logits.sub_(own).abs_().max())
         finally:
             model.restore()
-        rows.append(dict(length=L, forward=float((ours - own).abs().max()),
-                         collect=float((recorded - own).abs().max()), logit_scale=float(own.abs().max())))
+        rows.append(dict(length=L, forward=forward, collect=collect, logit_scale=float(own.abs().max())))
     return rows
 
 
@@ -933,6 +939,11 @@ def load(spec, *, dtype: str = "float32", device: str = "cpu", threads: int | No
         finally:
             if shown:
                 logging.enable_progress_bar()
+    with shared_gguf_reader():  # a GGUF's header is parsed once, not once per reader of it (loading.py)
+        return _load(spec, dtype=dtype, device=device)
+
+
+def _load(spec, *, dtype: str, device: str) -> PretrainedLM:
     check_choice("dtype", dtype, DTYPES)
     if dtype == "bfloat16" and device == "cpu":
         raise ConfigError("dtype", dtype, "float32 on cpu (bfloat16 is offered on a GPU)")

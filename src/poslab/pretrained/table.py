@@ -41,8 +41,18 @@ HEADER = {"name": "model", "layers": "layers", "encoding": "encoding", "rope_typ
 
 
 def entries() -> list[dict]:
+    """The survey's entries; one that carries its published ``config`` (the fields of its config.json
+    that position depends on) is read as :func:`entry_from_config` reads any config, so its per-layer
+    pattern comes from its architecture's record (which layers rotate, windows, chunks), as ``inspect``
+    shows it."""
     text = resources.files("poslab").joinpath("data/llm_positions.json").read_text()
-    return json.loads(text)["models"]
+    return [_from_published(item) if "config" in item else item for item in json.loads(text)["models"]]
+
+
+def _from_published(item: dict) -> dict:
+    entry = entry_from_config(item["config"], name=item["name"])
+    entry.update({k: v for k, v in item.items() if k not in ("config", "name")})
+    return entry
 
 
 def entry_from_config(cfg: dict, name: str = "config") -> dict:
