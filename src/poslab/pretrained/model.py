@@ -813,7 +813,9 @@ def parity(model: PretrainedLM, lengths: tuple[int, ...] | None = None, *, seed:
         model.set_schedule(None)
         try:  # each [L, vocabulary] logits compared in place and dropped: own and one other held at a time
             forward = float(model(x).sub_(own).abs_().max())
-            collect = float(model.collect(batch).logits.sub_(own).abs_().max())
+            logits = model.collect(batch).logits
+            assert logits is not None  # collect always returns the logits
+            collect = float(logits.sub_(own).abs_().max())
         finally:
             model.restore()
         rows.append(dict(length=L, forward=forward, collect=collect, logit_scale=float(own.abs().max())))
