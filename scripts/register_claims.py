@@ -343,9 +343,11 @@ def _typed(value: str):
     return None if value == "" else value
 
 
-# studies rerun on today's specs since their last revision: their stored claims are the run's own (a rerun's
-# claims.json is judged by the specs that wrote it), so --restate only annotates them
-RERUN = {"phenomenon": "2026-12-07, paper preset, 4 min 21 s", "heads": "2026-12-07, paper preset, 1 min 59 s"}
+# studies judged again by today's report since their last revision: their stored claims are that report's own
+# (judged by the specs that wrote them), so --restate only annotates them
+RERUN = {"phenomenon": "2026-12-07, paper preset rerun, 4 min 21 s",
+         "heads": "2026-12-07, paper preset rerun, 1 min 59 s",
+         "lengthgen": "2026-12-07, cpu preset's report re-rendered from its stored rows.csv (nothing retrained)"}
 UNDECIDED: list[str] = []  # stored claims whose spec their name cannot pick among several: restated by a rerun
 
 
