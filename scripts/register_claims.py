@@ -347,6 +347,7 @@ def _typed(value: str):
 # (judged by the specs that wrote them), so --restate only annotates them
 RERUN = {"phenomenon": "2026-12-07, paper preset rerun, 4 min 21 s",
          "heads": "2026-12-07, paper preset rerun, 1 min 59 s",
+         "bias-comparison": "2026-12-07, paper preset rerun, 9 min 22 s (303 members)",
          "lengthgen": "2026-12-07, cpu preset's report re-rendered from its stored rows.csv (nothing retrained)"}
 UNDECIDED: list[str] = []  # stored claims whose spec their name cannot pick among several: restated by a rerun
 
