@@ -24,9 +24,12 @@ dumps of each commit are cached in ``.cache/register_claims``.
 from __future__ import annotations
 
 import argparse
+import csv
+import dataclasses
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -35,6 +38,26 @@ from io import BytesIO
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))  # today's poslab; --dump-all drops it from sys.modules before each revision's
+
+from poslab.experiments.claims import (  # noqa: E402
+    VERDICTS,
+    as_registered,
+    claims_markdown,
+    counts_text,
+    markdown_table,
+    read_claims,
+    write_claims,
+)
+from poslab.experiments.fingerprint import digest  # noqa: E402
+from poslab.experiments.registry import (  # noqa: E402
+    annotate_stored,
+    group_fingerprints,
+    template_fields,
+    template_pattern,
+)
+from poslab.experiments.spec import COMPARE  # noqa: E402
+
 SINCE = "fb03655"  # "Studies move to poslab/studies ... Claims as data (experiments/spec.py: ClaimSpec ...)"
 # the commit that registered every claim: from it on, a claim whose spec vanishes is withdrawn only by
 # --withdraw (or followed by a spec's renamed_from=), never by the walk (tests fail until it is declared)
@@ -162,7 +185,7 @@ def _stored(commit: str, study: str) -> list[dict] | None:
 def _judged(c: dict) -> dict:
     holds = c.get("holds")
     return dict(criterion=c.get("criterion", ""), role=c.get("role", "paper"),
-                verdict={True: "yes", False: "no", None: "n.a."}[holds], na_kind=c.get("na_kind"))
+                verdict=VERDICTS[holds], na_kind=c.get("na_kind"))
 
 
 def _declared(j: dict) -> tuple:
@@ -175,16 +198,11 @@ def _declared(j: dict) -> tuple:
 def _fits(spec: dict, name: str) -> bool:
     """Whether the claim ``name`` can come from ``spec``: its name fits the template, and the values the
     name gives the template's fields meet the spec's terms on those columns."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from poslab.experiments.registry import template_pattern
 
     m = template_pattern(spec["name"]).match(name)
     if m is None:
         return False
-    import re
-
-    fields = [f.split(":")[0].split("!")[0] for f in re.findall(r"\{([^{}]*)\}", spec["name"])]
-    got = dict(zip(fields, m.groups(), strict=False))
+    got = dict(zip(template_fields(spec["name"]), m.groups(), strict=False))
     for column, op, value in spec.get("terms", []):
         if column not in got:
             continue
@@ -197,16 +215,13 @@ def _fits(spec: dict, name: str) -> bool:
             a, b = float(text), float(value)
         except (TypeError, ValueError):
             continue
-        if not {"==": a == b, "!=": a != b, ">=": a >= b, "<=": a <= b, ">": a > b, "<": a < b}.get(op, True):
+        if op in COMPARE and not COMPARE[op](a, b):
             return False
     return True
 
 
 def _spec_for(name: str, rows: list[dict]) -> dict | None:
     """The spec a claim comes from at one revision (several that fit: one record, their fingerprints joined)."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from poslab.experiments.fingerprint import digest
-
     fit = [r for r in rows if _fits(r, name)]
     if not fit:
         return None
@@ -249,17 +264,9 @@ def walk(since: str) -> dict[str, dict]:
 
 
 def _groups(rows: list[dict]) -> dict[str, dict]:
-    sys.path.insert(0, str(ROOT / "src"))
-    from poslab.experiments.fingerprint import digest
-
-    fps: dict[str, list[str]] = {}
-    notes: dict[str, list[str]] = {}
-    for r in rows:
-        fps.setdefault(r["name"], []).append(r["fingerprint"])
-        if r.get("revised"):
-            notes.setdefault(r["name"], []).append(r["revised"])
-    return {t: dict(fingerprint=f[0] if len(f) == 1 else digest(f), revised="; ".join(notes[t]) if t in notes else None)
-            for t, f in fps.items()}
+    """The dumped specs grouped by template as registry.problems groups today's (registry.group_fingerprints)."""
+    groups = group_fingerprints((r["name"], r["fingerprint"], r.get("revised")) for r in rows)
+    return {t: dict(fingerprint=fp, revised=note) for t, (fp, note) in groups.items()}
 
 
 def _revise(ledger: dict, rows: list[dict], commit: str, date: str, subject: str, registered: bool = False) -> None:
@@ -290,8 +297,6 @@ def _revise(ledger: dict, rows: list[dict], commit: str, date: str, subject: str
 
 def _renamed(ledger: dict, name: str) -> str | None:
     """The registered claim ``name`` replaces under :data:`HISTORY_RENAMES`, where there is one."""
-    import re
-
     for pattern, old in HISTORY_RENAMES.get(ledger["study"], []):
         m = re.fullmatch(pattern, name)
         if m is not None and m.expand(old) in ledger["claims"]:
@@ -359,11 +364,7 @@ def recompute(study: str, claims: list, folder: Path) -> list:
     the role computed from them, and the learned-in-range gate (the study's GATE) read from the stored
     rows.csv, which only takes a verdict away (an n.a. 'not-learned' with the in-range score). The measured
     values are the stored ones: nothing is re-measured. Other studies' claims are returned as they are."""
-    import csv
-    import dataclasses
-    import importlib
 
-    from poslab.experiments.registry import template_pattern
     from poslab.studies import EXPERIMENTS
 
     module = importlib.import_module(EXPERIMENTS[study].report.__module__)
@@ -389,8 +390,7 @@ def recompute(study: str, claims: list, folder: Path) -> list:
         c = _rejudged(dataclasses.replace(c, role=spec.role), spec)
         if spec.trained and gate is not None and c.holds is not None and rows:
             m = template_pattern(spec.name).match(c.name)
-            fields = [f.split(":")[0] for f in __import__("re").findall(r"\{([^{}]*)\}", spec.name)]
-            group = [{k: _typed(v) for k, v in zip(fields, m.groups(), strict=False)}] if m else []
+            group = [{k: _typed(v) for k, v in zip(template_fields(spec.name), m.groups(), strict=False)}] if m else []
             score = gate.score(group, rows)
             if score is None or score < gate.threshold:
                 shown = "not measured" if score is None else f"{score:.3f}"
@@ -398,10 +398,6 @@ def recompute(study: str, claims: list, folder: Path) -> list:
                     f"n.a. (did not learn in range: {gate.text} {shown}, below {gate.threshold:g}); {c.note}"))
         out.append(c)
     return out
-
-
-def _plain(holds: bool | None) -> str:
-    return {True: "yes", False: "no", None: "n.a."}[holds]
 
 
 def _stored_value(claim, spec) -> float | None:
@@ -421,11 +417,10 @@ def _rejudged(claim, spec):
     """A stored claim under today's spec where only the criterion changed: judged from its stored measured
     value (a spec that now decides what was n.a., or a new line), or n.a. where the spec now declares it.
     A criterion scaled by a row column or decided by intervals needs the rows: left as stored."""
-    import dataclasses
 
     if spec.na is not None and claim.holds is not None:
         return dataclasses.replace(claim, holds=None, na_kind=spec.na.kind, criterion="",
-                                   note=f"n.a. ({spec.na.text}); was judged {_plain(claim.holds)}: {claim.note}")
+                                   note=f"n.a. ({spec.na.text}); was judged {VERDICTS[claim.holds]}: {claim.note}")
     value = _stored_value(claim, spec)
     decided = claim.holds is not None or claim.na_kind in DECLARED_NA
     if (spec.op is None or spec.scale_by or spec.interval or value is None or not decided
@@ -434,14 +429,11 @@ def _rejudged(claim, spec):
     holds = spec.judge(value)
     return dataclasses.replace(claim, holds=holds, na_kind=None, criterion=spec.criterion(), note=(
         f"judged from the stored measured value under the revised criterion (nothing re-run); "
-        f"stored as {_plain(claim.holds)}{f' under {claim.criterion}' if claim.criterion else ''}: {claim.note}"))
+        f"stored as {VERDICTS[claim.holds]}{f' under {claim.criterion}' if claim.criterion else ''}: {claim.note}"))
 
 
 def restate(ledgers: dict[str, dict]) -> None:
     """Rewrite each stored claims.json with its claims' registration and the claims table of its table.md."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from poslab.experiments.claims import claims_markdown, read_claims, write_claims
-    from poslab.experiments.registry import annotate_stored
 
     for folder in RESULTS:
         for path in sorted((ROOT / folder).glob("*/claims.json")):
@@ -465,8 +457,6 @@ MARKERS = ("<!-- registered counts -->", "<!-- /registered counts -->")
 
 def counts_block() -> str:
     """docs/results.md's table: each stored study's counts per role as registered and as revised."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from poslab.experiments.claims import as_registered, counts_text, markdown_table, read_claims
 
     rows = []
     for folder in RESULTS:

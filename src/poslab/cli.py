@@ -224,15 +224,12 @@ def claims_cmd(study, results, store):
     path = results / "claims.json" if (results / "claims.json").is_file() else results / name / "claims.json"
     if not path.is_file():
         raise ConfigError("--results", str(results), f"a folder holding {name}'s claims.json")
-    claims = read_claims(path)
-    ledger = registry.load(name)
-    if ledger is not None:
-        claims = registry.annotate_stored(claims, ledger)
+    claims = registry.registered(name, read_claims(path))
     click.echo(claims_markdown(claims))
     click.echo(f"\ncounts (yes / no / n.a.): {counts_both(claims)}")
     revised = sum(bool(c.registered) for c in claims)
-    click.echo(f"{len(claims)} claims, {revised} revised after their first verdict"
-               + ("" if ledger else f"; {name} has no ledger (scripts/register_claims.py)"))
+    unregistered = "" if registry.ledger_path(name).exists() else f"; {name} has no ledger (scripts/register_claims.py)"
+    click.echo(f"{len(claims)} claims, {revised} revised after their first verdict{unregistered}")
 
 
 @main.command()

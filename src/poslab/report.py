@@ -26,7 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from poslab.experiments import registry
-from poslab.experiments.claims import ROLES, Claim, claims_markdown, counts_both, markdown_table, read_claims, summary
+from poslab.experiments.claims import (
+    ROLES,
+    VERDICTS,
+    Claim,
+    claims_markdown,
+    counts_both,
+    markdown_table,
+    read_claims,
+    summary,
+)
 from poslab.experiments.stages import is_stage
 from poslab.store import Store
 
@@ -93,16 +102,10 @@ def sections(db: Store, results: Path | None) -> list[Section]:
             statuses={**dict(sorted(Counter(r["status"] for r in mine).items())),
                       **({"stored stages": stages} if stages else {})},
             budgets=[(what, _distinct(_get(r["config"], path) for r in mine)) for what, path in BUDGETS],
-            claims=_registered(name, read_claims(claims_file)) if claims_file.exists() else None,
+            claims=registry.registered(name, read_claims(claims_file)) if claims_file.exists() else None,
             figures=sorted(folder.glob("*.png")) if folder.is_dir() else [],
             results=folder if folder.is_dir() else None))
     return out
-
-
-def _registered(name: str, claims: list[Claim]) -> list[Claim]:
-    """The stored claims with each revised one's registered criterion and verdict (the study's ledger)."""
-    ledger = registry.load(name)
-    return claims if ledger is None else registry.annotate_stored(claims, ledger)
 
 
 def _totals(secs: list[Section]) -> list[list]:
@@ -144,7 +147,6 @@ details summary{cursor:pointer;color:#555}"""
 
 
 NOTE_FOLD = 90  # characters of a note shown before it folds
-VERDICT = {True: "yes", False: "no", None: "n.a."}
 
 
 def _cell(text: str, fold: bool) -> str:
@@ -193,7 +195,7 @@ def render_html(secs: list[Section], store: Path) -> str:
             claims_html = "<h3>The paper beside this run</h3>" + "".join(
                 f"<h4>{role}</h4>" + _html_table(
                     ["claim", "paper", "measured", "criterion", "met", "note"],
-                    [[c.name, c.paper, c.measured_text(), c.criterion, VERDICT[c.holds],
+                    [[c.name, c.paper, c.measured_text(), c.criterion, VERDICTS[c.holds],
                       c.note] for c in s.claims if c.role == role], verdict_col=4, fold_col=5)
                 for role in ROLES if any(c.role == role for c in s.claims))
         parts.append(f'<div class="study">{claims_html}</div>')

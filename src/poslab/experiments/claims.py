@@ -39,6 +39,7 @@ from pathlib import Path
 ROLES = ("paper", "control", "prediction", "external", "check")  # the order table.md and the report group them in
 VERDICT_ROLES = ("paper", "control", "prediction", "external")  # a check is shown, never counted as a verdict
 NA_KINDS = ("undecidable", "comparison", "not-run", "not-learned")
+VERDICTS = {True: "yes", False: "no", None: "n.a."}  # holds -> the verdict in words (a ledger's, the report's)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +130,7 @@ def counts_text(claims: list[Claim]) -> str:
     return "; ".join(f"{role} {y} / {n} / {na}" for role, (y, n, na) in role_counts(claims).items())
 
 
-_HOLDS = {"yes": True, "no": False, "n.a.": None}
+_HOLDS = {word: holds for holds, word in VERDICTS.items()}
 
 
 def as_registered(claims: list[Claim]) -> list[Claim]:

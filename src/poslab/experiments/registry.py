@@ -37,7 +37,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from poslab.experiments.claims import Claim
+from poslab.experiments.claims import VERDICTS, Claim
 from poslab.experiments.fingerprint import digest
 
 LEDGERS = Path(__file__).resolve().parent.parent / "data" / "registry"
@@ -75,6 +75,11 @@ def template_pattern(template: str) -> re.Pattern:
     return re.compile("(.+?)".join(re.escape(p.replace("{{", "{").replace("}}", "}")) for p in parts) + r"\Z")
 
 
+def template_fields(template: str) -> list[str]:
+    """The fields a name template formats, in order (``"{encoding}, K={K:d}"`` → ``["encoding", "K"]``)."""
+    return [f.split(":")[0].split("!")[0] for f in re.findall(r"\{([^{}]*)\}", template)]
+
+
 def spec_of(name: str, templates: Iterable[str]) -> str | None:
     """The template that gives claim ``name`` (the most literal one where several match)."""
     hits = [t for t in templates if template_pattern(t).match(name)]
@@ -84,23 +89,25 @@ def spec_of(name: str, templates: Iterable[str]) -> str | None:
 def by_template(specs: list, gate=None) -> dict[str, tuple[str, str | None]]:
     """{name template: (fingerprint, revised note)}: the specs that share a template (the same claim in
     rows of other settings) fingerprint as one, their notes joined."""
+    return group_fingerprints((s.name, s.fingerprint(gate), s.revised) for s in specs)
+
+
+def group_fingerprints(items: Iterable[tuple[str, str, str | None]]) -> dict[str, tuple[str, str | None]]:
+    """(template, fingerprint, revised note) per spec -> {template: (the group's fingerprint, notes joined)};
+    ``scripts/register_claims.py`` groups an earlier revision's dumped specs with it too."""
     fps: dict[str, list[str]] = {}
     notes: dict[str, list[str]] = {}
-    for s in specs:
-        fps.setdefault(s.name, []).append(s.fingerprint(gate))
-        if s.revised:
-            notes.setdefault(s.name, []).append(s.revised)
+    for template, fp, note in items:
+        fps.setdefault(template, []).append(fp)
+        if note:
+            notes.setdefault(template, []).append(note)
     return {t: (f[0] if len(f) == 1 else digest(f), "; ".join(notes[t]) if t in notes else None)
             for t, f in fps.items()}
 
 
-def _verdict(holds: bool | None) -> str:
-    return {True: "yes", False: "no", None: "n.a."}[holds]
-
-
 def judgement(claim: Claim) -> dict:
     """What a ledger keeps of one judgement."""
-    return dict(criterion=claim.criterion, role=claim.role, verdict=_verdict(claim.holds), na_kind=claim.na_kind)
+    return dict(criterion=claim.criterion, role=claim.role, verdict=VERDICTS[claim.holds], na_kind=claim.na_kind)
 
 
 def annotate(claims: list[Claim], specs: list, gate=None) -> list[Claim]:
@@ -154,6 +161,13 @@ def _from_store(claims: list[Claim], groups: dict, template: dict, history: dict
     return out
 
 
+def registered(study: str, claims: list[Claim]) -> list[Claim]:
+    """A study's stored claims with each revised one's registered criterion and verdict, from its ledger
+    (as stored where it has none)."""
+    ledger = load(study)
+    return claims if ledger is None else annotate_stored(claims, ledger)
+
+
 def annotate_stored(claims: list[Claim], ledger: dict, pending: dict[str, str] | None = None) -> list[Claim]:
     """``claims`` with ``registered`` set from ``ledger`` wherever a claim was revised after its first
     verdict and reads otherwise than it was registered (criterion, role, verdict or n.a. kind);
@@ -168,7 +182,7 @@ def annotate_stored(claims: list[Claim], ledger: dict, pending: dict[str, str] |
             reasons.append(pending[c.name])
         first = (record or {}).get("first", {})
         moved = (first.get("criterion", ""), first.get("role"), first.get("verdict"), first.get("na_kind")) != (
-            c.criterion, c.role, _verdict(c.holds), c.na_kind)
+            c.criterion, c.role, VERDICTS[c.holds], c.na_kind)
         if record is None or not reasons or not moved:
             out.append(dataclasses.replace(c, registered=None))
             continue

@@ -92,7 +92,7 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
                                revision=revision)
     stages = Stages(store, experiment.name, revision, force)
     evaluated = _evaluate_variants(experiment, variants, done, store, stages, record, span, device=device)
-    files = _write_report(experiment, study, store, everyone, out, span)
+    files = _write_report(experiment, study, store, everyone, out, span, revision)
     return dict(members=len(trained), trained=len(todo), reused=len(trained) - len(todo),
                 reevaluated=len(trained) if reevaluate else 0, variants=len(variants), evaluated=evaluated,
                 seconds=time.perf_counter() - start, files=files)
@@ -177,13 +177,14 @@ def _evaluate_variants(experiment: Experiment, variants: list[tuple[Member, Memb
 
 
 def _write_report(experiment: Experiment, study: StudyConfig, store: Store, everyone: list[Member], out: Path,
-                  span: Span) -> list:
-    """The experiment's report over every member's stored rows, written to ``out``; its files."""
+                  span: Span, revision: str | None) -> list:
+    """The experiment's report over every member's stored rows, written to ``out``; its files (its judgements
+    recorded in ``store`` under ``revision``, the run's)."""
     with span("store"):
         rows = store.rows(keys=[m.key for m in everyone])
     with span("tables and figures"):
         out.mkdir(parents=True, exist_ok=True)
-        with registry.active(experiment.name, store, git_revision(Path(__file__).parent)):
+        with registry.active(experiment.name, store, revision):
             files = experiment.report(rows, study, out)
     with span("store"):
         store.record_outputs(experiment.name, out)

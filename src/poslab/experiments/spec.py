@@ -36,7 +36,7 @@ Row = dict
 
 # ----------------------------------------------------------------------------- predicates
 
-_CMP: dict[str, Callable[[float, float], bool]] = {
+COMPARE: dict[str, Callable[[float, float], bool]] = {
     "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
 }
 
@@ -73,7 +73,7 @@ class Term:
         if self.column not in row or row[self.column] is None:
             return False
         got, want = row[self.column], _value(self.value, row)
-        return got in want if self.op == "in" else bool(_CMP[self.op](got, want))
+        return got in want if self.op == "in" else bool(COMPARE[self.op](got, want))
 
     def example(self) -> object:
         """A value of the column that satisfies this term (Refs are resolved by the caller)."""
@@ -160,7 +160,7 @@ class Measure:
             if not present:
                 return None
             op, want = self.test
-            return float(np.mean([bool(_CMP[op](r[self.column], _value(want, r))) for r in present]))
+            return float(np.mean([bool(COMPARE[op](r[self.column], _value(want, r))) for r in present]))
         if self.agg == "lower_bound":
             return _lower_bound(rows, self.column)
         vals = [float(r[self.column]) for r in rows if r.get(self.column) is not None]
@@ -245,8 +245,8 @@ def lower_bound(column: str, text: str = "") -> Measure:
 
 
 def share(column: str, op: str, value, text: str = "") -> Measure:
-    if op not in _CMP:
-        raise ValueError(f"share: op must be one of {sorted(_CMP)}, got {op!r}")
+    if op not in COMPARE:
+        raise ValueError(f"share: op must be one of {sorted(COMPARE)}, got {op!r}")
     return Measure(column, "share", (op, value), text=text)
 
 
@@ -485,7 +485,7 @@ class ClaimSpec:
         if self.op == "~":
             assert self.tol is not None  # __post_init__: "~" comes with a tol
             return bool(abs(value - limit) <= self.tol)
-        return bool(_CMP[self.op](value, limit))
+        return bool(COMPARE[self.op](value, limit))
 
     def sides(self, group: list[Row]) -> tuple[float, float, bool | None] | None:
         """With ``interval``: (lowest lo, highest hi, verdict) over the group's intervals; the
