@@ -20,3 +20,18 @@ def tiny(tmp_path_factory):
         return made[key]
 
     return get
+
+
+@pytest.fixture
+def collect_capturing():
+    """(model, batch, modules) -> (model.collect(batch), each module's forward output in call order): what a
+    checkpoint's own projections gave, beside what collect reports."""
+    def run(model, batch, modules):
+        outputs = []
+        handles = [m.register_forward_hook(lambda mod, args, out: outputs.append(out)) for m in modules]
+        try:
+            return model.collect(batch), outputs
+        finally:
+            for h in handles:
+                h.remove()
+    return run

@@ -43,35 +43,25 @@ def test_every_family_is_a_parity_kind():
 
 
 @pytest.mark.parametrize("kind", ["cohere", "cohere2", "glm", "phi", "smollm3", "granite"])
-def test_collect_unrotates_to_the_projection(tiny, kind):
+def test_collect_unrotates_to_the_projection(tiny, kind, collect_capturing):
     """q from collect equals the q_proj output on every layer: interleaved pairs handed repeated (Cohere)
     or as halves (GLM), partial rotary (Phi, GLM), layers without rope (Cohere2, SmolLM3)."""
     model = load(tiny(kind))
     x = tokens()
-    projections = []
-    handles = [layer.self_attn.q_proj.register_forward_hook(lambda m, a, out: projections.append(out))
-               for layer in model.layers]
-    inter = model.collect(batch_of(x))
-    for h in handles:
-        h.remove()
+    inter, projections = collect_capturing(model, batch_of(x), [layer.self_attn.q_proj for layer in model.layers])
     for i, (layer, q_proj) in enumerate(zip(inter.layers, projections, strict=True)):
         q = q_proj.view(1, x.shape[1], model.n_heads, model.d_head).transpose(1, 2)
         torch.testing.assert_close(layer.q, q, rtol=1e-5, atol=1e-5)
         assert (float((layer.rot_q - q).abs().max()) > 1e-3) == model.layer_rope[i]  # rotated where it has rope
 
 
-def test_llama4_collect_gives_the_normed_query_before_rotation(tiny):
+def test_llama4_collect_gives_the_normed_query_before_rotation(tiny, collect_capturing):
     """Llama 4's rope layers norm q after rotating it (a rotation keeps the norm): collect's q is the
     normed projection; its no-rope layer's q is the projection times the temperature scale."""
     model = load(tiny("llama4"))
     cfg = model.config
     x = tokens(20)  # floor_scale 4: the scale steps up every 4 positions
-    projections = []
-    handles = [layer.self_attn.q_proj.register_forward_hook(lambda m, a, out: projections.append(out))
-               for layer in model.layers]
-    inter = model.collect(batch_of(x))
-    for h in handles:
-        h.remove()
+    inter, projections = collect_capturing(model, batch_of(x), [layer.self_attn.q_proj for layer in model.layers])
     pos = torch.arange(20, dtype=torch.float32)
     scale = torch.log1p(torch.floor((pos + 1) / cfg.floor_scale)) * cfg.attn_scale + 1
     for i, (layer, q_proj) in enumerate(zip(inter.layers, projections, strict=True)):
@@ -236,7 +226,7 @@ def test_pretrained_leakage_refuses_a_length_past_llama4s_chunk_before_any_work(
     assert out.exit_code == 0, out.output
 
 
-def test_an_alibi_falcon_is_recorded_and_not_rescheduled(tmp_path):
+def test_an_alibi_falcon_is_recorded_and_not_rescheduled(tmp_path, collect_capturing):
     """ALiBi Falcon builds a rotary module it never calls: its encoding is alibi, collect leaves q as
     projected (the bias is in the mask) and gives its logits, and a schedule is refused by name."""
     from poslab.pretrained.checks import preflight
@@ -253,12 +243,8 @@ def test_an_alibi_falcon_is_recorded_and_not_rescheduled(tmp_path):
     assert model.encoding == "alibi" and model.own_rotary  # the unused rotary module is there
     preflight(model, ("record",))
     x = tokens(20)
-    projections = []
-    handles = [layer.self_attention.query_key_value.register_forward_hook(lambda m, a, out: projections.append(out))
-               for layer in model.layers]
-    inter = model.collect(batch_of(x))
-    for h in handles:
-        h.remove()
+    inter, projections = collect_capturing(model, batch_of(x),
+                                           [layer.self_attention.query_key_value for layer in model.layers])
     torch.testing.assert_close(inter.logits, model(x).detach(), rtol=0, atol=TOL)
     q = projections[0].view(1, 20, model.n_heads, 3, model.d_head)[..., 0, :].transpose(1, 2)
     torch.testing.assert_close(inter.layers[0].q, q, rtol=1e-5, atol=1e-5)

@@ -81,7 +81,7 @@ def test_schedule_goes_to_the_full_layers_by_default(tiny):
             scheduled.set_schedule({"rope_type": "linear", "factor": 2.0}, layer_types=bad)
 
 
-def test_gemma2_layers_of_another_setting_get_their_own_rotary(tiny):
+def test_gemma2_layers_of_another_setting_get_their_own_rotary(tiny, collect_capturing):
     """Gemma 2 computes one (cos, sin) for every layer: a schedule on its full layers only reaches them
     through a layer hook; on every layer it equals the checkpoint saved with that schedule."""
     x = tokens()
@@ -96,12 +96,7 @@ def test_gemma2_layers_of_another_setting_get_their_own_rotary(tiny):
     ours = model(x)
     assert float((ours - own).detach().abs().max()) > 1e-4
     # collect un-rotates each layer with its own type's factor: q equals the projection itself
-    projections = []
-    handles = [layer.self_attn.q_proj.register_forward_hook(lambda m, a, out: projections.append(out))
-               for layer in model.layers]
-    inter = model.collect(batch_of(x))
-    for h in handles:
-        h.remove()
+    inter, projections = collect_capturing(model, batch_of(x), [layer.self_attn.q_proj for layer in model.layers])
     torch.testing.assert_close(inter.logits, ours, rtol=0, atol=TOL)
     for layer, q_proj in zip(inter.layers, projections, strict=True):
         q = q_proj.view(1, x.shape[1], model.n_heads, model.d_head).transpose(1, 2)
