@@ -53,6 +53,7 @@ from poslab.experiments.fingerprint import digest  # noqa: E402
 from poslab.experiments.registry import (  # noqa: E402
     annotate_stored,
     group_fingerprints,
+    join_notes,
     template_fields,
     template_pattern,
 )
@@ -227,8 +228,8 @@ def _spec_for(name: str, rows: list[dict]) -> dict | None:
         return None
     if len(fit) == 1:
         return fit[0]
-    notes = [r["revised"] for r in fit if r.get("revised")]
-    return {**fit[0], "fingerprint": digest([r["fingerprint"] for r in fit]), "revised": "; ".join(notes) or None}
+    return {**fit[0], "fingerprint": digest([r["fingerprint"] for r in fit]),
+            "revised": join_notes(r.get("revised") for r in fit)}
 
 
 def changed_in(commit: str) -> list[str]:
