@@ -376,6 +376,8 @@ def recompute(study: str, claims: list, folder: Path) -> list:
     if (folder / "rows.csv").exists():
         with open(folder / "rows.csv", newline="") as f:
             rows = [{k: _typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    elif gate is not None:
+        rows = gate_rows(claims, specs, gate)
     out = []
     for c in claims:
         mine = [s for s in specs if _fits(dict(name=s.name, terms=[[t.column, t.op, t.value] for t in s.where.terms
@@ -389,15 +391,33 @@ def recompute(study: str, claims: list, folder: Path) -> list:
             continue
         spec = mine[0]
         c = _rejudged(dataclasses.replace(c, role=spec.role), spec)
-        if spec.trained and gate is not None and c.holds is not None and rows:
+        # the gate, as the engine applies it: it takes a verdict whose models did not learn in range, and gives
+        # its reason to a claim today's spec judges that has nothing measured (stored as n.a. of another kind)
+        unmeasured = c.holds is None and spec.na is None and _stored_value(c, spec) is None
+        if spec.trained and gate is not None and (c.holds is not None or unmeasured) and rows:
             m = template_pattern(spec.name).match(c.name)
             group = [{k: _typed(v) for k, v in zip(template_fields(spec.name), m.groups(), strict=False)}] if m else []
             score = gate.score(group, rows)
-            if score is None or score < gate.threshold:
+            if (score is None and c.holds is not None) or (score is not None and score < gate.threshold):
                 shown = "not measured" if score is None else f"{score:.3f}"
-                c = dataclasses.replace(c, holds=None, na_kind="not-learned", note=(
-                    f"n.a. (did not learn in range: {gate.text} {shown}, below {gate.threshold:g}); {c.note}"))
+                c = dataclasses.replace(c, holds=None, na_kind="not-learned", criterion=c.criterion or spec.criterion(),
+                                        note=f"n.a. (did not learn in range: {gate.text} {shown}, below "
+                                             f"{gate.threshold:g}); {c.note}")
         out.append(c)
+    return out
+
+
+def gate_rows(claims: list, specs: list, gate) -> list[dict]:
+    """A study stored without its rows.csv: the gate's in-range scores from its stored claims that measure exactly
+    what the gate reads (the same rows, the mean of the same column), one row per claim, where one exists."""
+    out = []
+    for c in claims:
+        for s in specs:
+            m = template_pattern(s.name).match(c.name)
+            if (m and s.where == gate.where and s.measure is not None and s.measure.agg == "mean"
+                    and s.measure.column == gate.column and not s.measure.by and isinstance(c.measured, (int, float))):
+                fields = {k: _typed(v) for k, v in zip(template_fields(s.name), m.groups(), strict=False)}
+                out.append({**gate.where.example(), **fields, gate.column: float(c.measured)})
     return out
 
 

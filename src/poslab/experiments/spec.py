@@ -539,12 +539,12 @@ class ClaimSpec:
             span = None if self.na or holds is None else self.sides(group)
             if span is not None:
                 holds = span[2]
-            learned = gate.score(group, rows) if gate is not None and self.trained and holds is not None else None
+            gated = gate is not None and self.trained and (holds is not None or value is None)
+            learned = gate.score(group, rows) if gate is not None and gated else None
             if self.na:
                 na_kind = self.na.kind
                 note = f"n.a. ({self.na.text})" + (f"; {note}" if note else "")
-            elif gate is not None and self.trained and holds is not None and (learned is None
-                                                                               or learned < gate.threshold):
+            elif gate is not None and gated and _not_learned(holds, learned, gate.threshold):
                 holds, na_kind = None, "not-learned"
                 score = "not measured" if learned is None else f"{learned:.3f}"
                 note = (f"n.a. (did not learn in range: {gate.text} {score}, below {gate.threshold:g})"
@@ -566,6 +566,15 @@ class ClaimSpec:
             out.append(Claim(name=self.name.format(**fields), paper=self.paper, measured=shown or measured, holds=holds,
                              criterion=self.criterion(group), note=note, role=self.role, na_kind=na_kind))
         return out
+
+
+def _not_learned(holds: bool | None, learned: float | None, threshold: float) -> bool:
+    """Whether the gate takes the claim: a verdict whose models' in-range score is below the line or was not
+    measured, or a claim with nothing measured whose models were measured below the line (the reason it has no
+    value is that they did not learn, not that nothing ran)."""
+    if holds is not None:
+        return learned is None or learned < threshold
+    return learned is not None and learned < threshold
 
 
 def _sort_key(key: tuple) -> tuple:
