@@ -305,18 +305,40 @@ def _renamed(ledger: dict, name: str) -> str | None:
     return None
 
 
+def _renamed_by_spec(ledger: dict, name: str, rows: list[dict], stored: set[str]) -> str | None:
+    """The registered claim that ``name`` renames under its spec's ``renamed_from=``: the one the old template
+    gives with the same values of the fields both templates have, where this commit's results no longer hold it."""
+    spec = _spec_for(name, rows)
+    if not spec or not spec.get("renamed_from"):
+        return None
+    new = template_pattern(spec["name"]).match(name)
+    want = dict(zip(template_fields(spec["name"]), new.groups(), strict=False)) if new else {}
+    old_pattern, old_fields = template_pattern(spec["renamed_from"]), template_fields(spec["renamed_from"])
+    for registered, record in ledger["claims"].items():
+        m = old_pattern.match(registered)
+        if m is None or record.get("withdrawn") or registered in stored:
+            continue
+        got = dict(zip(old_fields, m.groups(), strict=False))
+        if all(got[k] == v for k, v in want.items() if k in got):
+            return registered
+    return None
+
+
 def _judge(ledger: dict, stored: list[dict], rows: list[dict], commit: str, date: str, subject: str) -> None:
     """At a commit that stored verdicts: a new claim's first judgement; a pending revision's verdict."""
+    names = {c["name"] for c in stored}
     for c in stored:
         j = _judged(c)
         claim = ledger["claims"].get(c["name"])
         old = _renamed(ledger, c["name"]) if claim is None else None
+        how = "a rename before registration, declared in scripts/register_claims.py"
+        if claim is None and old is None:
+            old, how = _renamed_by_spec(ledger, c["name"], rows, names), "renamed_from= on its spec"
         if old is not None:
             record = ledger["claims"][old]
             ledger["claims"][c["name"]] = claim = {**record, "withdrawn": None, "revisions": [
                 *record["revisions"], dict(**j, revision=commit[:7], date=date, reason=(
-                    f"renamed from {old!r} (a rename before registration, declared in scripts/register_claims.py); "
-                    f"{record.get('withdrawn') or ''}"))]}
+                    f"renamed from {old!r} ({how}); {record.get('withdrawn') or ''}"))]}
             record["withdrawn"] = f"renamed to {c['name']!r} in commit {commit[:7]}"
             continue
         if claim is None or claim.get("withdrawn"):
