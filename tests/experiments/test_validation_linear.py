@@ -154,7 +154,8 @@ def test_a_width_that_did_not_learn_in_distribution_is_not_judged():
         "linear, d=16 (16 coefficients <= 16 training offsets): accuracy at L=48",
         "linear, d=32 (16 frequencies <= 16 training offsets, 32 coefficients > 16): accuracy at L=48"]
     assert all(c.holds is None and c.na_kind == "not-learned" for c in unlearned.values())  # issue 53's kind
-    assert "0.620, below 0.95" in unlearned["linear, d=16 (16 coefficients <= 16 training offsets): accuracy at L=48"].note
+    d16 = unlearned["linear, d=16 (16 coefficients <= 16 training offsets): accuracy at L=48"]
+    assert "0.620, below 0.95" in d16.note
     control = widths["softmax, d=16: accuracy at L=48 (capacity control for the sweep)"]
     assert control.role == "control" and control.holds is False  # learned (1.00), then judged: 0.29 < 0.95
     assert sweep(width_rows(16, 0.96, in_dist=1.0, attention="softmax"))[-1].holds is True

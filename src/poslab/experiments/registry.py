@@ -211,8 +211,8 @@ def problems(study: str, specs: list, gate=None, root: Path | None = None) -> li
             out.append(f"{study}: claim {template!r} changed what judges it after its first verdict "
                        f"(fingerprint {known['fingerprint']} -> {fp}): say why with "
                        f"revised='YYYY-MM-DD: the reason'")
-    templates = [s.name for s in specs]
     renamed = {s.renamed_from for s in specs if s.renamed_from}
+    templates = [s.name for s in specs] + sorted(renamed)  # a name the old template gives follows its new spec
     for name, record in ledger["claims"].items():
         if record.get("withdrawn"):
             continue
