@@ -27,6 +27,10 @@ positions are given). A layer without ``window`` or ``temperature`` keeps the mo
 model's ``encoding`` starts from its ``encoding_options`` (the entry's own options override them).
 VALUEs read as int, then float, then ``true``/``false``, else as a string.
 
+The field's hybrid layouts are named once (:data:`NAMED`: ``rnope``, ``swan``, ``irope``); a
+model's ``layout`` may be one of these names, which stands for its pattern (the config keeps the
+pattern, so a run's key names what ran).
+
 An encoding that adds position to the stream (``embed``: learned, sinusoidal, MoPE's additive
 form) is refused inside a layout: its embed would never be called there, only the model's
 ``encoding`` embeds. Every refusal is one ConfigError naming ``layout``.
@@ -45,6 +49,14 @@ from poslab.positional import ENCODINGS, build_encoding, encoding_class, encodin
 from poslab.positional.base import overridden_hooks
 
 RESERVED = ("window", "chunk", "temperature", "attn_scale", "floor_scale")  # the layer's attention, not the encoding
+# the field's hybrid layouts by name (windows and chunks at poslab's scale, 64 tokens); a config keeps the pattern
+NAMED = {
+    "rnope": "rope,rope,rope,nope",  # Yang et al. 2025 (RNoPE), SmolLM3: no rope on every fourth layer
+    "swan": "rope:window=64,rope:window=64,rope:window=64,nope",  # SWAN-GPT, Command A: local rope, global nope
+    # Llama 4's iRoPE: chunked rope layers, a global no-rope layer with its temperature tuning (Llama 4 also
+    # sets qk_norm=True, a model field)
+    "irope": "rope:chunk=64,rope:chunk=64,rope:chunk=64,nope:attn_scale=0.1",
+}
 FLOOR_SCALE = 8192  # Llama 4's default floor_scale (transformers' Llama4TextConfig)
 _INT = re.compile(r"[+-]?\d+")
 _PROBE_LEN = 1024  # tables built to check an entry's options (as check_streamable builds them)
@@ -62,12 +74,12 @@ class LayerSpec:
     attn_scale: float | None = None  # Llama 4's temperature tuning of the queries (None: none)
     floor_scale: int = FLOOR_SCALE  # positions per step of that tuning's floor
 
-    def query_scale(self, pos: Tensor) -> Tensor | None:
+    def query_scale(self, pos: Tensor, dtype: torch.dtype = torch.float32) -> Tensor | None:
         """The factor of the queries at positions pos [...]: log(floor((pos + 1) / floor_scale) + 1)
-        * attn_scale + 1, same shape, float; None without tuning."""
+        * attn_scale + 1, same shape, in ``dtype``; None without tuning."""
         if self.attn_scale is None:
             return None
-        return torch.log1p(torch.floor((pos.float() + 1.0) / self.floor_scale)) * self.attn_scale + 1.0
+        return torch.log1p(torch.floor((pos.to(dtype) + 1.0) / self.floor_scale)) * self.attn_scale + 1.0
 
     @property
     def encoding_options(self) -> dict:
@@ -78,6 +90,16 @@ def layer_encodings() -> list[str]:
     """The registry names a layout may use: every encoding whose class leaves ``embed`` alone."""
     # a class is hashable; mypy misreads its __hash__ (as in positional/base.py)
     return [name for name in ENCODINGS if "embed" not in overridden_hooks(encoding_class(name))]  # type: ignore[arg-type]
+
+
+def pattern(layout: str) -> str:
+    """A layout name's pattern (:data:`NAMED`), or ``layout`` itself."""
+    return NAMED.get(layout.strip(), layout) if isinstance(layout, str) else layout
+
+
+def layout_name(layout: str) -> str:
+    """The name of a pattern in :data:`NAMED`, or the pattern itself."""
+    return next((name for name, p in NAMED.items() if p == layout), layout)
 
 
 def parse_layout(layout: str, n_layers: int, encoding: str = "rope", options: dict | None = None,

@@ -81,7 +81,7 @@ from poslab.models import random_positions as positions_ext
 from poslab.models.energy_gate import EnergyGate
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.intervention import Intervention, forward_with
-from poslab.models.layout import LayerSpec, check_layout, parse_layout
+from poslab.models.layout import LayerSpec, check_layout, parse_layout, pattern
 from poslab.models.loss import masked_cross_entropy
 from poslab.models.random_positions import RandomPositions
 from poslab.positional import PositionalEncoding, build_encoding, check_encoding, encoding_class
@@ -111,8 +111,9 @@ class TransformerConfig:
     layer_norm: bool = True  # pre-LN before attention, MLP and readout; False: identity
     bias: bool = True  # biases in the MLP and LayerNorms (False: none, as nanoGPT's bias=False)
     dropout: float = 0.0  # training-only dropout on embeddings, attention weights and residual branches
-    # per-layer pattern, e.g. "rope,rope,rope,nope" or "rope:window=64,nope", repeated over n_layers
-    # (poslab.models.layout); None: ``encoding`` with ``window`` and ``temperature`` in every layer
+    # per-layer pattern, e.g. "rope,rope,rope,nope" or "rope:window=64,nope", repeated over n_layers, or
+    # a name of layout.NAMED ("rnope", "swan", "irope": kept as its pattern) (poslab.models.layout);
+    # None: ``encoding`` with ``window`` and ``temperature`` in every layer
     layout: str | None = None
     qk_norm: bool = False  # L2-normalize each head's q and k on the layers that rotate (Llama 4)
     energy_gate: EnergyGate | None = None  # energy-gated attention (models/energy_gate.py); True: the defaults
@@ -136,6 +137,7 @@ class TransformerConfig:
         if not self.causal and encoding_class(self.encoding).causal_only:
             raise ConfigError("causal", self.causal, f"True: encoding {self.encoding!r} is defined for causal "
                                                      "attention only")
+        object.__setattr__(self, "layout", pattern(self.layout))  # a named layout (layout.NAMED) -> its pattern
         object.__setattr__(self, "energy_gate", EnergyGate.setting(self.energy_gate))  # shorthands resolved
         object.__setattr__(self, "random_positions", RandomPositions.setting(self.random_positions))
         if not isinstance(self.qk_norm, bool):
@@ -242,8 +244,9 @@ class Block(nn.Module):
         if pos is None:
             raise ConfigError("layout", self.cfg.layout, "positions for the queries of a layer with attn_scale "
                                                          "(Block.queries(a, pos))")
-        scale = self.spec.query_scale(pos)  # [n] | [b, n]
-        return q * scale[..., None, :, None].to(q.dtype)  # [1 | b, 1, n, 1]
+        scale = self.spec.query_scale(pos, q.dtype)  # [n] | [b, n]
+        assert scale is not None
+        return q * scale[..., None, :, None]  # [1 | b, 1, n, 1]
 
     def keys_values(self, a: Tensor) -> tuple[Tensor, Tensor]:
         return self._qk_norm(self._heads(a, self.W_K)), self._heads(a, self.W_V)  # [b, h, n, d] each
