@@ -70,9 +70,9 @@ def measurements(store_path: str | Path,
     for r in rows:
         run = runs[r["run_key"]]
         dec = declarations[run["experiment"]]
-        got = _measured(r, run["config"], dec)
-        if got is not None:
-            enc, L_train = got
+        what = _measured(r, run["config"], dec)
+        if what is not None:
+            enc, L_train = what
             cells[(enc, dec.column, run["experiment"], dec.summary)].append((r["length"], L_train, r[dec.value],
                                                                              r.get("seed")))
     found: dict[tuple, list[str]] = defaultdict(list)
@@ -156,7 +156,7 @@ def tiny_model(name: str, max_len: int, layout: str | None = None):
     from poslab.models.transformer import Transformer, TransformerConfig
 
     torch.manual_seed(0)
-    shape = dict(TINY) if layout is None else dict(TINY, n_layers=len(pattern(layout).split(",")))
+    shape = TINY if layout is None else TINY | {"n_layers": len(pattern(layout).split(","))}
     return Transformer(TransformerConfig(**shape, encoding=name, max_len=max_len, layout=layout)).eval()
 
 
@@ -244,7 +244,7 @@ def check_layouts(layouts: Sequence[str]) -> None:
 
     for layout in layouts:
         try:
-            TransformerConfig(**dict(TINY, n_layers=len(pattern(layout).split(","))), encoding="nope", layout=layout)
+            TransformerConfig(**TINY | {"n_layers": len(pattern(layout).split(","))}, encoding="nope", layout=layout)
         except ConfigError as e:
             raise ConfigError("--layout", layout, f"a name of {sorted(NAMED)} or a pattern ({e.allowed})") from None
 

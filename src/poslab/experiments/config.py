@@ -181,7 +181,7 @@ def _refuse_owned(cfg: StudyConfig, path: str, fixed: Mapping[str, str]) -> None
             raise ConfigError(f"--set {path}", prefix, f"not a grid axis: `{prefix}` is one of this study's axes "
                                                        f"(values {list(cfg.grid[prefix])}); change them with "
                                                        f"--set grid.{prefix}=[...]")
-        if prefix in owned:
+        if prefix in owned and not (prefix in cfg.grid and _switch_option(cfg, prefix, path)):
             raise ConfigError(f"--set {path}", prefix, f"a field the study does not fix: `{prefix}` is set by "
                                                        f"{owned[prefix]}")
 
@@ -271,13 +271,7 @@ def _coerce(value, hint, path: str):
     if extension is not None:  # a model extension: its own shorthands and options (``setting``)
         return extension.setting(value, f"--set {path}")
     if origin in (typing.Union, types.UnionType):
-        errors = []
-        for option in typing.get_args(hint):
-            try:
-                return _coerce(value, option, path)
-            except ConfigError as e:
-                errors.append(e.allowed)
-        raise ConfigError(f"--set {path}", value, " or ".join(errors))
+        return _union(value, hint, path)
     if hint is type(None):
         if value is None:
             return None
@@ -293,12 +287,25 @@ def _coerce(value, hint, path: str):
         if not isinstance(value, dict):
             raise ConfigError(f"--set {path}", value, "a JSON object")
         return value
+    return _scalar(value, hint, path)
+
+
+def _union(value, hint, path: str):
+    errors = []
+    for option in typing.get_args(hint):
+        try:
+            return _coerce(value, option, path)
+        except ConfigError as e:
+            errors.append(e.allowed)
+    raise ConfigError(f"--set {path}", value, " or ".join(errors))
+
+
+def _scalar(value, hint, path: str):
+    """A float (from an int too), int, bool or str field's value."""
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if hint is int and isinstance(value, int) and not isinstance(value, bool):
         return value
-    if hint is bool and isinstance(value, bool):
-        return value
-    if hint is str and isinstance(value, str):
+    if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
         return value
     raise ConfigError(f"--set {path}", value, f"a value of type {getattr(hint, '__name__', hint)}")
