@@ -15,6 +15,14 @@ One-at-a-time sweeps are not a product: the axis ``setting`` takes names of bund
 unknown path, a value of the wrong type, a path that is a grid axis, and a path the study or the
 experiment fixes itself (``model.encoding`` is set from ``encoding``, ``model.vocab_size`` from
 the task) stop before any work: a value is never silently overwritten.
+
+A model extension (a field whose class has a ``setting`` classmethod: the Transformer's
+``energy_gate`` and ``random_positions``) takes its shorthand or its own options by dotted path:
+``model.energy_gate=true``, ``model.energy_gate.temperature=0.2`` (setting an option turns it on),
+``model.random_positions=2048``, ``model.random_positions={"N": 2048, "at_eval": false}``. Where an
+extension is an on/off grid axis (mope's ``model.energy_gate``), its options may still be set: they
+apply to the points where it is on. The fields it replaced (``model.gate_temperature``, ...) stop with
+a message naming the new path.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from poslab.errors import ConfigError
+from poslab.models.transformer import RENAMED
 from poslab.train import TrainConfig
 
 
@@ -146,6 +155,7 @@ def apply_overrides(cfg, overrides: Sequence[str], fixed: Mapping[str, str] | No
         if not path:
             raise ConfigError("--set", item, "key=value with a dotted key, e.g. train.steps=100")
         value = _parse(raw)
+        _refuse_renamed(path)
         if isinstance(cfg, StudyConfig):
             _refuse_owned(cfg, path, fixed or {})
             if path.startswith("grid."):
@@ -155,16 +165,31 @@ def apply_overrides(cfg, overrides: Sequence[str], fixed: Mapping[str, str] | No
     return cfg
 
 
+def _refuse_renamed(path: str) -> None:
+    """A model field that became an extension's option stops with its new path."""
+    model_path = path.removeprefix("grid.")
+    name = model_path.removeprefix("model.")
+    if model_path.startswith("model.") and name in RENAMED:
+        raise ConfigError(f"--set {path}", name, f"model.{RENAMED[name]} (the field moved into the "
+                                                 f"{RENAMED[name].split('.')[0]} extension)")
+
+
 def _refuse_owned(cfg: StudyConfig, path: str, fixed: Mapping[str, str]) -> None:
     owned = {**STUDY_OWNED, **fixed}
     for prefix in _prefixes(path):
-        if prefix in cfg.grid:
+        if prefix in cfg.grid and not _switch_option(cfg, prefix, path):
             raise ConfigError(f"--set {path}", prefix, f"not a grid axis: `{prefix}` is one of this study's axes "
                                                        f"(values {list(cfg.grid[prefix])}); change them with "
                                                        f"--set grid.{prefix}=[...]")
-        if prefix in owned:
+        if prefix in owned and not (prefix in cfg.grid and _switch_option(cfg, prefix, path)):
             raise ConfigError(f"--set {path}", prefix, f"a field the study does not fix: `{prefix}` is set by "
                                                        f"{owned[prefix]}")
+
+
+def _switch_option(cfg: StudyConfig, axis: str, path: str) -> bool:
+    """Whether ``path`` sets an option under an on/off grid axis (every value a bool, e.g. mope's
+    ``model.energy_gate``): allowed, the option applies where the axis is on (``_set_dict``)."""
+    return path != axis and all(isinstance(v, bool) for v in cfg.grid[axis])
 
 
 def _prefixes(path: str) -> list[str]:
@@ -222,9 +247,14 @@ def _set_bundle(settings: dict, name: str, sub: str, value, path: str) -> dict:
 
 
 def _set_dict(current, keys: list[str], value, path):
-    if not keys:
-        return value
-    current = dict(current or {})
+    if not keys:  # True on an object of options keeps them: an extension switched on (``_switch_option``)
+        return current if value is True and isinstance(current, dict) else value
+    if isinstance(current, bool) or current is None:  # an option of an extension set to a shorthand
+        current = {}
+    elif not isinstance(current, dict):
+        raise ConfigError("--set", path, f"a path under an object: its parent is {current!r}; set the parent "
+                                         "whole as a JSON object")
+    current = dict(current)
     current[keys[0]] = _set_dict(current.get(keys[0]), keys[1:], value, path)
     return current
 
@@ -237,14 +267,11 @@ def _coerce(value, hint, path: str):
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"--set {path}", value, "a finite number")
     origin = typing.get_origin(hint)
+    extension = next((o for o in typing.get_args(hint) or (hint,) if hasattr(o, "setting")), None)
+    if extension is not None:  # a model extension: its own shorthands and options (``setting``)
+        return extension.setting(value, f"--set {path}")
     if origin in (typing.Union, types.UnionType):
-        errors = []
-        for option in typing.get_args(hint):
-            try:
-                return _coerce(value, option, path)
-            except ConfigError as e:
-                errors.append(e.allowed)
-        raise ConfigError(f"--set {path}", value, " or ".join(errors))
+        return _union(value, hint, path)
     if hint is type(None):
         if value is None:
             return None
@@ -260,12 +287,25 @@ def _coerce(value, hint, path: str):
         if not isinstance(value, dict):
             raise ConfigError(f"--set {path}", value, "a JSON object")
         return value
+    return _scalar(value, hint, path)
+
+
+def _union(value, hint, path: str):
+    errors = []
+    for option in typing.get_args(hint):
+        try:
+            return _coerce(value, option, path)
+        except ConfigError as e:
+            errors.append(e.allowed)
+    raise ConfigError(f"--set {path}", value, " or ".join(errors))
+
+
+def _scalar(value, hint, path: str):
+    """A float (from an int too), int, bool or str field's value."""
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if hint is int and isinstance(value, int) and not isinstance(value, bool):
         return value
-    if hint is bool and isinstance(value, bool):
-        return value
-    if hint is str and isinstance(value, str):
+    if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
         return value
     raise ConfigError(f"--set {path}", value, f"a value of type {getattr(hint, '__name__', hint)}")

@@ -110,8 +110,9 @@ LATER_MODEL_DEFAULTS = {"random_positions": None, "random_positions_eval": True,
 
 
 def model_fields(model) -> dict:
-    """A model config as a run's config records it (see LATER_MODEL_DEFAULTS)."""
-    fields = dataclasses.asdict(model)
+    """A model config as a run's config records it (its own ``record()`` where it has one: the
+    Transformer's extensions under their earlier flat names; see LATER_MODEL_DEFAULTS)."""
+    fields = model.record() if hasattr(model, "record") else dataclasses.asdict(model)
     for name, default in LATER_MODEL_DEFAULTS.items():
         if name in fields and fields[name] == default:
             del fields[name]

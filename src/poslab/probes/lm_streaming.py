@@ -198,7 +198,7 @@ def positionwise_loss(model, tokens: Tensor, *, chunk: int = CHUNK, key_chunk: i
     directory = tempfile.mkdtemp(prefix="poslab-lm-stream-", dir=workdir) if disk else None
     x, K, V = (_Rows(n, D, device, directory), _Rows(n, h * d, device, directory),
                _Rows(n, h * d, device, directory))
-    G = _Rows(n, h, device, directory) if cfg.energy_gate and cfg.gate_renormalize else None
+    G = _Rows(n, h, device, directory) if cfg.energy_gate and cfg.energy_gate.renormalize else None
     enc = model.encoding
     try:
         for a in range(0, n, chunk):  # the embedded stream: BOS at internal index 0, position 0

@@ -42,7 +42,7 @@ from poslab.experiments.spec import (
     share,
     undecidable,
 )
-from poslab.models.transformer import gate_parameter_count
+from poslab.models.energy_gate import gate_parameter_count
 from poslab.probes.mope import gate_rows, trajectory_rows
 from poslab.studies.kit.charlm import RECIPES, context_loss_rows, lm_study, validation_loss
 from poslab.train import group_names
