@@ -238,34 +238,46 @@ def _coerce(value, hint, path: str):
         raise ConfigError(f"--set {path}", value, "a finite number")
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        errors = []
-        for option in typing.get_args(hint):
-            try:
-                return _coerce(value, option, path)
-            except ConfigError as e:
-                errors.append(e.allowed)
-        raise ConfigError(f"--set {path}", value, " or ".join(errors))
+        return _coerce_union(value, hint, path)
     if hint is type(None):
         if value is None:
             return None
         raise ConfigError(f"--set {path}", value, "null")
     if origin is tuple:
-        item = typing.get_args(hint)[0]
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-            value = [value]
-        if not isinstance(value, list):
-            raise ConfigError(f"--set {path}", value, f"a JSON list of {item.__name__}")
-        return tuple(_coerce(v, item, path) for v in value)
+        return _coerce_tuple(value, typing.get_args(hint)[0], path)
     if origin is dict or hint is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"--set {path}", value, "a JSON object")
         return value
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if hint is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if hint is bool and isinstance(value, bool):
-        return value
-    if hint is str and isinstance(value, str):
-        return value
+    if hint in _SCALARS and _SCALARS[hint](value):
+        return float(value) if hint is float else value
     raise ConfigError(f"--set {path}", value, f"a value of type {getattr(hint, '__name__', hint)}")
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# a scalar hint -> whether a JSON value is one (a float field takes an int; a bool is no number)
+_SCALARS = {float: _number, int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+            bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str)}
+
+
+def _coerce_union(value, hint, path: str):
+    """The first of the union's options ``value`` fits, or one error naming them all."""
+    errors = []
+    for option in typing.get_args(hint):
+        try:
+            return _coerce(value, option, path)
+        except ConfigError as e:
+            errors.append(e.allowed)
+    raise ConfigError(f"--set {path}", value, " or ".join(errors))
+
+
+def _coerce_tuple(value, item, path: str) -> tuple:
+    """A JSON list (or one scalar, a list of one) as a tuple of ``item``."""
+    if _number(value) or isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError(f"--set {path}", value, f"a JSON list of {item.__name__}")
+    return tuple(_coerce(v, item, path) for v in value)
