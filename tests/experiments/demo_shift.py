@@ -7,7 +7,7 @@ Nothing in the trainer, runner or store knows about it.
 
 from pathlib import Path
 
-from poslab.experiments import Experiment
+from poslab.experiments import Trained
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Lines, Pivot, Table, write_outputs
 from poslab.experiments.spec import ClaimSpec, at_most, comparison_only, is_, judge_all, mean
@@ -46,5 +46,5 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          figures=FIGURES)
 
 
-EXPERIMENT = Experiment(name="demo_shift", title="Demo: a Transformer on the shift task", study=study,
-                        evaluate=evaluate, report=report)
+EXPERIMENT = Trained(name="demo_shift", title="Demo: a Transformer on the shift task", base=study("paper"),
+                     presets={"paper": {}, "quick": {}}, evaluate=evaluate, report=report)

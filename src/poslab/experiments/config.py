@@ -28,7 +28,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, check_choice
 from poslab.train import TrainConfig
 
 
@@ -69,6 +69,38 @@ STUDY_OWNED = {
 }
 
 PRESETS = ("paper", "quick")
+
+# A study's presets are data: {preset name: {dotted path: value}}, the settings that change over its base
+# (a StudyConfig), applied in order by :func:`resolve_preset`. QUICK is the usual quick preset's changes:
+# a few steps and a small evaluation, every code path in seconds, for tests and smoke runs.
+Preset = Mapping[str, object]
+QUICK: Preset = {"seeds": 2, "train.steps": 60, "train.batch_size": 64, "eval.n_sequences": 128}
+
+
+def resolve_preset(base: StudyConfig, presets: Mapping[str, Preset], preset: str) -> StudyConfig:
+    """The study of ``preset``: ``base`` with that preset's changes applied in their order. A path names a
+    StudyConfig field (``seeds``, ``train``) or goes into one: a key of a dict field (``model.d_model``,
+    ``grid.model.window``: the rest of the path is the key) or a field of ``train`` / ``eval`` (``train.steps``).
+    An unknown preset is refused naming the allowed ones."""
+    check_choice("preset", preset, presets)
+    cfg = base
+    for path, value in presets[preset].items():
+        cfg = _replace(cfg, path.split("."), value)
+    return cfg
+
+
+def as_preset(cfg: StudyConfig) -> Preset:
+    """A preset that sets every field of the study to ``cfg``'s (a preset whose whole config a recipe builds)."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+
+
+def _replace(obj, keys: list[str], value):
+    """``obj`` (a dataclass, or a dict field, whose keys may hold dots: ``grid.model.window`` is the grid's
+    axis ``model.window``) with ``keys`` set to ``value``, as a copy."""
+    head, rest = keys[0], keys[1:]
+    if isinstance(obj, dict):
+        return {**obj, ".".join(keys): value}
+    return dataclasses.replace(obj, **{head: _replace(getattr(obj, head), rest, value) if rest else value})
 
 
 def quick(cfg: StudyConfig, steps: int = 60, batch_size: int = 64, n_sequences: int = 128) -> StudyConfig:
