@@ -236,7 +236,8 @@ def test_an_experiment_is_trained_or_evaluate_only_never_both_nor_neither():
         Experiment(name="x", title="x", base=None, presets={}, report=None)
     with pytest.raises(TypeError, match="evaluate"):  # a trained study evaluates its members
         Trained(name="x", title="x", base=None, presets={}, report=None)
-    with pytest.raises(TypeError, match="jobs"):  # an evaluate-only one has no evaluate, only jobs
-        EvaluateOnly(name="x", title="x", base=None, presets={}, report=None, evaluate=_rows_of, run_job=_rows_of)
+    with pytest.raises(TypeError, match="'evaluate'"):  # an evaluate-only one has no evaluate, only jobs
+        EvaluateOnly(name="x", title="x", base=None, presets={}, report=None, evaluate=_rows_of, jobs=lambda s: [],
+                     run_job=_rows_of)
     with pytest.raises(TypeError, match="run_job"):
         EvaluateOnly(name="x", title="x", base=None, presets={}, report=None, jobs=lambda s: [])

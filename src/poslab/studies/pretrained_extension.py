@@ -51,7 +51,7 @@ seconds), ``search`` (best objective per generation) and ``factors`` (lambda_i p
 
 Members are keyed by the checkpoint's content hash and the schedule's config (plus length,
 windows, passkey grid, corpus; for longrope the search budget), stored and resumed like trained
-members: the study declares them as jobs (``Experiment.jobs``, :func:`jobs`, :func:`run_job`; the
+members: the study declares them as jobs (an ``EvaluateOnly`` study: :func:`jobs`, :func:`run_job`; the
 search runs first in :func:`prepare`).
 
 Presets: quick = a tiny random Llama built in code (context 64, seconds; its numbers mean nothing),
