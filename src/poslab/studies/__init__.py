@@ -1,11 +1,12 @@
 """The studies: one module per published artefact, each ending in its ``EXPERIMENT``.
 
-A study module reads top to bottom as its declarations (``BASE`` and ``PRESETS``: the grid and what each
-preset changes over it, claim specs, tables, figures), then the few functions that are genuinely its
-own, and ends in ``EXPERIMENT = Trained(...)`` or ``EvaluateOnly(...)``. Adding a study is one module here
-and one entry in ``STUDIES`` below, and no other file (``tests/test_add_a_study.py``); the machinery that runs it lives in :mod:`poslab.experiments`. Installed
-packages add studies through the ``poslab.studies`` entry points (:mod:`poslab.plugins`), loaded
-when this module is imported; a plugin study never enters ``poslab run all``.
+A study module reads top to bottom as its declarations (``BASE`` and ``PRESETS``: the grid and what
+each preset changes over it, claim specs, tables, figures), then the few functions that are genuinely
+its own, and ends in ``EXPERIMENT = Trained(...)`` or ``EvaluateOnly(...)``. Adding a study is one
+module here and one entry in ``STUDIES`` below, and no other file (``tests/test_add_a_study.py``); the
+machinery that runs it lives in :mod:`poslab.experiments`. Installed packages add studies through the
+``poslab.studies`` entry points (:mod:`poslab.plugins`), loaded when this module is imported; a plugin
+study never enters ``poslab run all``.
 """
 
 from __future__ import annotations

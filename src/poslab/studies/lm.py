@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from poslab.experiments import Trained
-from poslab.experiments.config import StudyConfig, as_preset
+from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, write_outputs
 from poslab.experiments.spec import ClaimSpec, Extrapolation, cited, comparison_only, is_, judge_all, mean, probe
 from poslab.studies.kit import charlm
-from poslab.studies.kit.charlm import NANOGPT, lm_study, table_length, validation_loss
+from poslab.studies.kit.charlm import NANOGPT, RECIPES, lm_study, recipe_train, table_length, validation_loss
 
 name = "lm"
 title = "Character-level LM on TinyShakespeare (nanoGPT shakespeare_char recipe)"
@@ -32,9 +32,13 @@ COLUMNS = ["probe", "encoding", "seed", "context", "val_loss", "val_accuracy", "
            "bucket_start", "bucket_end", "scale", "loss", "positions", "windows", "source", "seconds", "storage"]
 
 
-# every preset is nanoGPT's shakespeare_char recipe at its scale (kit.charlm.RECIPES), the whole config
+# every preset is nanoGPT's shakespeare_char recipe at its scale (kit.charlm.RECIPES): its model, its
+# training and one evaluation length, its context; two seeds, one at the quick preset
 BASE = lm_study("paper")
-PRESETS = {name: {} if name == "paper" else as_preset(lm_study(name)) for name in charlm.PRESETS}
+PRESETS = {name: {"model": dict(RECIPES[name]["model"]), "train": recipe_train(name),
+                  "eval.lengths": (RECIPES[name]["context"],), "seeds": 1 if name == "quick" else 2,
+                  "eval.n_sequences": 64 if name == "quick" else 1 << 20}
+           for name in charlm.PRESETS}
 
 
 def check(study: StudyConfig) -> None:
