@@ -1,4 +1,4 @@
-"""Evaluate-only studies as declarations (``Experiment.jobs`` / ``run_job`` / ``prepare``): the
+"""Evaluate-only studies as declarations (``EvaluateOnly``: ``jobs`` / ``run_job`` / ``prepare``): the
 engine lists, keys, stores and resumes their members, runs ``prepare`` only when a job is to run,
 hands what it returns to every job, and refuses ``--reevaluate``; a toy study, no checkpoint."""
 
