@@ -80,3 +80,11 @@ def test_print_config_refuses_a_bad_preset_in_one_line():
     result = CliRunner().invoke(main, ["run", "phenomenon", "--preset", "fast", "--print-config"])
     assert result.exit_code == 2 and result.output.strip().splitlines()[-1] == \
         "poslab: error: preset: got 'fast'; allowed: paper, quick"
+
+
+def test_a_preset_that_follows_a_registry_is_read_when_resolved():
+    registry = ["rope"]
+    presets = {"paper": lambda: {"grid.encoding": tuple(registry)}}
+    assert resolve_preset(BASE, presets, "paper").grid["encoding"] == ("rope",)
+    registry.append("alibi")  # registered after the study was declared
+    assert resolve_preset(BASE, presets, "paper").grid["encoding"] == ("rope", "alibi")

@@ -25,7 +25,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from poslab.errors import ConfigError, check_choice
@@ -71,10 +71,12 @@ STUDY_OWNED = {
 PRESETS = ("paper", "quick")
 
 # A study's presets are data: {preset name: {dotted path: value}}, the settings that change over its base
-# (a StudyConfig), applied in order by :func:`resolve_preset`. QUICK is the usual quick preset's changes:
-# a few steps and a small evaluation, every code path in seconds, for tests and smoke runs.
-Preset = Mapping[str, object]
-QUICK: Preset = {"seeds": 2, "train.steps": 60, "train.batch_size": 64, "eval.n_sequences": 128}
+# (a StudyConfig), applied in order by :func:`resolve_preset`; a preset that follows a registry (every
+# registered encoding, say) is a function returning that mapping, called when the preset is resolved. QUICK is
+# the usual quick preset's changes: a few steps and a small evaluation, every code path in seconds.
+Changes = Mapping[str, object]
+Preset = Changes | Callable[[], Changes]
+QUICK: Changes = {"seeds": 2, "train.steps": 60, "train.batch_size": 64, "eval.n_sequences": 128}
 
 
 def resolve_preset(base: StudyConfig, presets: Mapping[str, Preset], preset: str) -> StudyConfig:
@@ -83,13 +85,14 @@ def resolve_preset(base: StudyConfig, presets: Mapping[str, Preset], preset: str
     ``grid.model.window``: the rest of the path is the key) or a field of ``train`` / ``eval`` (``train.steps``).
     An unknown preset is refused naming the allowed ones."""
     check_choice("preset", preset, presets)
+    changes = presets[preset]
     cfg = base
-    for path, value in presets[preset].items():
+    for path, value in (changes() if callable(changes) else changes).items():
         cfg = _replace(cfg, path.split("."), value)
     return cfg
 
 
-def as_preset(cfg: StudyConfig) -> Preset:
+def as_preset(cfg: StudyConfig) -> Changes:
     """A preset that sets every field of the study to ``cfg``'s (a preset whose whole config a recipe builds)."""
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 

@@ -472,12 +472,17 @@ def nearest_gap(enc: PositionalEncoding, L: int) -> float:
 
 # Paper preset: 3 seeds, 4000 steps; each setting fixes the encoding, its options and K. The quick preset
 # runs the encodings outside the hand settings at QUICK_KS only.
-BASE = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20),
-                   grid={"setting": tuple({**HAND, **registry_settings(KS)})},
-                   settings={**HAND, **registry_settings(KS)}, seeds=3)
-PRESETS = {"paper": {},
-           "quick": {**QUICK, "grid.setting": tuple({**HAND, **registry_settings(QUICK_KS)}),
-                     "settings": {**HAND, **registry_settings(QUICK_KS)}}}
+# Both follow the encoding registry: an encoding registered later is in the grid the next time one is resolved.
+BASE = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20), seeds=3)
+
+
+def registry_grid(ks: tuple[int, ...]) -> dict:
+    """The hand settings and every registered encoding's at each K of ``ks``, as a preset's changes."""
+    settings = {**HAND, **registry_settings(ks)}
+    return {"grid.setting": tuple(settings), "settings": settings}
+
+
+PRESETS = {"paper": lambda: registry_grid(KS), "quick": lambda: {**QUICK, **registry_grid(QUICK_KS)}}
 
 
 EXPERIMENT = Trained(name=name, title=title, base=BASE, presets=PRESETS,

@@ -629,7 +629,8 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
 
 
 BASE = StudyConfig(model_type="transformer", task_type="fixed_offset", eval=EvalConfig(chunk=256, lengths=(1,)))
-PRESET_CHANGES = {name: _changes(name) for name in PRESETS}  # each preset's scale, as the settings it changes
+# each preset's scale as the settings it changes, read from the task and encoding registries when resolved
+PRESET_CHANGES = {name: functools.partial(_changes, name) for name in PRESETS}
 
 
 EXPERIMENT = Trained(name=name, title=title, base=BASE, presets=PRESET_CHANGES,
