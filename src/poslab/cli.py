@@ -129,13 +129,22 @@ def _table(header, rows) -> str:
               help="a UTF-8 text file for a text task (default: the packaged TinyShakespeare)")
 @click.option("--model", "checkpoint", default=None,
               help="a pretrained study's checkpoint: smollm2-135m, a Hugging Face directory, a .gguf file or a hub id")
+@click.option("--print-config", is_flag=True,
+              help="print the resolved study (config, members, steps, lengths) and run nothing")
 def run(experiment, preset, seeds, overrides, device, executor, address, task_cpus, workers, out, store, force,
-        reevaluate, progress, corpus, checkpoint):
+        reevaluate, progress, corpus, checkpoint, print_config):
     """Reproduce one published experiment: train, probe, and write its table and figures."""
+    from poslab.experiments import describe
     from poslab.experiments import run as run_studies
+    from poslab.experiments.runner import prepare
     from poslab.studies import PAPER_STUDIES, get_experiment
 
     names = list(PAPER_STUDIES) if experiment == "all" else [experiment]  # all: the seed paper, in order
+    if print_config:  # the preset resolved, --seeds, --set, --corpus and --model applied; nothing run
+        for exp in map(get_experiment, names):
+            study = prepare(exp, preset, seeds=seeds, overrides=overrides, corpus=corpus, checkpoint=checkpoint)
+            click.echo(describe(exp, study))
+        return
 
     def said(name: str, summary: dict, folder: Path) -> None:
         done = (f"re-evaluated {summary['reevaluated']} from {store}" if reevaluate else

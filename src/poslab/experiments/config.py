@@ -33,10 +33,10 @@ import json
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, check_choice
 from poslab.models.transformer import RENAMED
 from poslab.train import TrainConfig
 
@@ -78,6 +78,41 @@ STUDY_OWNED = {
 }
 
 PRESETS = ("paper", "quick")
+
+# A study's presets are data: {preset name: {dotted path: value}}, the settings that change over its base
+# (a StudyConfig), applied in order by :func:`resolve_preset`; a preset that follows a registry (every
+# registered encoding, say) is a function returning that mapping, called when the preset is resolved. QUICK is
+# the usual quick preset's changes: a few steps and a small evaluation, every code path in seconds.
+Changes = Mapping[str, object]
+Preset = Changes | Callable[[], Changes]
+QUICK: Changes = {"seeds": 2, "train.steps": 60, "train.batch_size": 64, "eval.n_sequences": 128}
+
+
+def resolve_preset(base: StudyConfig, presets: Mapping[str, Preset], preset: str) -> StudyConfig:
+    """The study of ``preset``: ``base`` with that preset's changes applied in their order. A path names a
+    StudyConfig field (``seeds``, ``train``) or goes into one: a key of a dict field (``model.d_model``,
+    ``grid.model.window``: the rest of the path is the key) or a field of ``train`` / ``eval`` (``train.steps``).
+    An unknown preset is refused naming the allowed ones."""
+    check_choice("preset", preset, presets)
+    changes = presets[preset]
+    cfg = base
+    for path, value in (changes() if callable(changes) else changes).items():
+        cfg = _replace(cfg, path.split("."), value)
+    return cfg
+
+
+def as_preset(cfg: StudyConfig) -> Changes:
+    """A preset that sets every field of the study to ``cfg``'s (a preset whose whole config a recipe builds)."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+
+
+def _replace(obj, keys: list[str], value):
+    """``obj`` (a dataclass, or a dict field, whose keys may hold dots: ``grid.model.window`` is the grid's
+    axis ``model.window``) with ``keys`` set to ``value``, as a copy."""
+    head, rest = keys[0], keys[1:]
+    if isinstance(obj, dict):
+        return {**obj, ".".join(keys): value}
+    return dataclasses.replace(obj, **{head: _replace(getattr(obj, head), rest, value) if rest else value})
 
 
 def quick(cfg: StudyConfig, steps: int = 60, batch_size: int = 64, n_sequences: int = 128) -> StudyConfig:
@@ -271,26 +306,33 @@ def _coerce(value, hint, path: str):
     if extension is not None:  # a model extension: its own shorthands and options (``setting``)
         return extension.setting(value, f"--set {path}")
     if origin in (typing.Union, types.UnionType):
-        return _union(value, hint, path)
+        return _coerce_union(value, hint, path)
     if hint is type(None):
         if value is None:
             return None
         raise ConfigError(f"--set {path}", value, "null")
     if origin is tuple:
-        item = typing.get_args(hint)[0]
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-            value = [value]
-        if not isinstance(value, list):
-            raise ConfigError(f"--set {path}", value, f"a JSON list of {item.__name__}")
-        return tuple(_coerce(v, item, path) for v in value)
+        return _coerce_tuple(value, typing.get_args(hint)[0], path)
     if origin is dict or hint is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"--set {path}", value, "a JSON object")
         return value
-    return _scalar(value, hint, path)
+    if hint in _SCALARS and _SCALARS[hint](value):
+        return float(value) if hint is float else value
+    raise ConfigError(f"--set {path}", value, f"a value of type {getattr(hint, '__name__', hint)}")
 
 
-def _union(value, hint, path: str):
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# a scalar hint -> whether a JSON value is one (a float field takes an int; a bool is no number)
+_SCALARS = {float: _number, int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+            bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str)}
+
+
+def _coerce_union(value, hint, path: str):
+    """The first of the union's options ``value`` fits, or one error naming them all."""
     errors = []
     for option in typing.get_args(hint):
         try:
@@ -300,12 +342,10 @@ def _union(value, hint, path: str):
     raise ConfigError(f"--set {path}", value, " or ".join(errors))
 
 
-def _scalar(value, hint, path: str):
-    """A float (from an int too), int, bool or str field's value."""
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if hint is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
-        return value
-    raise ConfigError(f"--set {path}", value, f"a value of type {getattr(hint, '__name__', hint)}")
+def _coerce_tuple(value, item, path: str) -> tuple:
+    """A JSON list (or one scalar, a list of one) as a tuple of ``item``."""
+    if _number(value) or isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError(f"--set {path}", value, f"a JSON list of {item.__name__}")
+    return tuple(_coerce(v, item, path) for v in value)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from poslab import probes
-from poslab.experiments import Experiment
-from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments import Trained
+from poslab.experiments.config import QUICK, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, value_range, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -139,11 +139,10 @@ FIGURES = [Lines("peak_by_heads.png", x="n_heads", y="peak_height", series=("swe
                  where=probe("sweep"), xlabel="heads H", ylabel="peak attention, longest L (per class)")]
 
 
-def study(preset: str) -> StudyConfig:
-    """Paper preset: 3 seeds (the paper gives none for this paragraph), 4000 steps."""
-    cfg = StudyConfig(model_type="retrieval_head", task_type="content_conditioned", task=dict(m=20, K1=2),
-                      grid={"setting": tuple(SETTINGS), "task.K2": (3, 2)}, settings=SETTINGS, seeds=3)
-    return quick(cfg) if preset == "quick" else cfg
+# Paper preset: 3 seeds (the paper gives none for this paragraph), 4000 steps.
+BASE = StudyConfig(model_type="retrieval_head", task_type="content_conditioned", task=dict(m=20, K1=2),
+                   grid={"setting": tuple(SETTINGS), "task.K2": (3, 2)}, settings=SETTINGS, seeds=3)
+PRESETS = {"paper": {}, "quick": QUICK}
 
 
 def evaluate(ctx) -> list[dict]:
@@ -209,7 +208,8 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          csvs={"heads.csv": "head"})
 
 
-EXPERIMENT = Experiment(name="heads", title="Head count: H in {1, 2, 4} at fixed width and at fixed per-head width, "
-                        "on content-conditioned and fixed-offset retrieval", study=study, evaluate=evaluate,
+EXPERIMENT = Trained(name="heads", title="Head count: H in {1, 2, 4} at fixed width and at fixed per-head width, "
+                        "on content-conditioned and fixed-offset retrieval", base=BASE, presets=PRESETS,
+                     evaluate=evaluate,
                         report=report, in_run_all=True,
                         extrapolation=Extrapolation("fixed_offset", probe("length"), "accuracy"))  # every H and task

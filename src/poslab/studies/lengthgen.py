@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from poslab.experiments import Experiment, inapplicable
+from poslab.experiments import Trained, inapplicable
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.spec import NA, ClaimSpec, abs_mean, cited, is_, judge_all, mean, probe
@@ -177,18 +177,18 @@ def noise_positions(tasks: tuple[str, ...], scale: Scale, paper: bool) -> int:
     return max(NOISE_MAX_LENGTH, need) if paper else need
 
 
-def study(preset: str) -> StudyConfig:
+def _changes(preset: str) -> dict:
     """Every registered encoding (cpu: the two sources' eight, SOURCE_ENCODINGS; quick: one per kind and one
-    causal-only) x each preset's benchmark tasks
-    x randomized positions off / on; see PRESETS and docs/lengthgen.md for each preset's scale."""
+    causal-only) x each preset's benchmark tasks x randomized positions off / on; see PRESETS and
+    docs/lengthgen.md for each preset's scale."""
     scale = PRESETS[preset]
     tasks = preset_tasks(scale.tasks)
     encodings = {"all": registered, "sources": lambda: SOURCE_ENCODINGS, "quick": quick_encodings}[scale.encodings]()
     N = noise_positions(tasks, scale, preset == "paper")
-    return StudyConfig(model_type="transformer", task_type=tasks[0] if tasks else "fixed_offset",
-                       settings={t: task_setting(t, scale) for t in benchmark_tasks()},
-                       grid={"setting": tasks, "encoding": encodings, "model.random_positions": (None, N)},
-                       seeds=scale.seeds, eval=EvalConfig(n_sequences=scale.n_sequences, chunk=256, lengths=(1,)))
+    return {"task_type": tasks[0] if tasks else "fixed_offset", "seeds": scale.seeds,
+            "settings": {t: task_setting(t, scale) for t in benchmark_tasks()},
+            "grid": {"setting": tasks, "encoding": encodings, "model.random_positions": (None, N)},
+            "eval.n_sequences": scale.n_sequences}
 
 
 # ----------------------------------------------------------------------------- cells that cannot run
@@ -628,5 +628,11 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          csvs={"scores.csv": "score"})
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report,
-                        presets=tuple(PRESETS), check=check, table_length=table_length, not_applicable=not_applicable)
+BASE = StudyConfig(model_type="transformer", task_type="fixed_offset", eval=EvalConfig(chunk=256, lengths=(1,)))
+# each preset's scale as the settings it changes, read from the task and encoding registries when resolved
+PRESET_CHANGES = {name: functools.partial(_changes, name) for name in PRESETS}
+
+
+EXPERIMENT = Trained(name=name, title=title, base=BASE, presets=PRESET_CHANGES,
+                     evaluate=evaluate, report=report, check=check, table_length=table_length,
+                     not_applicable=not_applicable)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from poslab.experiments import Experiment
+from poslab.experiments import Trained
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_outputs
 from poslab.experiments.spec import (
@@ -203,15 +203,13 @@ FIGURES = [
 ]
 
 
-def study(preset: str) -> StudyConfig:
-    """Copy and addition x RoPE, learned APE, NoPE, causal decoder; each task's lengths and model from
-    :func:`poslab.studies.kit.benchmarks.task_setting` at this study's scale (PRESETS); APE also clamp-to-last."""
-    scale = PRESETS[preset]
-    return StudyConfig(model_type="transformer", task_type=TASKS_RUN[0],
-                       settings={t: lg.task_setting(t, scale) for t in TASKS_RUN},
-                       grid={"setting": TASKS_RUN, "encoding": ENCODINGS}, seeds=scale.seeds,
-                       variants={"clamp": {"where": {"encoding": "learned"}}},
-                       eval=EvalConfig(n_sequences=scale.n_sequences, chunk=128, lengths=(1,)))
+# Copy and addition x RoPE, learned APE, NoPE, causal decoder; each task's lengths and model from
+# :func:`poslab.studies.kit.benchmarks.task_setting` at this study's scale (PRESETS); APE also clamp-to-last.
+BASE = StudyConfig(model_type="transformer", task_type=TASKS_RUN[0], grid={"setting": TASKS_RUN, "encoding": ENCODINGS},
+                   variants={"clamp": {"where": {"encoding": "learned"}}},
+                   eval=EvalConfig(chunk=128, lengths=(1,)))
+PRESET_CHANGES = {name: {"settings": {t: lg.task_setting(t, scale) for t in TASKS_RUN}, "seeds": scale.seeds,
+                         "eval.n_sequences": scale.n_sequences} for name, scale in PRESETS.items()}
 
 
 # ----------------------------------------------------------------------------- sources
@@ -388,7 +386,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          csvs={"heads.csv": "head", "members.csv": "member"})
 
 
-EXPERIMENT = Experiment(name="lengthgen-probes", title="Next step: the seed's probes on copy and addition (source "
+EXPERIMENT = Trained(name="lengthgen-probes", title="Next step: the seed's probes on copy and addition (source "
                                                        "hits, peak offsets and APE pinning past the training length)",
-                        study=study, evaluate=evaluate, report=report, presets=tuple(PRESETS), check=lg.check,
+                        base=BASE, presets=PRESET_CHANGES, evaluate=evaluate, report=report, check=lg.check,
                         table_length=lg.table_length)

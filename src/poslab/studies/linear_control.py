@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from poslab import probes
-from poslab.experiments import Experiment
-from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments import Trained
+from poslab.experiments.config import QUICK, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, groups, means, most_common, select, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -161,11 +161,10 @@ FIGURES = [Lines("accuracy_by_width.png", x="length", y="accuracy", series=("set
                  ylim=(0, 1.02), hline=lambda rows: rows[0]["chance"])]
 
 
-def study(preset: str) -> StudyConfig:
-    """Paper preset: K = 2, 3 seeds (the paper gives no seed count for Section 7), 4000 steps."""
-    cfg = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20, K=2),
-                      grid={"setting": tuple(SETTINGS)}, settings=SETTINGS, seeds=3)
-    return quick(cfg) if preset == "quick" else cfg
+# Paper preset: K = 2, 3 seeds (the paper gives no seed count for Section 7), 4000 steps.
+BASE = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20, K=2),
+                   grid={"setting": tuple(SETTINGS)}, settings=SETTINGS, seeds=3)
+PRESETS = {"paper": {}, "quick": QUICK}
 
 
 def evaluate(ctx) -> list[dict]:
@@ -218,6 +217,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                              o / "score_profile.png")], csvs={"members.csv": "member", "profiles.csv": "score"})
 
 
-EXPERIMENT = Experiment(name="linear-control", title="Section 7: linear attention interpolates, softmax extrapolates",
-                        study=study, evaluate=evaluate, report=report, in_run_all=True,
+EXPERIMENT = Trained(name="linear-control", title="Section 7: linear attention interpolates, softmax extrapolates",
+                        base=BASE, presets=PRESETS, evaluate=evaluate, report=report, in_run_all=True,
                         extrapolation=Extrapolation("fixed_offset", BEYOND & is_("attention", "softmax"), "accuracy"))
