@@ -21,7 +21,7 @@ EARLIER = {"energy_gate": False, "gate_projection": "per_head", "gate_energy": "
 
 
 def test_gate_options_under_the_on_off_axis_reach_the_gated_members_only():
-    study = mope.study("quick")
+    study = mope.EXPERIMENT.study("quick")
     base = {m.key: m for m in members("mope", study)}
     options = ["model.energy_gate.temperature=0.2", "model.energy_gate.renormalize=true"]
     tuned = members("mope", apply_overrides(study, options, mope.EXPERIMENT.fixed))  # as the command line does
@@ -35,17 +35,17 @@ def test_gate_options_under_the_on_off_axis_reach_the_gated_members_only():
 def test_an_earlier_flat_spelling_is_refused_naming_the_new_path(old):
     for path in (f"model.{old}=1", f"grid.model.{old}=[1]"):
         with pytest.raises(ConfigError) as err:
-            apply_overrides(mope.study("quick"), [path], mope.EXPERIMENT.fixed)
+            apply_overrides(mope.EXPERIMENT.study("quick"), [path], mope.EXPERIMENT.fixed)
         assert f"model.{RENAMED[old]}" in str(err.value)
 
 
 def test_the_axis_itself_stays_fixed():
     with pytest.raises(ConfigError):
-        apply_overrides(mope.study("quick"), ["model.energy_gate=true"], mope.EXPERIMENT.fixed)
+        apply_overrides(mope.EXPERIMENT.study("quick"), ["model.energy_gate=true"], mope.EXPERIMENT.fixed)
 
 
 def test_shorthands_and_options_by_path_on_a_study_without_the_axis():
-    study = dataclasses.replace(mope.study("quick"), grid={"encoding": ("rope",)})
+    study = dataclasses.replace(mope.EXPERIMENT.study("quick"), grid={"encoding": ("rope",)})
     got = members("mope", apply_overrides(study, ["model.energy_gate=true", "model.energy_gate.tau_init=1",
                                                   'model.random_positions={"N": 300, "at_eval": false}']))
     cfg = got[0].model_config
