@@ -101,12 +101,8 @@ def group_fingerprints(items: Iterable[tuple[str, str, str | None]]) -> dict[str
         fps.setdefault(template, []).append(fp)
         if note:
             notes.setdefault(template, []).append(note)
-    return {t: (f[0] if len(f) == 1 else digest(f), join_notes(notes.get(t, []))) for t, f in fps.items()}
-
-
-def join_notes(notes: Iterable[str]) -> str | None:
-    """Several specs' ``revised=`` notes as one, each distinct note once, in order (None where there are none)."""
-    return "; ".join(dict.fromkeys(n for n in notes if n)) or None
+    return {t: (f[0] if len(f) == 1 else digest(f), "; ".join(notes[t]) if t in notes else None)
+            for t, f in fps.items()}
 
 
 def judgement(claim: Claim) -> dict:

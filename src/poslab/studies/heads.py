@@ -85,17 +85,12 @@ CLAIMS = [
                      "dilution places H = 2 between its H = 1 and H = 4 peaks" + extra)
       for task, setting, extra in ((CC, "seed", ""), (FIXED, "other", "; fixed offset: the content-conditioned "
                                                                       "task's numbers, a control"))],
-    *[ClaimSpec(name="{task}, H={n_heads}, d_model=64: per-head top singular-value energy of W, range over heads "
-                     f"x seeds overlaps the seed's {PAPER_SV[0]}-{PAPER_SV[1]}",
-                renamed_from="{task}, H={n_heads}, d_model=64: per-head top singular-value energy of W, range {range} "
-                             f"over heads x seeds overlaps the seed's {PAPER_SV[0]}-{PAPER_SV[1]}",
+    *[ClaimSpec(name="{task}, H={n_heads}, d_model=64: per-head top singular-value energy of W, range {range} "
+                     f"over heads x seeds overlaps the seed's {PAPER_SV[0]}-{PAPER_SV[1]}",
                 paper=f"{PAPER_SV[0]}-{PAPER_SV[1]} over heads", where=probe("sv_range") & task,
-                per=("task", "n_heads"),
+                per=("task", "n_heads", "range"),
                 measure=mean("overlap", text="length of the intersection of the two ranges"), op=">", threshold=0.0,
-                source=HEADS, setting=setting, trained=True,
-                revised=GATED + "; 2026-12-07: the measured range left the claim's name and its groups (per task x H, "
-                                "was per task x H x range): a name holding a measured number changed with every run, "
-                                "so the registry could not follow the claim; the range is in the table beside it",
+                source=HEADS, setting=setting, trained=True, revised=GATED,
                 note=f"[min, max] over heads x seeds at L = 16; overlap > 0: the measured range meets the "
                      f"seed's (the share of the seed's range it covers is in the table){extra}")
       for task, setting, extra in ((CC, "seed", ""), (FIXED, "other", "; the seed's range is the content-conditioned "

@@ -83,7 +83,9 @@ EVERY_KEY = "(b) over every key (the earlier reading): not the abstract's positi
 # claims for its three architectures (standard RoPE, NTK scaling, a sliding window) at no size: this grid of small
 # character LMs is their setting ("seed"); a reading or an architecture the abstract does not use is "other"
 CAUSALITY = derivation("position 0 sees only itself under causal attention and starts from the same BOS vector")
-SWAP = dataclasses.replace(lr.SWAP, source=SWAP_SOURCE, setting="seed", revised=lr.AGREED)
+# the BOS swap's 'decided only where all three replacements agree' rule lives in studies/kit/leakage_rows
+# (decided_when_agreed, the swap3 rows), outside the spec: left as it is (issue 53)
+SWAP = dataclasses.replace(lr.SWAP, source=SWAP_SOURCE, setting="seed")
 CLAIMS = [
     ClaimSpec(name="{model}: component (b) at key 0 present", paper="present in all three", where=MODEL,
               per=("model",), measure=lower_bound("component_b_key0", "seed mean of (b) at key 0 - 2 standard errors"),
@@ -306,7 +308,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"judged on (b) at key 0 (position 0 read by the queries, the abstract's mechanism), (b) over every "
              f"key as a control; present: seed mean less two standard errors over seeds above 0 (the abstract "
              f"gives no size); (a) > 0 holds by construction under a causal mask (a check).")
-    claims = judge_all(CLAIMS, every)
+    claims = lr.decided_when_agreed(judge_all(CLAIMS, every), every)
     return write_outputs(out, title=EXPERIMENT.title, rows=every, csv_rows=rows, claims=claims,
                          intro=intro, tables=TABLES, figures=FIGURES)
 

@@ -163,11 +163,11 @@ SWAP_NOTE = ("the abstract names no replacement: most frequent token, mean embed
              "each the mean change over the window groups; decided only where all three agree")
 SWAP = dataclasses.replace(
     lr.SWAP, name="{label}, with BOS, its own set-up: BOS swap changes early (b), all three replacements",
-    where=probe("swap3") & OWN, per=("label",), source=SWAP_SOURCE, setting="seed", revised=lr.AGREED,
+    where=probe("swap3") & OWN, per=("label",), source=SWAP_SOURCE, setting="seed",
     note="the tokenizer prepends BOS; " + SWAP_NOTE)
 SWAP_OTHER = dataclasses.replace(
     lr.SWAP, name="{label}, with BOS, not its set-up: BOS swap changes early (b), all three replacements",
-    where=probe("swap3") & OTHER, per=("label",), source=SWAP_SOURCE, setting="other", revised=lr.AGREED,
+    where=probe("swap3") & OTHER, per=("label",), source=SWAP_SOURCE, setting="other",
     note=OTHER_WHY + "; " + SWAP_NOTE)
 CLAIMS = [
     *[ClaimSpec(name=f"{{label}}, {mode}: sink heads exist", paper="sinks read downstream by sink-reading heads",
@@ -774,6 +774,10 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"{m.get('ntk_factor')}) on the layers of type {layers if layers == 'all' else ', '.join(layers or [])}.")
     specs = claims_for(study)
     claims = judge_all(specs, all_rows)
+    for spec in (s for s in specs if s.name in (SWAP.name, SWAP_OTHER.name)):
+        for label in sorted({r["label"] for r in all_rows if r.get("probe") == "swap3" and spec.where(r)}):
+            claims = lr.decided_when_agreed(claims, all_rows, dataclasses.replace(
+                spec, name=spec.name.format(label=label), where=spec.where & is_("label", label), per=()))
     return write_outputs(out, title=EXPERIMENT.title, rows=all_rows, claims=claims, intro=intro, tables=TABLES,
                          figures=FIGURES)
 
