@@ -104,6 +104,16 @@ class TrainConfig:
         for name in ("steps", "batch_size", "chunk"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, getattr(self, name), "a positive integer")
+        self._validate_schedule()
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ConfigError("betas", self.betas, "two numbers in [0, 1)")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ConfigError("grad_clip", self.grad_clip, "a positive number or null")
+        for group in self.param_groups:
+            _check_group(group)
+
+    def _validate_schedule(self) -> None:
+        """lr > 0, min_lr in [0, lr], weight_decay >= 0, warmup_steps in [0, steps)."""
         if not self.lr > 0:
             raise ConfigError("lr", self.lr, "a positive number")
         if not (0 <= self.min_lr <= self.lr):
@@ -112,12 +122,6 @@ class TrainConfig:
             raise ConfigError("weight_decay", self.weight_decay, "a number >= 0")
         if not (0 <= self.warmup_steps < self.steps):
             raise ConfigError("warmup_steps", self.warmup_steps, f"an integer in [0, steps={self.steps})")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ConfigError("betas", self.betas, "two numbers in [0, 1)")
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ConfigError("grad_clip", self.grad_clip, "a positive number or null")
-        for group in self.param_groups:
-            _check_group(group)
 
     def lr_at(self, step: int) -> float:
         """The learning rate of step ``step`` (0-based)."""
