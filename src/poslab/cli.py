@@ -128,8 +128,9 @@ def _table(header, rows) -> str:
               help="a UTF-8 text file for a text task (default: the packaged TinyShakespeare)")
 @click.option("--model", "checkpoint", default=None,
               help="a pretrained study's checkpoint: smollm2-135m, a Hugging Face directory, a .gguf file or a hub id")
-def run(experiment, preset, seeds, overrides, device, executor, address, task_cpus, workers, out, store, force,
-        reevaluate, progress, corpus, checkpoint):
+# max-args: one parameter per option, as click passes them (docs/complexity.md)
+def run(experiment, preset, seeds, overrides, device, executor, address, task_cpus,  # noqa: PLR0913
+        workers, out, store, force, reevaluate, progress, corpus, checkpoint):
     """Reproduce one published experiment: train, probe, and write its table and figures."""
     from poslab.experiments import run as run_studies
     from poslab.studies import PAPER_STUDIES, get_experiment

@@ -358,7 +358,8 @@ class Outputs:
     files: list[Path] = field(default_factory=list)
 
 
-def write_outputs(out: Path, *, title: str, rows: list[Row], claims: list[Claim], intro: str = "",
+# max-args: keyword-only, one per part of a study's outputs (docs/complexity.md)
+def write_outputs(out: Path, *, title: str, rows: list[Row], claims: list[Claim], intro: str = "",  # noqa: PLR0913
                   tables: Sequence[Table] = (), figures: Sequence[Lines | Heatmap] = (),
                   csv_rows: list[Row] | None = None, columns: list[str] | None = None, sections: Sequence[str] = (),
                   more_figures: Callable[[list[Row], Path], list[Path]] | None = None,
