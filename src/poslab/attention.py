@@ -76,7 +76,8 @@ def build_mask(n_q: int, n_k: int, *, causal: bool = False, window: int | None =
     return mask
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_pos: Tensor, k_pos: Tensor,
+# max-args: the four hooks need q, k, v, the encoding and both positions; the rest are keyword-only options
+def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_pos: Tensor, k_pos: Tensor,  # noqa: PLR0913
               *, mask: Tensor | None = None, kind: str = "softmax", temperature: float = 1.0,
               key_gate: Tensor | None = None, need_weights: bool = False, is_causal: bool = False,
               dropout: float = 0.0, stream: Tensor | None = None) -> AttentionOutput:

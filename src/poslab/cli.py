@@ -131,8 +131,9 @@ def _table(header, rows) -> str:
               help="a pretrained study's checkpoint: smollm2-135m, a Hugging Face directory, a .gguf file or a hub id")
 @click.option("--print-config", is_flag=True,
               help="print the resolved study (config, members, steps, lengths) and run nothing")
-def run(experiment, preset, seeds, overrides, device, executor, address, task_cpus, workers, out, store, force,
-        reevaluate, progress, corpus, checkpoint, print_config):
+# max-args: one parameter per option, as click passes them (docs/complexity.md)
+def run(experiment, preset, seeds, overrides, device, executor, address, task_cpus,  # noqa: PLR0913
+        workers, out, store, force, reevaluate, progress, corpus, checkpoint, print_config):
     """Reproduce one published experiment: train, probe, and write its table and figures."""
     from poslab.experiments import describe
     from poslab.experiments import run as run_studies

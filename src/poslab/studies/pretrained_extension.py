@@ -290,7 +290,24 @@ def method_scaling(method: str, factor: float, context: int) -> dict | None:
 # ----------------------------------------------------------------------------- checks (before any work)
 
 def settings(study: StudyConfig) -> dict:
-    m = dict(study.model)
+    """The study's model settings, defaults filled in, each checked (ConfigError naming the first bad one)."""
+    m = _model_settings(dict(study.model))
+    _check_layers(m)
+    check_capability(m["capability"])
+    if any(x in SEARCHED for x in study.axis("model.method")):
+        check_search(m["search"])
+    _check_reasoning(m["reasoning"])
+    _check_sizes(m)
+    for method in study.axis("model.method"):
+        check_choice("model.method", method, METHODS)
+    for scale in study.axis("model.scale"):
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0:
+            raise ConfigError("model.scale", scale, "positive numbers (window length = scale x the context)")
+    return m
+
+
+def _model_settings(m: dict) -> dict:
+    """``m`` with the keys a preset must set present, the optional ones defaulted, and no other key."""
     for key in ("checkpoint", "factor", "windows", "depths", "trials", "digits", "dtype"):
         if key not in m:
             raise ConfigError(f"model.{key}", None, "set by the preset")
@@ -305,6 +322,11 @@ def settings(study: StudyConfig) -> dict:
             raise ConfigError(f"model.{key}", key, "checkpoint, factor, windows, depths, trials, digits, dtype, "
                                                    "method, scale, reasoning, search, capability, context_cap, "
                                                    "schedule_layers")
+    return m
+
+
+def _check_layers(m: dict) -> None:
+    """context_cap (null or an integer >= 16) and schedule_layers ("all" or a list of layer types)."""
     cap = m["context_cap"]
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 16):
         raise ConfigError("model.context_cap", cap, "null or an integer >= 16 (the quick preset's L0 at most)")
@@ -312,15 +334,20 @@ def settings(study: StudyConfig) -> dict:
     if layers != "all" and (not isinstance(layers, (list, tuple)) or not layers
                             or not all(isinstance(t, str) for t in layers)):
         raise ConfigError("model.schedule_layers", layers, '"all" or a list of layer types, e.g. ["full_attention"]')
-    check_capability(m["capability"])
-    if any(x in SEARCHED for x in study.axis("model.method")):
-        check_search(m["search"])
+
+
+def _check_reasoning(reasoning) -> None:
+    """A list of poslab.tasks.reasoning's tasks."""
     from poslab.tasks.reasoning import TASKS
 
-    if not isinstance(m["reasoning"], (list, tuple)):
-        raise ConfigError("model.reasoning", m["reasoning"], f"a list of tasks among {', '.join(TASKS)}")
-    for task in m["reasoning"]:
+    if not isinstance(reasoning, (list, tuple)):
+        raise ConfigError("model.reasoning", reasoning, f"a list of tasks among {', '.join(TASKS)}")
+    for task in reasoning:
         check_choice("model.reasoning", task, tuple(TASKS))
+
+
+def _check_sizes(m: dict) -> None:
+    """factor >= 1; windows, trials, digits positive integers; depths a non-empty list in [0, 1]."""
     if not (isinstance(m["factor"], (int, float)) and m["factor"] >= 1):
         raise ConfigError("model.factor", m["factor"], "a number >= 1 (the target extension factor)")
     for key in ("windows", "trials", "digits"):
@@ -330,12 +357,6 @@ def settings(study: StudyConfig) -> dict:
     if not isinstance(depths, (list, tuple)) or not depths or not all(isinstance(d, (int, float)) and 0 <= d <= 1
                                                                        for d in depths):
         raise ConfigError("model.depths", depths, "a non-empty list of depths in [0, 1]")
-    for method in study.axis("model.method"):
-        check_choice("model.method", method, METHODS)
-    for scale in study.axis("model.scale"):
-        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0:
-            raise ConfigError("model.scale", scale, "positive numbers (window length = scale x the context)")
-    return m
 
 
 def check_capability(capability) -> None:
