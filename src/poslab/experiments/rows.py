@@ -58,10 +58,13 @@ class RowKind:
 
     name: str
     columns: Mapping[str, Any]
+    optional: tuple[str, ...] = ()  # columns a row may leave out (e.g. a contrast with a variant not run)
 
     def __call__(self, **values) -> dict:
         for column, want in self.columns.items():
             if column not in values:
+                if column in self.optional:
+                    continue
                 raise RowError(self.name, column, f"missing (declared {_type_name(want)})")
             value = values[column]
             if want is float and isinstance(value, int) and not isinstance(value, bool):
@@ -88,6 +91,23 @@ def has(df: pd.DataFrame, column: str) -> pd.Series:
     if column not in df.columns:
         return pd.Series(False, index=df.index)
     return df[column].map(lambda v: v is not None).astype(bool)
+
+
+def column(df: pd.DataFrame, name: str, default: object = None) -> pd.Series:
+    """Column ``name``, ``default`` where a row lacks it (``row.get(name, default)`` for every row)."""
+    if name not in df.columns:
+        return pd.Series([default] * len(df), index=df.index, dtype=object)
+    return df[name].map(lambda v: default if v is None else v)
+
+
+def where_is(df: pd.DataFrame, name: str, value: object, default: object = None) -> pd.DataFrame:
+    """The rows whose ``name`` equals ``value`` (a row lacking the column reads ``default``)."""
+    return df[column(df, name, default).map(lambda v: v == value).astype(bool)]
+
+
+def lookup(df: pd.DataFrame, keys: Iterable[str], value: str) -> dict[tuple, Any]:
+    """``value`` of each row keyed by its ``keys`` columns (a join's right side; the last row of a key wins)."""
+    return dict(zip(zip(*(column(df, k) for k in keys), strict=True), column(df, value), strict=True))
 
 
 def of_kind(df: pd.DataFrame, *kinds: str) -> pd.DataFrame:
