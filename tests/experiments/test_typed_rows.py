@@ -55,3 +55,12 @@ def test_selection_on_a_frame_equals_the_row_predicate():
                         source=derivation("by definition"), setting="seed")
     (claim,) = by_seed.evaluate(rows)
     assert math.isclose(claim.measured, 2.0) and claim.holds is True and claim.note == "1 seeds, 6 rows"
+
+
+def test_numpy_scalars_count_as_their_python_types():
+    import numpy as np
+
+    row = DEPTH(bos="x", seed=np.int64(2), slope=np.float32(0.5))
+    assert row["seed"] == 2
+    with pytest.raises(RowError, match="column 'bos'"):
+        DEPTH(bos=np.int64(1), seed=0, slope=None)

@@ -50,6 +50,16 @@ def _type_name(t: Any) -> str:
     return "None" if t is type(None) else getattr(t, "__name__", str(t))
 
 
+def _accepts(want: Any, value: object) -> bool:
+    """Whether ``value`` is of the declared type; a NumPy scalar counts as the Python type it stands for
+    (a count read off an array is an ``np.int64``; it writes the same CSV cell)."""
+    if isinstance(value, want):
+        return True
+    wanted = set(want.__args__) if isinstance(want, types.UnionType) else {want}
+    return any(isinstance(value, np_type) and py in wanted
+               for np_type, py in ((np.bool_, bool), (np.integer, int), (np.floating, float)))
+
+
 @dataclass(frozen=True)
 class RowKind:
     """One kind of row: its ``probe`` tag and its columns with their types (``float | None`` where a
@@ -69,7 +79,7 @@ class RowKind:
             value = values[column]
             if want is float and isinstance(value, int) and not isinstance(value, bool):
                 raise RowError(self.name, column, f"got int {value!r}; declared float (write float(...))")
-            if not isinstance(value, want):
+            if not _accepts(want, value):
                 raise RowError(self.name, column, f"got {type(value).__name__} {value!r}; declared "
                                                   f"{_type_name(want)}")
         for column in values:
@@ -108,6 +118,11 @@ def where_is(df: pd.DataFrame, name: str, value: object, default: object = None)
 def lookup(df: pd.DataFrame, keys: Iterable[str], value: str) -> dict[tuple, Any]:
     """``value`` of each row keyed by its ``keys`` columns (a join's right side; the last row of a key wins)."""
     return dict(zip(zip(*(column(df, k) for k in keys), strict=True), column(df, value), strict=True))
+
+
+def pick(rows: list[dict], df: pd.DataFrame) -> list[dict]:
+    """The rows themselves (the same dicts) that a selection of ``frame(rows)`` kept, in its order."""
+    return [rows[i] for i in df.index]
 
 
 def of_kind(df: pd.DataFrame, *kinds: str) -> pd.DataFrame:

@@ -667,7 +667,7 @@ def position0_cosines(model, tokens: torch.Tensor) -> np.ndarray:
 # inference-time variant; every one ends with the checkpoint's ``label``.
 _TAGS = {"bos": str, "variant": str, "seed": int, "setup": str | None}
 _LABEL = {"label": str | None}
-MODEL = RowKind("model", {**_TAGS, "sink_heads": float, "sink_head_share": float, **dict.fromkeys(MEANS, float),
+MODEL_ROW = RowKind("model", {**_TAGS, "sink_heads": float, "sink_head_share": float, **dict.fromkeys(MEANS, float),
                           **_LABEL})
 LAYER_TYPE = RowKind("layer_type", {**_TAGS, "layer_type": str, "layers": int, "heads": int, "sink_heads": float,
                                     "sink_share": float, "component_b_key0": float, "slope": float | None, **_LABEL})
@@ -758,7 +758,7 @@ def checkpoint_rows(rows: list[dict] | pd.DataFrame, label: str | None = None) -
             if heads.empty:
                 continue
             tags = dict(bos=mode, variant=variant, seed=seed, setup=setup.get(mode))
-            model.append(MODEL(**tags, sink_heads=float(sum(heads["sink"])),
+            model.append(MODEL_ROW(**tags, sink_heads=float(sum(heads["sink"])),
                                sink_head_share=float(np.mean(values(heads, "sink"))),
                                **{k: float(np.mean(values(heads, k))) for k in MEANS}, label=label))
             out += layer_rows(heads, tags, label)
