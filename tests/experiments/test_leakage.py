@@ -17,7 +17,7 @@ from poslab.studies.kit import leakage_rows as lk
 
 
 def test_quick_preset_end_to_end(tmp_path):
-    study = apply_overrides(exp.study("quick"), ["seeds=1", "train.steps=20"])  # every code path, one seed
+    study = apply_overrides(exp.EXPERIMENT.study("quick"), ["seeds=1", "train.steps=20"])  # every code path, one seed
     assert get_experiment("leakage") is exp.EXPERIMENT
     with Store(tmp_path / "s.sqlite") as store:
         summary = run_study(exp.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
@@ -46,7 +46,7 @@ def test_quick_preset_end_to_end(tmp_path):
 
 @pytest.mark.parametrize("override", [['grid.encoding=["rope","learned"]'], ["model.n_layers=1"]])
 def test_refuses_before_any_work(override, tmp_path):
-    study = apply_overrides(exp.study("quick"), override)
+    study = apply_overrides(exp.EXPERIMENT.study("quick"), override)
     with Store(tmp_path / "s.sqlite") as store:
         with pytest.raises(ConfigError):
             run_study(exp.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
@@ -56,7 +56,7 @@ def test_refuses_before_any_work(override, tmp_path):
 def test_bos_and_causal_are_fixed_by_the_study():
     for item in ("model.bos=false", "model.causal=false"):
         with pytest.raises(ConfigError):
-            apply_overrides(exp.study("quick"), [item], exp.FIXED)
+            apply_overrides(exp.EXPERIMENT.study("quick"), [item], exp.FIXED)
 
 
 def rows_for(b_by_layer: dict[tuple, list[float]], swap: float | dict, seeds=(0, 1), ablated: float = 0.5,

@@ -24,15 +24,28 @@ import operator
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, SupportsFloat
+from typing import Any, SupportsFloat, TypeAlias
 
 import numpy as np
+import pandas as pd
 
 from poslab.experiments import registry
 from poslab.experiments.claims import NA_KINDS, ROLES, Claim
 from poslab.experiments.fingerprint import canonical, digest
+from poslab.experiments.rows import frame, groups, has, values
 
 Row = dict
+Rows: TypeAlias = "list[Row] | pd.DataFrame"  # a run's rows, as records or as a frame (poslab.experiments.rows)
+
+
+def _frame(rows) -> pd.DataFrame:
+    """Rows as a frame (:func:`poslab.experiments.rows.frame`); a frame as it is."""
+    return rows if isinstance(rows, pd.DataFrame) else frame(rows)
+
+
+def _column(df: pd.DataFrame, column: str) -> pd.Series:
+    """``column`` of the frame; ``None`` in every row where the frame lacks it."""
+    return df[column] if column in df.columns else pd.Series([None] * len(df), index=df.index, dtype=object)
 
 # ----------------------------------------------------------------------------- predicates
 
@@ -52,6 +65,11 @@ class Ref:
         value = row[self.column]
         return value if self.scale == 1.0 else self.scale * value  # a string column is compared as is
 
+    def column_of(self, df: pd.DataFrame) -> pd.Series:
+        """The referenced value of every row of ``df``."""
+        got = df[self.column]
+        return got if self.scale == 1.0 else got.map(lambda v: self.scale * v)
+
 
 def neg(column: str) -> Ref:
     return Ref(column, -1.0)
@@ -59,6 +77,12 @@ def neg(column: str) -> Ref:
 
 def _value(v, row: Row):
     return v.of(row) if isinstance(v, Ref) else v
+
+
+def _compare(got: pd.Series, op: str, want, df: pd.DataFrame) -> pd.Series:
+    """``got op want`` row by row (``want`` a value, or a :class:`Ref` read from ``df``'s rows)."""
+    wanted = want.column_of(df) if isinstance(want, Ref) else want
+    return pd.Series(COMPARE[op](got, wanted), index=got.index, dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -74,6 +98,20 @@ class Term:
             return False
         got, want = row[self.column], _value(self.value, row)
         return got in want if self.op == "in" else bool(COMPARE[self.op](got, want))
+
+    def mask(self, df: pd.DataFrame) -> pd.Series:
+        """Which rows of ``df`` meet the term (a row without the column meets none)."""
+        out = pd.Series(False, index=df.index)
+        present = df[has(df, self.column)]
+        if present.empty:
+            return out
+        got = present[self.column]
+        if self.op == "in":
+            wanted = self.value if isinstance(self.value, tuple) else (self.value,)  # "in": a tuple of values
+            out[present.index] = got.map(lambda v: v in wanted).astype(bool)
+        else:
+            out[present.index] = _compare(got, self.op, self.value, present)
+        return out
 
     def example(self) -> object:
         """A value of the column that satisfies this term (Refs are resolved by the caller)."""
@@ -97,6 +135,13 @@ class Where:
 
     def __call__(self, row: Row) -> bool:
         return all(t(row) for t in self.terms)
+
+    def select(self, df: pd.DataFrame) -> pd.DataFrame:
+        """The rows of ``df`` that meet every term, in order. Term by term, so a term reads only the
+        rows the terms before it kept (as ``all`` stops at the first term a row misses)."""
+        for t in self.terms:
+            df = df[t.mask(df)]
+        return df
 
     def __and__(self, other: Where) -> Where:
         return Where(self.terms + other.terms)
@@ -154,27 +199,29 @@ class Measure:
     text: str = ""
     by: tuple[str, ...] = ()  # non-share: aggregate the means of the groups of rows with equal ``by`` columns
 
-    def __call__(self, rows: list[Row]) -> float | None:
+    def __call__(self, rows: Rows) -> float | None:
+        df = _frame(rows)
         if self.agg == "share":
-            present = [r for r in rows if r.get(self.column) is not None]
-            if not present:
-                return None
-            op, want = self.test
-            return float(np.mean([bool(COMPARE[op](r[self.column], _value(want, r))) for r in present]))
+            return self._share(df)
         if self.agg == "lower_bound":
-            return _lower_bound(rows, self.column)
-        vals = [float(r[self.column]) for r in rows if r.get(self.column) is not None]
+            return _lower_bound(df, self.column)
+        present = df[has(df, self.column)]
         if self.by:  # e.g. the lowest over lengths of the mean over seeds
-            means: dict[tuple, list[float]] = {}
-            for r in rows:
-                if r.get(self.column) is not None:
-                    means.setdefault(tuple(r.get(c) for c in self.by), []).append(float(r[self.column]))
-            vals = [float(np.mean(v)) for v in means.values()]
+            vals = [float(np.mean(values(g, self.column))) for _, g in groups(present, self.by)]
+        else:
+            vals = list(values(present, self.column))
         if not vals:
             return None
         aggregate: dict[str, Callable[[list[float]], SupportsFloat]] = {
             "mean": np.mean, "min": np.min, "max": np.max, "median": np.median, "abs_mean": lambda v: abs(np.mean(v))}
         return float(aggregate[self.agg](vals))
+
+    def _share(self, df: pd.DataFrame) -> float | None:
+        present = df[has(df, self.column)]
+        if present.empty:
+            return None
+        op, want = self.test
+        return float(np.mean(_compare(present[self.column], op, want, present).to_numpy(dtype=bool)))
 
     def rows_for(self, value: float, base: Row) -> list[Row]:
         """Rows that meet ``base`` and on which this measure is ``value`` (within 1e-9)."""
@@ -226,13 +273,10 @@ def abs_mean(column: str, text: str = "") -> Measure:
     return Measure(column, "abs_mean", text=text)
 
 
-def _lower_bound(rows: list[Row], column: str) -> float | None:
+def _lower_bound(df: pd.DataFrame, column: str) -> float | None:
     """mean - 2 standard errors of the per-seed means of ``column`` (None below two seeds)."""
-    per_seed: dict[object, list[float]] = {}
-    for r in rows:
-        if r.get(column) is not None:
-            per_seed.setdefault(r.get("seed"), []).append(float(r[column]))
-    means = np.array([np.mean(v) for v in per_seed.values()])
+    present = df[has(df, column)]
+    means = np.array([np.mean(values(g, column)) for _, g in groups(present, ("seed",))])
     if len(means) < 2:
         return None
     return float(means.mean() - 2.0 * means.std(ddof=1) / math.sqrt(len(means)))
@@ -377,14 +421,17 @@ class InRange:
     match: tuple[str, ...] = ("encoding",)
     text: str = "in-range score"
 
-    def score(self, group: list[Row], rows: list[Row]) -> float | None:
+    def score(self, group: Rows, rows: Rows) -> float | None:
         """The lowest mean in-range score of the models ``group`` reads (None where none was measured)."""
-        wanted = {c: {r.get(c) for r in group} for c in self.match if any(r.get(c) is not None for r in group)}
-        means: dict[tuple, list[float]] = {}
-        for r in rows:
-            if self.where(r) and r.get(self.column) is not None and all(r.get(c) in v for c, v in wanted.items()):
-                means.setdefault(tuple(r.get(c) for c in wanted), []).append(float(r[self.column]))
-        return min(float(np.mean(v)) for v in means.values()) if means else None
+        models, df = _frame(group), _frame(rows)
+        match = [c for c in self.match if has(models, c).any()]
+        chosen = self.where.select(df)
+        chosen = chosen[has(chosen, self.column)]
+        for c in match:  # the models the group reads: their values of the match columns
+            wanted = set(models[c])
+            chosen = chosen[_column(chosen, c).map(lambda v, wanted=wanted: v in wanted).astype(bool)]
+        means = [float(np.mean(values(g, self.column))) for _, g in groups(chosen, match)]
+        return min(means) if means else None
 
 
 # ----------------------------------------------------------------------------- claim specs
@@ -406,11 +453,14 @@ class Agreement:
     hi: str
     text: str = "the readings disagree, {lo} to {hi}"
 
-    def span(self, group: list[Row]) -> tuple[float, float] | None:
-        split = [r for r in group if r.get(self.flag) is False]
-        if not split:
+    def span(self, group: Rows) -> tuple[float, float] | None:
+        group = _frame(group)
+        if self.flag not in group.columns:
             return None
-        return min(float(r[self.lo]) for r in split), max(float(r[self.hi]) for r in split)
+        split = group[group[self.flag].map(lambda v: v is False).astype(bool)]
+        if not len(split):
+            return None
+        return float(min(split[self.lo])), float(max(split[self.hi]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -445,31 +495,36 @@ class ClaimSpec:
     agree: Agreement | None = None  # judged only where the group's readings agree (see Agreement)
 
     def __post_init__(self):
-        if self.op is not None and self.op not in OPS:
-            raise ValueError(f"ClaimSpec {self.name!r}: op must be one of {OPS}, got {self.op!r}")
-        if self.op is not None and self.threshold is None:
-            raise ValueError(f"ClaimSpec {self.name!r}: op {self.op!r} needs a threshold")
-        if self.op == "~" and self.tol is None:
-            raise ValueError(f"ClaimSpec {self.name!r}: op '~' needs a tol")
-        if self.op is not None and self.na is not None:
-            raise ValueError(f"ClaimSpec {self.name!r}: a claim is judged (op) or n.a. (na), not both")
-        if self.na is not None and not isinstance(self.na, NA):
-            raise ValueError(f"ClaimSpec {self.name!r}: na must be undecidable(...), comparison_only(...) or "
-                             f"not_run(...), got {self.na!r}")
-        if self.op is None and self.na is None:
-            raise ValueError(f"ClaimSpec {self.name!r}: a claim needs an op (judged) or an na (with its reason)")
-        if (self.source is None) != (self.setting is None):
-            raise ValueError(f"ClaimSpec {self.name!r}: source and setting come together (the role follows from both)")
+        for problem in (*self._judging_problems(), *self._role_problems()):
+            raise ValueError(f"ClaimSpec {self.name!r}: {problem}")
         if self.source is not None:
             object.__setattr__(self, "role", role_of(self.source, self.setting or ""))
         if self.role not in ROLES:
             raise ValueError(f"ClaimSpec {self.name!r}: role must be one of {ROLES}, got {self.role!r}")
-        if self.revised is not None and not _REVISED.match(self.revised):
-            raise ValueError(f"ClaimSpec {self.name!r}: revised must read 'YYYY-MM-DD: the reason', "
-                             f"got {self.revised!r}")
-        if self.interval is not None and self.op not in (">=", "<=", ">", "<"):
-            raise ValueError(f"ClaimSpec {self.name!r}: an interval is judged against a one-sided op "
-                             f"(>=, <=, >, <), got {self.op!r}")
+
+    def _judging_problems(self) -> list[str]:
+        """What is wrong with how the claim is judged (op, threshold, tol, na, interval), in words."""
+        judged = self.op is not None
+        return [problem for bad, problem in (
+            (judged and self.op not in OPS, f"op must be one of {OPS}, got {self.op!r}"),
+            (judged and self.threshold is None, f"op {self.op!r} needs a threshold"),
+            (self.op == "~" and self.tol is None, "op '~' needs a tol"),
+            (judged and self.na is not None, "a claim is judged (op) or n.a. (na), not both"),
+            (self.na is not None and not isinstance(self.na, NA),
+             f"na must be undecidable(...), comparison_only(...) or not_run(...), got {self.na!r}"),
+            (not judged and self.na is None, "a claim needs an op (judged) or an na (with its reason)"),
+            (self.interval is not None and self.op not in (">=", "<=", ">", "<"),
+             f"an interval is judged against a one-sided op (>=, <=, >, <), got {self.op!r}"),
+        ) if bad]
+
+    def _role_problems(self) -> list[str]:
+        """What is wrong with what the claim is (source, setting) and its revision, in words."""
+        return [problem for bad, problem in (
+            ((self.source is None) != (self.setting is None),
+             "source and setting come together (the role follows from both)"),
+            (self.revised is not None and not _REVISED.match(self.revised),
+             f"revised must read 'YYYY-MM-DD: the reason', got {self.revised!r}"),
+        ) if bad]
 
     def fingerprint(self, gate: InRange | None = None) -> str:
         """A hash of what judges the claim: the rows it reads, the measure, the operator, the line, the
@@ -479,12 +534,13 @@ class ClaimSpec:
             what["gate"] = canonical(gate)
         return digest(what)
 
-    def limit(self, group: list[Row]) -> float | None:
+    def limit(self, group: Rows) -> float | None:
         if self.threshold is None:
             return None
         if self.scale_by is None:
             return self.threshold
-        return self.threshold * float(group[0][self.scale_by])
+        first = _frame(group)[self.scale_by].iloc[0]
+        return self.threshold * float(first)
 
     def criterion(self, group: list[Row] | None = None) -> str:
         if self.op is None:
@@ -497,75 +553,86 @@ class ClaimSpec:
             return f"within {show(self.tol)} of {t}"
         return f"{ {'>=': '≥', '<=': '≤'}.get(self.op, self.op)} {t}"
 
-    def judge(self, value: float | None, group: list[Row] | None = None) -> bool | None:
+    def judge(self, value: float | None, group: Rows | None = None) -> bool | None:
         if self.op is None or value is None or (isinstance(value, float) and math.isnan(value)):
             return None
-        limit = self.limit(group) if group else self.threshold
+        limit = self.limit(group) if group is not None and len(group) else self.threshold
         assert limit is not None  # __post_init__: an op comes with a threshold
         if self.op == "~":
             assert self.tol is not None  # __post_init__: "~" comes with a tol
             return bool(abs(value - limit) <= self.tol)
         return bool(COMPARE[self.op](value, limit))
 
-    def sides(self, group: list[Row]) -> tuple[float, float, bool | None] | None:
+    def sides(self, group: Rows) -> tuple[float, float, bool | None] | None:
         """With ``interval``: (lowest lo, highest hi, verdict) over the group's intervals; the
         verdict is True / False where every interval meets / misses the line, None where they reach
         both sides. None without ``interval`` or interval columns."""
         if self.interval is None:
             return None
-        lo_col, hi_col = self.interval
-        los = [float(r[lo_col]) for r in group if r.get(lo_col) is not None]
-        his = [float(r[hi_col]) for r in group if r.get(hi_col) is not None]
-        if not los or not his:
+        group = _frame(group)
+        los, his = (values(group, c) for c in self.interval)
+        if not len(los) or not len(his):
             return None
-        lo, hi = min(los), max(his)
+        lo, hi = float(los.min()), float(his.max())
         a, b = self.judge(lo, group), self.judge(hi, group)
         return lo, hi, (a if a == b else None)
 
-    def evaluate(self, rows: Iterable[Row], gate: InRange | None = None) -> list[Claim]:
-        rows = list(rows)
-        groups: dict[tuple, list[Row]] = {}
-        for r in rows:
-            if self.where(r):
-                groups.setdefault(tuple(r.get(c) for c in self.per), []).append(r)
-        out = []
-        for key in sorted(groups, key=_sort_key):
-            group = groups[key]
-            fields = dict(zip(self.per, key, strict=False), n=len(group), seeds=len({r.get("seed") for r in group}))
-            value = self.measure(group) if self.measure is not None else None
-            holds = None if self.na else self.judge(value, group)
-            note = self.note.format(**fields) if self.note else f"{fields['seeds']} seeds, {len(group)} rows"
-            na_kind, shown = None, None  # shown: the measured value as text, where it is not one number
-            span = None if self.na or holds is None else self.sides(group)
-            if span is not None:
-                holds = span[2]
-            gated = gate is not None and self.trained and (holds is not None or value is None)
-            learned = gate.score(group, rows) if gate is not None and gated else None
-            if self.na:
-                na_kind = self.na.kind
-                note = f"n.a. ({self.na.text})" + (f"; {note}" if note else "")
-            elif gate is not None and gated and _not_learned(holds, learned, gate.threshold):
-                holds, na_kind = None, "not-learned"
+    def evaluate(self, rows: Rows, gate: InRange | None = None) -> list[Claim]:
+        """One claim per group of the rows ``where`` selects, grouped by ``per``, in the order of
+        the groups' ``per`` values (numbers first)."""
+        df = _frame(rows)
+        chosen = groups(self.where.select(df), self.per)
+        return [self._claim(key, group, df, gate) for key, group in sorted(chosen, key=lambda kg: _sort_key(kg[0]))]
+
+    def _claim(self, key: tuple, group: pd.DataFrame, rows: pd.DataFrame, gate: InRange | None) -> Claim:
+        """The claim on one group: its measured value, verdict and note."""
+        fields = dict(zip(self.per, key, strict=False), n=len(group), seeds=len(set(_column(group, "seed"))))
+        value = self.measure(group) if self.measure is not None else None
+        note = self.note.format(**fields) if self.note else f"{fields['seeds']} seeds, {len(group)} rows"
+        holds, na_kind, why = self._verdict(value, group, rows, gate)
+        if why:
+            note = f"n.a. ({why})" + (f"; {note}" if note else "")
+        measured = value if not (self.percent and value is not None) else f"{100 * value:.1f}%"
+        split = self._disagreement(group) if na_kind == "undecidable" else None
+        if split is not None:  # the readings' span, as text, where they disagree
+            measured = f"{split[0]} to {split[1]}"
+        return Claim(name=self.name.format(**fields), paper=self.paper, measured=measured, holds=holds,
+                     criterion=self.criterion(group), note=note, role=self.role, na_kind=na_kind)
+
+    def _verdict(self, value: float | None, group: pd.DataFrame, rows: pd.DataFrame,
+                 gate: InRange | None) -> tuple[bool | None, str | None, str]:
+        """(holds, the n.a. kind, why it is n.a. in words): n.a. as declared; not learned where the
+        study's gate finds the group's models below its line; undecidable where the 95% intervals
+        reach both sides of the line; not run where nothing was measured."""
+        if self.na:
+            return None, self.na.kind, self.na.text
+        holds = self.judge(value, group)
+        span = None if holds is None else self.sides(group)
+        if span is not None:
+            holds = span[2]
+        if gate is not None and self.trained and (holds is not None or value is None):
+            learned = gate.score(group, rows)
+            if _not_learned(holds, learned, gate.threshold):
                 score = "not measured" if learned is None else f"{learned:.3f}"
-                note = (f"n.a. (did not learn in range: {gate.text} {score}, below {gate.threshold:g})"
-                        + (f"; {note}" if note else ""))
-            elif span is not None and holds is None:
-                na_kind = "undecidable"
-                note = (f"n.a. (the task cannot decide it: the 95% intervals span {span[0]:.3f} to {span[1]:.3f}, "
-                        f"both sides of {self.limit(group):g})" + (f"; {note}" if note else ""))
-            elif holds is None and self.agree is not None and (split := self.agree.span(group)) is not None:
-                na_kind = "undecidable"
-                lo, hi = (f"{100 * v:+.1f}%" if self.percent else f"{v:.3f}" for v in split)
-                shown = f"{lo} to {hi}"
-                note = (f"n.a. (the task cannot decide it: {self.agree.text.format(lo=lo, hi=hi)})"
-                        + (f"; {note}" if note else ""))
-            elif holds is None:
-                na_kind = "not-run"
-                note = "n.a. (not run: nothing measured)" + (f"; {note}" if note else "")
-            measured = value if not (self.percent and value is not None) else f"{100 * value:.1f}%"
-            out.append(Claim(name=self.name.format(**fields), paper=self.paper, measured=shown or measured, holds=holds,
-                             criterion=self.criterion(group), note=note, role=self.role, na_kind=na_kind))
-        return out
+                return None, "not-learned", f"did not learn in range: {gate.text} {score}, below {gate.threshold:g}"
+        if span is not None and holds is None:
+            return None, "undecidable", (f"the task cannot decide it: the 95% intervals span {span[0]:.3f} to "
+                                         f"{span[1]:.3f}, both sides of {self.limit(group):g}")
+        split = self._disagreement(group) if holds is None else None
+        if split is not None and self.agree is not None:
+            return None, "undecidable", f"the task cannot decide it: {self.agree.text.format(lo=split[0], hi=split[1])}"
+        if holds is None:
+            return None, "not-run", "not run: nothing measured"
+        return holds, None, ""
+
+    def _disagreement(self, group: pd.DataFrame) -> tuple[str, str] | None:
+        """With ``agree``: the span of the group's disagreeing readings as shown (percent where the claim
+        is), None where they agree or the claim declares no agreement."""
+        split = self.agree.span(group) if self.agree is not None else None
+        if split is None:
+            return None
+        lo, hi = (f"{100 * v:+.1f}%" if self.percent else f"{v:.3f}" for v in split)
+        return lo, hi
 
 
 def _not_learned(holds: bool | None, learned: float | None, threshold: float) -> bool:
@@ -586,8 +653,8 @@ def judge_all(specs: Iterable[ClaimSpec], rows: list[Row], gate: InRange | None 
     that reads trained behaviour is n.a. where its models did not learn in range. Where a registry
     is active (the runner's, :mod:`poslab.experiments.registry`), a revised claim carries its first
     registered criterion and verdict."""
-    specs = list(specs)
-    claims = [c for spec in specs for c in spec.evaluate(rows, gate)]
+    specs, df = list(specs), frame(rows)
+    claims = [c for spec in specs for c in spec.evaluate(df, gate)]
     return registry.annotate(claims, specs, gate)
 
 

@@ -17,11 +17,13 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from poslab.errors import ConfigError
 from poslab.experiments import Trained
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, write_outputs
+from poslab.experiments.rows import RowKind, column, frame, groups, has, lookup, of_kind, values
 from poslab.experiments.spec import (
     ClaimSpec,
     Extrapolation,
@@ -453,47 +455,77 @@ def positionwise(ctx, model_at, lengths) -> list[dict]:
 
 # ----------------------------------------------------------------------------- report
 
+VS = RowKind("vs", {"pair": str, "seed": int, "length": int, "diff": float})
+BEND_SHIFT = RowKind("bend_shift", {"seed": int, "ratio": float, "sharp_ratio": float | None})
+
+
 def derived_rows(rows: list[dict], L0: int) -> list[dict]:
     """Adds to each row its method's registry index (#), L/L0 (multiple), whether it is an
     extension and at the longest length; to loss rows the loss minus plain RoPE's (delta_rope)
     and minus the same method's at L0 (delta_L0); to position-wise rows the method's predicted
     bound. Returns the comparison rows ("vs"), the bends, the bend shift, the rankings and each
     exact match as k of n with its interval ("exact", :func:`~poslab.studies.kit.ranking.exact_rows`)."""
-    order = {m: i for i, m in enumerate(METHODS)}
-    longest = max((r["length"] for r in rows if r.get("length")), default=None)
-    law = {(r["method"], r["seed"]): r["extrapolation_bound"] for r in rows if r.get("probe") == "scaling_law"}
-    loss = {(r["method"], r["seed"], r["length"]): r["loss"] for r in rows if r.get("probe") == "loss"}
-    digit: dict[tuple, list[float]] = {}
-    for r in rows:
-        r["method"] = r.get("method") or r.get("variant") or "rope"
-        r["#"], r["L0"], r["extension"] = order.get(r["method"], len(order)), L0, r["method"] != "rope"
-        r["fine_tuning_method"] = r["method"] in FINE_TUNING_METHODS
+    loss = lookup(of_kind(frame(rows), "loss"), ("method", "seed", "length"), "loss")
+    annotate(rows, L0, loss)
+    df = frame(rows)
+    seeds = sorted(set(df.loc[has(df, "seed"), "seed"])) if "seed" in df.columns else []
+    digit = {key: float(np.mean(values(g, "loss")))
+             for key, g in groups(of_kind(df, "passkey"), ("method", "seed", "length"))}
+    out = vs_rows(seeds, L0, loss, digit)
+    out += unused_rows(rows, L0) + bend_rows(rows, L0, BEND_DELTA, BEND_SHARP) + ranking_rows(rows, L0)
+    out += [{**r, "#": _index(r["method"])} for r in exact_rows(rows, L0)]
+    return out + bend_shift_rows(of_kind(frame(out), "bend"), seeds)
+
+
+def _index(method: str) -> int:
+    """A method's place in the registry (METHODS), after the last for one not in it."""
+    return list(METHODS).index(method) if method in METHODS else len(METHODS)
+
+
+def annotate(rows: list[dict], L0: int, loss: dict[tuple, float]) -> None:
+    """Adds to each row, in place, its method (the variant's, else plain RoPE), its registry index
+    (#), L0, whether it is an extension or fine-tunes; with a length, L/L0 (multiple) and whether it
+    is the longest; to loss rows their loss less plain RoPE's (delta_rope) and less the method's at
+    L0 (delta_L0); to position-wise rows the predicted bound of RoPE's base (base2x+ft: its own)."""
+    df = frame(rows)
+    law = lookup(of_kind(df, "scaling_law"), ("method", "seed"), "extrapolation_bound")
+    longest = max((length for length in column(df, "length") if length), default=None)
+    methods = [m or v or "rope" for m, v in zip(column(df, "method"), column(df, "variant"), strict=True)]
+    for r, method in zip(rows, methods, strict=True):
+        r["method"] = method
+        r["#"], r["L0"], r["extension"] = _index(method), L0, method != "rope"
+        r["fine_tuning_method"] = method in FINE_TUNING_METHODS
         if r.get("length"):
             r["multiple"], r["longest"] = r["length"] / L0, r["length"] == longest
         if r.get("probe") == "loss":
-            rope, here = loss.get(("rope", r["seed"], r["length"])), loss.get((r["method"], r["seed"], L0))
+            rope, here = loss.get(("rope", r["seed"], r["length"])), loss.get((method, r["seed"], L0))
             r["delta_rope"] = None if rope is None else r["loss"] - rope
             r["delta_L0"] = None if here is None else r["loss"] - here
         if r.get("probe") == "positionwise":
-            r["bound"] = law.get(("rope" if r["method"] != "base2x+ft" else r["method"], r["seed"]))
-        if r.get("probe") == "passkey":
-            digit.setdefault((r["method"], r["seed"], r["length"]), []).append(r["loss"])
+            r["bound"] = law.get(("rope" if method != "base2x+ft" else method, r["seed"]))
+
+
+def vs_rows(seeds: list, L0: int, loss: dict[tuple, float], digit: dict[tuple, float]) -> list[dict]:
+    """Per seed, longrope-progressive's loss less longrope+ft's at PROGRESSIVE x L0, and longrope2's
+    passkey digit loss less longrope's at FACTOR x L0 (where both were measured)."""
     out = []
-    seeds = sorted({r["seed"] for r in rows if "seed" in r})
-    for a, b, L, table in (("longrope-progressive", "longrope+ft", PROGRESSIVE * L0, loss),
-                           ("longrope2", "longrope", FACTOR * L0, {k: float(np.mean(v)) for k, v in digit.items()})):
-        for seed in seeds:
-            if (a, seed, int(L)) in table and (b, seed, int(L)) in table:
-                out.append(dict(probe="vs", pair=f"{a} - {b}", seed=seed, length=int(L),
-                                diff=table[(a, seed, int(L))] - table[(b, seed, int(L))]))
-    out += unused_rows(rows, L0) + bend_rows(rows, L0, BEND_DELTA, BEND_SHARP) + ranking_rows(rows, L0)
-    out += [{**r, "#": order.get(r["method"], len(order))} for r in exact_rows(rows, L0)]
-    bends = {(r["method"], r["seed"]): r for r in out if r["probe"] == "bend"}
+    for a, b, L, table in (("longrope-progressive", "longrope+ft", int(PROGRESSIVE * L0), loss),
+                           ("longrope2", "longrope", int(FACTOR * L0), digit)):
+        out += [VS(pair=f"{a} - {b}", seed=seed, length=L, diff=table[(a, seed, L)] - table[(b, seed, L)])
+                for seed in seeds if (a, seed, L) in table and (b, seed, L) in table]
+    return out
+
+
+def bend_shift_rows(bends: pd.DataFrame, seeds: list) -> list[dict]:
+    """Per seed, base2x+ft's bend (and sharp bend) over plain RoPE's, where both bent."""
+    bend = lookup(bends, ("method", "seed"), "bend")
+    sharp = lookup(bends, ("method", "seed"), "sharp_bend")
+    out = []
     for seed in seeds:
-        rope, tuned = bends.get(("rope", seed)), bends.get(("base2x+ft", seed))
-        if rope and tuned and rope["bend"] and tuned["bend"]:
-            sharp = tuned["sharp_bend"] / rope["sharp_bend"] if rope["sharp_bend"] and tuned["sharp_bend"] else None
-            out.append(dict(probe="bend_shift", seed=seed, ratio=tuned["bend"] / rope["bend"], sharp_ratio=sharp))
+        rope, tuned = ("rope", seed), ("base2x+ft", seed)
+        if rope in bend and tuned in bend and bend[rope] and bend[tuned]:
+            ratio = sharp[tuned] / sharp[rope] if sharp[rope] and sharp[tuned] else None
+            out.append(BEND_SHIFT(seed=seed, ratio=bend[tuned] / bend[rope], sharp_ratio=ratio))
     return out
 
 

@@ -42,12 +42,14 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments import EvaluateOnly, Job
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
+from poslab.experiments.rows import RowKind, frame, groups, of_kind, values, where_is
 from poslab.experiments.spec import (
     ClaimSpec,
     at_least,
@@ -433,32 +435,38 @@ def format_rows() -> list[dict]:
     return rows
 
 
+_PASSKEYS = ("passkey_cached", "passkey_recompute", "passkey_own", "passkey_diff")
+KV_SUMMARY = RowKind("kv_summary", {
+    "model": str, "L0": int, "decode": int, "gap_within": float, "gap_past": float, "gap_past_mean": float,
+    "gap_last": float, "gap_ratio": float, "loss_cached": float, "loss_recompute": float, "argmax_agree": float,
+    "passkeys": int, "loss_diff": float, **dict.fromkeys(_PASSKEYS, float)}, optional=_PASSKEYS)  # with passkeys
+
+
 def derived_rows(rows: list[dict]) -> list[dict]:
     """probe="kv_summary" per model: the gaps within and past L0, their ratio, the losses past L0
     and the passkey exact matches."""
-    out = []
-    for model in dict.fromkeys(r["model"] for r in rows if r.get("probe") == "kv"):
-        kv = [r for r in rows if r.get("probe") == "kv" and r["model"] == model]
-        L0 = kv[0]["L0"]
-        within = [r for r in kv if r["step"] + 1 <= L0]
-        past = [r for r in kv if r["step"] + 1 > L0]
-        keys = [r for r in rows if r.get("probe") == "kv_passkey" and r["model"] == model]
-        gap_within = max(r["logit_gap"] for r in within)
-        gap_past = max(r["logit_gap"] for r in past)
-        row = dict(probe="kv_summary", model=model, L0=L0, decode=kv[0]["decode"], gap_within=gap_within,
-                   gap_past=gap_past, gap_past_mean=float(np.mean([r["logit_gap"] for r in past])),
-                   gap_last=max(past, key=lambda r: r["step"])["logit_gap"],
-                   gap_ratio=gap_past / max(gap_within, NOISE),
-                   loss_cached=float(np.mean([r["loss_cached"] for r in past])),
-                   loss_recompute=float(np.mean([r["loss_recompute"] for r in past])),
-                   argmax_agree=float(np.mean([r["argmax_agree"] for r in past])), passkeys=len(keys))
-        row["loss_diff"] = row["loss_cached"] - row["loss_recompute"]
-        if keys:
-            for k in ("cached", "recompute", "own"):
-                row[f"passkey_{k}"] = float(np.mean([r[f"exact_{k}"] for r in keys]))
-            row["passkey_diff"] = row["passkey_cached"] - row["passkey_recompute"]
-        out.append(row)
-    return out
+    df = frame(rows)
+    kv_all, keys_all = of_kind(df, "kv"), of_kind(df, "kv_passkey")
+    return [kv_summary(model, kv, where_is(keys_all, "model", model)) for (model,), kv in groups(kv_all, ("model",))]
+
+
+def kv_summary(model: str, kv: pd.DataFrame, keys: pd.DataFrame) -> dict:
+    """One model's KV-cache summary: its decode steps within and past L0, and its passkeys."""
+    L0 = kv["L0"].iloc[0]
+    inside = (kv["step"] + 1).map(lambda n: n <= L0).astype(bool)
+    within, past = kv[inside], kv[~inside]
+    gap_within, gap_past = max(within["logit_gap"]), max(past["logit_gap"])
+    means = {k: float(np.mean(values(past, k))) for k in ("logit_gap", "loss_cached", "loss_recompute", "argmax_agree")}
+    passkeys = {}
+    if len(keys):
+        passkeys = {f"passkey_{k}": float(np.mean(values(keys, f"exact_{k}"))) for k in ("cached", "recompute", "own")}
+        passkeys["passkey_diff"] = passkeys["passkey_cached"] - passkeys["passkey_recompute"]
+    last = max(zip(past["step"], past["logit_gap"], strict=True), key=lambda step_gap: step_gap[0])[1]
+    return KV_SUMMARY(model=model, L0=L0, decode=kv["decode"].iloc[0], gap_within=gap_within, gap_past=gap_past,
+                      gap_past_mean=means["logit_gap"], gap_last=last,
+                      gap_ratio=gap_past / max(gap_within, NOISE), loss_cached=means["loss_cached"],
+                      loss_recompute=means["loss_recompute"], argmax_agree=means["argmax_agree"], passkeys=len(keys),
+                      loss_diff=means["loss_cached"] - means["loss_recompute"], **passkeys)
 
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:

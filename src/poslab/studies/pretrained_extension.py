@@ -75,12 +75,14 @@ import time
 from functools import partial
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments import EvaluateOnly, Job
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
+from poslab.experiments.rows import TAG, RowKind, column, frame, groups, has, lookup, of_kind, pick
 from poslab.experiments.spec import (
     ClaimSpec,
     InRange,
@@ -701,58 +703,69 @@ def passkey(model, L: int, depth: float, trial: int, digits: int) -> dict:
 
 # ----------------------------------------------------------------------------- derived rows and report
 
+VS_NONE = RowKind("vs_none", {"method": str, "scale": int | float, "fine_tuning_method": bool, "gain": float,
+                              "retention_cost": float}, optional=("gain", "retention_cost"))
+RANKING = RowKind("ranking", {"task": str, "scale": int | float, "short_exact": float | None,
+                              "informative": bool | None, "tau": float | None, "methods": int,
+                              "best_task": str | None, "best_loss": str | None})
+SEARCH_COPIES = {"search_result": "searched", "factors": "searched_factor"}  # a search's probe -> its copy's
+
+
 def derived_rows(rows: list[dict]) -> list[dict]:
     """probe="vs_none" per (method, scale): gain = no scaling's loss past L0 minus the method's;
     retention_cost = the method's loss below L0 minus no scaling's (scale 1)."""
-    summary = {(r["method"], r["scale"]): r for r in rows if r.get("probe") == "summary"}
+    df = frame(rows)
+    return vs_none_rows(of_kind(df, "summary")) + scale_ranking_rows(df) + search_rows(rows)
+
+
+def vs_none_rows(summary: pd.DataFrame) -> list[dict]:
+    """Per (method, scale) but no scaling: its gain over no scaling past L0 and (scale 1) its cost below L0."""
+    keys = zip(column(summary, "method"), column(summary, "scale"), strict=True)
+    cells = dict(zip(keys, summary.to_dict("records"), strict=True))
     out = []
-    for (method, scale), r in summary.items():
-        base = summary.get(("none", scale))
+    for (method, scale), r in cells.items():
+        base = cells.get(("none", scale))
         if method == "none" or base is None:
             continue
-        row = dict(probe="vs_none", method=method, scale=scale, fine_tuning_method=method in FINE_TUNING_METHODS)
+        more = {}
         if r.get("loss_out") is not None and base.get("loss_out") is not None:
-            row["gain"] = base["loss_out"] - r["loss_out"]
+            more["gain"] = base["loss_out"] - r["loss_out"]
         if scale == 1:
-            row["retention_cost"] = r["loss_in"] - base["loss_in"]
-        out.append(row)
-    return out + scale_ranking_rows(rows) + search_rows(rows)
+            more["retention_cost"] = r["loss_in"] - base["loss_in"]
+        out.append(VS_NONE(method=method, scale=scale, fine_tuning_method=method in FINE_TUNING_METHODS, **more))
+    return out
 
 
 def search_rows(rows: list[dict]) -> list[dict]:
     """One copy of each searched method's search (every scale's member carries it): probe
     "searched" (its search_result row) and "searched_factor" (its factors rows)."""
-    seen, out = set(), []
-    for r in rows:
-        if r.get("probe") in ("search_result", "factors"):
-            key = (r["probe"], r.get("method"), r.get("pair"))
-            if key not in seen:
-                seen.add(key)
-                out.append(dict(r, probe="searched" if r["probe"] == "search_result" else "searched_factor"))
-    return out
+    df = frame(rows)
+    found = of_kind(df, *SEARCH_COPIES)
+    keys = pd.DataFrame({"probe": found[TAG], "method": column(found, "method"), "pair": column(found, "pair")})
+    first = found[~keys.duplicated()]
+    return [dict(r, probe=SEARCH_COPIES[p]) for r, p in zip(pick(rows, first), first[TAG], strict=True)]
 
 
-def scale_ranking_rows(rows: list[dict]) -> list[dict]:
+def scale_ranking_rows(rows: list[dict] | pd.DataFrame) -> list[dict]:
     """probe="ranking" per (task, scale > 1): Kendall's tau between the methods ordered by mean
     exact match (higher first) and by loss past L0 (lower first), over methods with both."""
-    loss = {(r["method"], r["scale"]): r["loss_out"] for r in rows
-            if r.get("probe") == "summary" and r.get("loss_out") is not None}
-    cells: dict[tuple, list[float]] = {}
-    for r in rows:
-        if r.get("probe") == "reasoning" and r.get("exact") is not None and r["scale"] > 1:
-            cells.setdefault((r["task"], r["scale"], r["method"]), []).append(r["exact"])
-    short: dict[str, list[float]] = {}
-    for r in rows:
-        if r.get("probe") == "capability" and r.get("exact") is not None:
-            short.setdefault(r["task"], []).append(r["exact"])
+    df = rows if isinstance(rows, pd.DataFrame) else frame(rows)
+    summary = of_kind(df, "summary")
+    loss = lookup(summary[has(summary, "loss_out")], ("method", "scale"), "loss_out")
+    reasoning = of_kind(df, "reasoning")
+    reasoning = reasoning[has(reasoning, "exact")]
+    reasoning = reasoning[(reasoning["scale"] > 1).astype(bool)] if len(reasoning) else reasoning
+    cells = {key: sum(g["exact"]) / len(g) for key, g in groups(reasoning, ("task", "scale", "method"))}
+    capability = of_kind(df, "capability")
+    short = {task: sum(g["exact"]) / len(g) for (task,), g in groups(capability[has(capability, "exact")], ("task",))}
     out = []
     for task, scale in sorted({(t, s) for t, s, _ in cells}):
-        exact = {m: sum(v) / len(v) for (t, s, m), v in cells.items() if (t, s) == (task, scale)}
+        exact = {m: v for (t, s, m), v in cells.items() if (t, s) == (task, scale)}
         got = rank_agreement(exact, {m: v for (m, s), v in loss.items() if s == scale})
         if got is not None:
-            able = sum(short[task]) / len(short[task]) if task in short else None
-            out.append(dict(probe="ranking", task=task, scale=scale, short_exact=able,
-                            informative=None if able is None else able > 0, **got))
+            able = short.get(task)
+            out.append(RANKING(task=task, scale=scale, short_exact=able,
+                               informative=None if able is None else able > 0, **got))
     return out
 
 

@@ -91,12 +91,14 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments import EvaluateOnly, Job
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, write_outputs
+from poslab.experiments.rows import RowKind, column, frame, has, of_kind, values, where_is
 from poslab.experiments.spec import (
     ClaimSpec,
     above,
@@ -368,8 +370,24 @@ def settings(study: StudyConfig, name: str | None = None) -> dict:
     for each in names:
         for key in PER_CHECKPOINT:
             of(m, key, each)
+    _check_shared(m)
+    for mode in study.axis("model.bos"):
+        check_choice("model.bos", mode, MODES)
+    for each in names:
+        _check_checkpoint(m, each)
+    if name is None:
+        return m
+    return dict(m, checkpoint=name, **{k: of(m, k, name) for k in PER_CHECKPOINT})
+
+
+def _is_int(value, lo: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= lo
+
+
+def _check_shared(m: dict) -> None:
+    """The settings every checkpoint shares: first query, window, dtype, NTK factor, schedule layers."""
     for key, lo in (("first_query", 1), ("window", 1)):
-        if not isinstance(m[key], int) or isinstance(m[key], bool) or m[key] < lo:
+        if not _is_int(m[key], lo):
             raise ConfigError(f"model.{key}", m[key], f"an integer >= {lo}")
     check_choice("model.dtype", m["dtype"], ("float32",))
     if not isinstance(m["ntk_factor"], (int, float)) or isinstance(m["ntk_factor"], bool) or m["ntk_factor"] <= 1:
@@ -378,21 +396,19 @@ def settings(study: StudyConfig, name: str | None = None) -> dict:
     if layers != "all" and (not isinstance(layers, (list, tuple)) or not layers
                             or not all(isinstance(t, str) for t in layers)):
         raise ConfigError("model.schedule_layers", layers, '"all" or a list of layer types, e.g. ["full_attention"]')
-    for mode in study.axis("model.bos"):
-        check_choice("model.bos", mode, MODES)
-    for each in names:
-        length, n, groups = (of(m, k, each) for k in PER_CHECKPOINT)
-        for key, value, lo in (("length", length, 8), ("windows", n, 4)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-                raise ConfigError(f"model.{key}", value, f"an integer >= {lo}")
-        if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or n % groups or n // groups < 2:
-            raise ConfigError("model.groups", groups, f"a divisor of model.windows ({n}) leaving at least 2 windows "
-                                                      "a group (each group is cross-fitted in halves)")
-        if m["first_query"] >= length:
-            raise ConfigError("model.first_query", m["first_query"], f"an integer below model.length ({length})")
-    if name is None:
-        return m
-    return dict(m, checkpoint=name, **{k: of(m, k, name) for k in PER_CHECKPOINT})
+
+
+def _check_checkpoint(m: dict, name: str) -> None:
+    """One checkpoint's length, windows and groups (each a value, or its entry of a per-checkpoint dict)."""
+    length, n, groups = (of(m, k, name) for k in PER_CHECKPOINT)
+    for key, value, lo in (("length", length, 8), ("windows", n, 4)):
+        if not _is_int(value, lo):
+            raise ConfigError(f"model.{key}", value, f"an integer >= {lo}")
+    if not _is_int(groups, 1) or n % groups or n // groups < 2:
+        raise ConfigError("model.groups", groups, f"a divisor of model.windows ({n}) leaving at least 2 windows "
+                                                  "a group (each group is cross-fitted in halves)")
+    if m["first_query"] >= length:
+        raise ConfigError("model.first_query", m["first_query"], f"an integer below model.length ({length})")
 
 
 def needs(study: StudyConfig, cfg: dict) -> tuple[str, ...]:
@@ -568,8 +584,8 @@ def evaluate_mode(model, ids: torch.Tensor, config: dict) -> list[dict]:
     rows += per_group(lambda batch: swap_intervention_rows(model, batch, config, swaps))
     content = windows(model, ids, dict(config, bos="without BOS"))  # the closed-system check, same windows
     cos = {key: position0_cosines(model, t) for key, t in (("bos_at_0", tokens), ("content_at_0", content))}
-    rows += [dict(probe="closed", layer=k, bos_at_0=float(cos["bos_at_0"][k]),
-                  content_at_0=float(cos["content_at_0"][k]), **tags) for k in range(model.n_layers + 1)]
+    rows += [CLOSED(layer=k, bos_at_0=float(cos["bos_at_0"][k]), content_at_0=float(cos["content_at_0"][k]), **tags)
+             for k in range(model.n_layers + 1)]
     return rows
 
 
@@ -579,6 +595,15 @@ MEANS = ("sink_share", "component_a", "component_b", "component_b_key0", "compon
          "early_component_b_key0")  # the model rows' means over layers and heads
 
 
+# The measured kinds of row, each declared once; every row of a run then carries its window group
+# (``seed``) and its checkpoint's tags (``name``, ``label``, ``setup``: evaluate_mode's per_group).
+_CHECKPOINT = {"name": str, "label": str, "setup": str}
+HEAD = RowKind("head", {"bos": str, "variant": str, "layer": int, "head": int, "layer_type": str, "sink_share": float,
+                        "sink": float, **dict.fromkeys(HEAD_KEYS, float)})
+INTERVENTION = RowKind("intervention", {"intervention": str, "layer": int, "head": int, "early_component_b": float})
+CLOSED = RowKind("closed", {"layer": int, "bos_at_0": float, "content_at_0": float, **_CHECKPOINT})
+
+
 def sink_head_rows(model, batch, config: dict, variant: str, scratch: dict | None = None) -> list[dict]:
     """Per (layer, head): the share of attention on key 0 of queries >= first_query, sink or not,
     and the components (a), (b) (with its key-0 part and the rest), early (b) (and its key-0 part)."""
@@ -586,7 +611,7 @@ def sink_head_rows(model, batch, config: dict, variant: str, scratch: dict | Non
     comp = lk.leakage(model, batch, early=q0, chunk=2, scratch=scratch, old=False)
     sink_share = comp["to_key0"][..., q0:].mean(-1)  # mean weight on key 0 of queries i >= first_query, [l, h]
     types = getattr(model, "layer_types", [FULL] * model.n_layers)
-    return [dict(probe="head", bos=config["bos"], variant=variant, layer=layer, head=head, layer_type=types[layer],
+    return [HEAD(bos=config["bos"], variant=variant, layer=layer, head=head, layer_type=types[layer],
                  sink_share=float(sink_share[layer, head]), sink=float(sink_share[layer, head] >= lk.SINK_THRESHOLD),
                  **{k: float(comp[k][layer, head]) for k in HEAD_KEYS})
             for layer in range(model.n_layers) for head in range(model.n_heads)]
@@ -618,8 +643,8 @@ def swap_intervention_rows(model, batch, config: dict, swaps: dict[str, torch.Te
     rows = []
     for name, x0 in (swaps if swaps is not None else replacements(model, batch.tokens)).items():
         comp = lk.leakage(model, early, intervention=Intervention(bos_embedding=x0), early=q0, chunk=2, old=False)
-        rows += [dict(probe="intervention", intervention=SWAPS[name], layer=layer, head=head,
-                      early_component_b=float(comp["early_component_b"][layer, head]))
+        rows += [INTERVENTION(intervention=SWAPS[name], layer=layer, head=head,
+                              early_component_b=float(comp["early_component_b"][layer, head]))
                  for layer in range(model.n_layers) for head in range(model.n_heads)]
     return rows
 
@@ -637,13 +662,38 @@ def position0_cosines(model, tokens: torch.Tensor) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- derived rows and report
 
-def depth_slope(heads: list[dict], layers: set[int]) -> float | None:
+# The derived kinds of row, each declared once: per window group (``seed``) and mode (``bos``) /
+# inference-time variant; every one ends with the checkpoint's ``label``.
+_TAGS = {"bos": str, "variant": str, "seed": int, "setup": str | None}
+_LABEL = {"label": str | None}
+MODEL_ROW = RowKind("model", {**_TAGS, "sink_heads": float, "sink_head_share": float, **dict.fromkeys(MEANS, float),
+                          **_LABEL})
+LAYER_TYPE = RowKind("layer_type", {**_TAGS, "layer_type": str, "layers": int, "heads": int, "sink_heads": float,
+                                    "sink_share": float, "component_b_key0": float, "slope": float | None, **_LABEL})
+DEPTH = RowKind("depth", {**_TAGS, "sliding_layers": int, "full_layers": int, "slope_sliding": float | None,
+                          "slope_full": float | None, "slope_all": float | None,
+                          "slope_sliding_minus_full": float | None, **_LABEL})
+_CONTRASTS = tuple(f"{c}{suffix}" for suffix in ("", "_key0") for c in ("standard_minus_ntk", "standard_minus_ntk_all",
+                                                                       "margin"))
+CONTRAST = RowKind("contrast", {"seed": int, "setup": str | None, "ntk_run": bool, "ntk_all_run": bool,
+                                "window_run": bool, **dict.fromkeys(_CONTRASTS, float), **_LABEL},
+                   optional=_CONTRASTS)  # each where the variants it reads ran
+SWAP_ROW = RowKind("swap", {"intervention": str, "seed": int, "setup": str | None, "early_component_b": float,
+                            "base": float, "change": float | None, "change_pct": float | None, **_LABEL})
+SWAP3 = RowKind("swap3", {"seed": type(None), "setup": str | None, "swap_min": float | None,
+                          "swap_max": float | None, "swap_decisive": float | None, "swap_agree": bool | None,
+                          **{f"swap_{k}": float | None for k in SWAPS}, **_LABEL})
+DEPTH_CROSS = RowKind("depth_cross", {"label": str | None, "other": str | None, "seed": int, "slope_difference": float})
+SIDE_ROW = RowKind("side", {"order": int, "quantity": str, "label": str | None, "seed": int | None, "value": float})
+
+
+def depth_slope(heads: pd.DataFrame, layers: set[int]) -> float | None:
     """The least-squares slope of the per-layer mean (over heads) of (b) at key 0 on the layer
     index, over ``layers`` (None with fewer than two)."""
     chosen = sorted(layers)
     if len(chosen) < 2:
         return None
-    means = [np.mean([r["component_b_key0"] for r in heads if r["layer"] == k]) for k in chosen]
+    means = [np.mean(values(where_is(heads, "layer", k), "component_b_key0")) for k in chosen]
     return float(np.polyfit(chosen, means, 1)[0])
 
 
@@ -651,29 +701,43 @@ def derived_rows(rows: list[dict]) -> list[dict]:
     """Per checkpoint (``label``), :func:`checkpoint_rows`; across checkpoints, probe "depth_cross"
     (a sliding-layer slope less another checkpoint's full-layer slope, each in its own set-up, the
     groups paired by index) and probe "side" (the side-by-side table)."""
+    df = frame(rows)
     out = []
-    for label in dict.fromkeys(r.get("label") for r in rows if r.get("probe") == "head"):
-        out += [dict(r, label=label) for r in checkpoint_rows([r for r in rows if r.get("label") == label])]
-    depth = [r for r in out if r["probe"] == "depth" and r["setup"] == "own"]
-    for a in {r["label"] for r in depth if r.get("slope_sliding") is not None}:
-        for b in {r["label"] for r in depth if r["label"] != a and r.get("sliding_layers") == 0
-                  and r.get("slope_full") is not None}:
-            mine = sorted((r for r in depth if r["label"] == a), key=lambda r: r["seed"])
-            theirs = sorted((r for r in depth if r["label"] == b), key=lambda r: r["seed"])
-            out += [dict(probe="depth_cross", label=a, other=b, seed=x["seed"],
-                         slope_difference=x["slope_sliding"] - y["slope_full"])
-                    for x, y in zip(mine, theirs, strict=False)]  # the shorter list's groups
-    order = {q: k for k, q in enumerate(SIDE)}
-    for quantity, (source, column, where) in SIDE.items():
-        for r in out:
-            if r["probe"] == source and where(r) and r.get(column) is not None \
-                    and r.get("variant", STANDARD) == STANDARD:
-                out.append(dict(probe="side", order=order[quantity], quantity=quantity, label=r["label"],
-                                seed=r.get("seed"), value=float(r[column])))
+    for label in dict.fromkeys(column(of_kind(df, "head"), "label")):
+        out += checkpoint_rows(where_is(df, "label", label), label)
+    out += depth_cross_rows(frame(out))
+    return out + side_rows(frame(out))
+
+
+def depth_cross_rows(derived: pd.DataFrame) -> list[dict]:
+    """Each checkpoint's sliding-layer slope less each other's full-layer slope (one with no sliding
+    layers), both in their own set-up, paired by window group in seed order (the shorter's groups)."""
+    depth = where_is(of_kind(derived, "depth"), "setup", "own")
+    sliding = depth[has(depth, "slope_sliding")]
+    full = depth[has(depth, "slope_full") & (column(depth, "sliding_layers") == 0)]
+    out = []
+    for a in dict.fromkeys(column(sliding, "label")):
+        for b in (b for b in dict.fromkeys(column(full, "label")) if b != a):
+            mine, theirs = (where_is(depth, "label", x).sort_values("seed", kind="stable") for x in (a, b))
+            pairs = zip(mine["seed"], column(mine, "slope_sliding"), column(theirs, "slope_full"), strict=False)
+            out += [DEPTH_CROSS(label=a, other=b, seed=x, slope_difference=s - f) for x, s, f in pairs]
     return out
 
 
-def checkpoint_rows(rows: list[dict]) -> list[dict]:
+def side_rows(derived: pd.DataFrame) -> list[dict]:
+    """The side-by-side table's rows: per quantity of :data:`SIDE`, its column on the rows of the
+    standard model its probe and ``where`` select."""
+    out = []
+    for order, (quantity, (source, name, where)) in enumerate(SIDE.items()):
+        chosen = where.select(of_kind(derived, source))
+        chosen = chosen[has(chosen, name) & (column(chosen, "variant", STANDARD) == STANDARD)]
+        picked = zip(column(chosen, "label"), column(chosen, "seed"), column(chosen, name), strict=True)
+        out += [SIDE_ROW(order=order, quantity=quantity, label=label, seed=seed, value=float(v))
+                for label, seed, v in picked]
+    return out
+
+
+def checkpoint_rows(rows: list[dict] | pd.DataFrame, label: str | None = None) -> list[dict]:
     """One checkpoint's derived rows. Per window group (``seed``): probe="model" per mode and
     variant (means over layers and heads, the count of sink heads), probe="layer_type" (the same per
     layer type, with the depth slope over the type's layers), probe="depth" per mode (standard: the
@@ -681,72 +745,97 @@ def checkpoint_rows(rows: list[dict]) -> list[dict]:
     the ordering margin, paired within the group) and probe="swap" (each replacement's change of
     the mean early (b), relative to the standard model with BOS on the same windows; None where
     that is below PRESENT); over the groups, probe="swap3" (:func:`leakage_rows.three_swaps`)."""
+    df = rows if isinstance(rows, pd.DataFrame) else frame(rows)
+    heads_all = of_kind(df, "head")
+    setup = dict(zip(heads_all["bos"], column(heads_all, "setup"), strict=True))  # the last row of a mode's
     out = []
-    heads_all = [r for r in rows if r.get("probe") == "head"]
-    setup = {r["bos"]: r.get("setup") for r in heads_all}
-    for seed in sorted({r.get("seed", 0) for r in heads_all}):
-        mine = [r for r in rows if r.get("seed", 0) == seed]
+    for seed in sorted(set(column(heads_all, "seed", 0))):
+        mine = where_is(df, "seed", seed, default=0)
         model = []
-        for mode in MODES:
-            for variant in VARIANTS:
-                heads = [r for r in mine if r.get("probe") == "head" and r.get("bos") == mode
-                         and r.get("variant", STANDARD) == variant]
-                if not heads:
-                    continue
-                tags = dict(bos=mode, variant=variant, seed=seed, setup=setup.get(mode))
-                model.append(dict(probe="model", **tags, sink_heads=float(sum(r["sink"] for r in heads)),
-                                  sink_head_share=float(np.mean([r["sink"] for r in heads])),
-                                  **{k: float(np.mean([r[k] for r in heads])) for k in MEANS}))
-                types = {r.get("layer_type", FULL) for r in heads}
-                by_type = {t: {r["layer"] for r in heads if r.get("layer_type", FULL) == t} for t in types}
-                for t, layers in sorted(by_type.items()):
-                    got = [r for r in heads if r["layer"] in layers]
-                    out.append(dict(probe="layer_type", **tags, layer_type=t, layers=len(layers),
-                                    heads=len(got), sink_heads=float(sum(r["sink"] for r in got)),
-                                    sink_share=float(np.mean([r["sink_share"] for r in got])),
-                                    component_b_key0=float(np.mean([r["component_b_key0"] for r in got])),
-                                    slope=depth_slope(got, layers)))
-                if variant == STANDARD:
-                    sliding = set().union(*(v for t, v in by_type.items() if t != FULL))
-                    full = by_type.get(FULL, set())
-                    s, f = depth_slope(heads, sliding), depth_slope(heads, full)
-                    out.append(dict(probe="depth", **tags, sliding_layers=len(sliding), full_layers=len(full),
-                                    slope_sliding=s, slope_full=f, slope_all=depth_slope(heads, sliding | full),
-                                    slope_sliding_minus_full=None if s is None or f is None else s - f))
-        out += model
-        b = {r["variant"]: r for r in model if r["bos"] == "with BOS"}
-        if STANDARD in b and len(b) > 1:
-            contrast = dict(probe="contrast", seed=seed, setup=b[STANDARD]["setup"], ntk_run=NTK in b,
-                            ntk_all_run=NTK_ALL in b, window_run=WINDOW in b)
-            for suffix, column in (("", "component_b"), ("_key0", "component_b_key0")):
-                s = b[STANDARD][column]
-                if NTK in b:
-                    contrast[f"standard_minus_ntk{suffix}"] = s - b[NTK][column]
-                if NTK_ALL in b:
-                    contrast[f"standard_minus_ntk_all{suffix}"] = s - b[NTK_ALL][column]
-                if NTK in b and WINDOW in b:
-                    contrast[f"margin{suffix}"] = min(s - b[NTK][column], b[WINDOW][column] - s)
-            out.append(contrast)
-        if STANDARD in b:
-            base = b[STANDARD]["early_component_b"]
-            for name in SWAPS.values():
-                early = [r["early_component_b"] for r in mine if r.get("probe") == "intervention"
-                         and r["intervention"] == name]
-                if early:
-                    value = float(np.mean(early))
-                    change = (value - base) / base if base >= PRESENT else None
-                    out.append(dict(probe="swap", intervention=name, seed=seed, setup=b[STANDARD]["setup"],
-                                    early_component_b=value, base=base, change=change,
-                                    change_pct=None if change is None else 100 * change))
-    swaps = [r for r in out if r["probe"] == "swap"]
-    if swaps:
-        changes = {}
-        for short, name in SWAPS.items():
-            moved = [r["change"] for r in swaps if r["intervention"] == name and r["change"] is not None]
-            changes[short] = float(np.mean(moved)) if moved else None
-        out.append(dict(probe="swap3", seed=None, setup=swaps[0]["setup"], **lr.three_swaps(changes),
-                        **{f"swap_{k}": v for k, v in changes.items()}))
+        for mode, variant in ((m, v) for m in MODES for v in VARIANTS):
+            heads = where_is(where_is(of_kind(mine, "head"), "bos", mode), "variant", variant, default=STANDARD)
+            if heads.empty:
+                continue
+            tags = dict(bos=mode, variant=variant, seed=seed, setup=setup.get(mode))
+            model.append(MODEL_ROW(**tags, sink_heads=float(sum(heads["sink"])),
+                               sink_head_share=float(np.mean(values(heads, "sink"))),
+                               **{k: float(np.mean(values(heads, k))) for k in MEANS}, label=label))
+            out += layer_rows(heads, tags, label)
+        with_bos = {r["variant"]: r for r in model if r["bos"] == "with BOS"}
+        out += model + contrast_rows(with_bos, seed, label) + swap_rows(mine, with_bos, seed, label)
+    return out + swap3_rows(of_kind(frame(out), "swap"), label)
+
+
+def layer_rows(heads: pd.DataFrame, tags: dict, label: str | None) -> list[dict]:
+    """One mode and variant's rows per layer type (probe "layer_type") and, for the standard model,
+    the depth slopes over its sliding, full and all layers (probe "depth")."""
+    kinds = column(heads, "layer_type", FULL)
+    by_type = {t: set(heads.loc[kinds == t, "layer"]) for t in sorted(set(kinds))}
+    out = []
+    for t, layers in by_type.items():
+        got = heads[heads["layer"].isin(layers)]
+        out.append(LAYER_TYPE(**tags, layer_type=t, layers=len(layers), heads=len(got),
+                              sink_heads=float(sum(got["sink"])),
+                              sink_share=float(np.mean(values(got, "sink_share"))),
+                              component_b_key0=float(np.mean(values(got, "component_b_key0"))),
+                              slope=depth_slope(got, layers), label=label))
+    if tags["variant"] == STANDARD:
+        sliding = set().union(*(v for t, v in by_type.items() if t != FULL))
+        full = by_type.get(FULL, set())
+        s, f = depth_slope(heads, sliding), depth_slope(heads, full)
+        out.append(DEPTH(**tags, sliding_layers=len(sliding), full_layers=len(full), slope_sliding=s, slope_full=f,
+                         slope_all=depth_slope(heads, sliding | full),
+                         slope_sliding_minus_full=None if s is None or f is None else s - f, label=label))
     return out
+
+
+def contrast_rows(b: dict[str, dict], seed: int, label: str | None) -> list[dict]:
+    """With BOS, the standard model less each NTK variant's (b) (overall and at key 0) and the
+    ordering margin (NTK < standard < window): one row where another variant than the standard ran."""
+    if STANDARD not in b or len(b) == 1:
+        return []
+    diffs = {}
+    for suffix, name in (("", "component_b"), ("_key0", "component_b_key0")):
+        s = b[STANDARD][name]
+        if NTK in b:
+            diffs[f"standard_minus_ntk{suffix}"] = s - b[NTK][name]
+        if NTK_ALL in b:
+            diffs[f"standard_minus_ntk_all{suffix}"] = s - b[NTK_ALL][name]
+        if NTK in b and WINDOW in b:
+            diffs[f"margin{suffix}"] = min(s - b[NTK][name], b[WINDOW][name] - s)
+    return [CONTRAST(seed=seed, setup=b[STANDARD]["setup"], ntk_run=NTK in b, ntk_all_run=NTK_ALL in b,
+                     window_run=WINDOW in b, **diffs, label=label)]
+
+
+def swap_rows(mine: pd.DataFrame, b: dict[str, dict], seed: int, label: str | None) -> list[dict]:
+    """Each BOS replacement's mean early (b) and its change relative to the standard model with BOS
+    (None where that is below PRESENT)."""
+    if STANDARD not in b:
+        return []
+    base = b[STANDARD]["early_component_b"]
+    out = []
+    for name in SWAPS.values():
+        early = values(where_is(of_kind(mine, "intervention"), "intervention", name), "early_component_b")
+        if len(early):
+            value = float(np.mean(early))
+            change = (value - base) / base if base >= PRESENT else None
+            out.append(SWAP_ROW(intervention=name, seed=seed, setup=b[STANDARD]["setup"], early_component_b=value,
+                                base=base, change=change, change_pct=None if change is None else 100 * change,
+                                label=label))
+    return out
+
+
+def swap3_rows(swaps: pd.DataFrame, label: str | None) -> list[dict]:
+    """Over the window groups: each replacement's mean change and the three judged together
+    (:func:`leakage_rows.three_swaps`)."""
+    if swaps.empty:
+        return []
+    changes = {}
+    for short, name in SWAPS.items():
+        moved = values(where_is(swaps, "intervention", name), "change")
+        changes[short] = float(np.mean(moved)) if len(moved) else None
+    return [SWAP3(seed=None, setup=column(swaps, "setup").iloc[0], **lr.three_swaps(changes),
+                  **{f"swap_{k}": v for k, v in changes.items()}, label=label)]
 
 
 def claims_for(study: StudyConfig) -> list[ClaimSpec]:
