@@ -104,7 +104,8 @@ PRESETS = {
                    retrieval_model=dict(d_model=64, n_layers=4, n_heads=1), retrieval_train=TrainConfig(),
                    retrieval_lengths=(12, 16, 20, 24, 32, 40, 48), retrieval_sequences=4096),
     # sized for about 45 minutes with 2 workers on the 2-core machine (docs/hybrid.md: the measurement)
-    "cpu": Scale(seeds=2, lm_model=dict(charlm.CPU_MODEL, bias=False), lm_train=dataclasses.replace(recipe_train("paper"), steps=1000),
+    "cpu": Scale(seeds=2, lm_model=dict(charlm.CPU_MODEL, bias=False),
+                 lm_train=dataclasses.replace(recipe_train("paper"), steps=1000),
                  lm_lengths=(64, 128, 256, 512), lm_windows=128,
                  retrieval_model=dict(d_model=64, n_layers=4, n_heads=1),
                  retrieval_train=TrainConfig(steps=1500, batch_size=64),
@@ -275,9 +276,9 @@ def derived_rows(rows: list[dict]) -> list[dict]:
                             nope_minus_rope_key0=float(np.mean([r["key0"] for r in nope])
                                                        - np.mean([r["key0"] for r in rope]))))
     leaks = [r for r in select(rows, "leakage") if r.get("component_b_key0") is not None]
-    for key in sorted({(r["task"], r["layout"], r["seed"], r["rotary"]) for r in leaks}, key=str):
-        mine = [r for r in leaks if (r["task"], r["layout"], r["seed"], r["rotary"]) == key]
-        out.append(dict(probe="leak", task=key[0], layout=key[1], seed=key[2], kind="rope" if key[3] else "nope",
+    for lkey in sorted({(r["task"], r["layout"], r["seed"], r["rotary"]) for r in leaks}, key=str):
+        mine = [r for r in leaks if (r["task"], r["layout"], r["seed"], r["rotary"]) == lkey]
+        out.append(dict(probe="leak", task=lkey[0], layout=lkey[1], seed=lkey[2], kind="rope" if lkey[3] else "nope",
                         component_b=float(np.mean([r["component_b"] for r in mine])),
                         component_b_key0=float(np.mean([r["component_b_key0"] for r in mine]))))
     dilution = [dict(r, probe="length") for r in select(rows, "dilution")]
@@ -321,7 +322,8 @@ CLAIMS = [
                 paper=paper, where=probe("pair") & LM & is_("layout", layout), per=("schedule",),
                 measure=mean("minus_rope_long", "mean over seeds of (layout - RoPE) loss at the longest length"),
                 op="<", threshold=0.0, source=source, setting="other", trained=True, note=SCALE_LM)
-      for label, layout, paper, source in (("RNoPE", "rnope", YANG_ABSTRACT, YANG), ("SWAN", "swan", SWAN_ABSTRACT, SWAN),
+      for label, layout, paper, source in (("RNoPE", "rnope", YANG_ABSTRACT, YANG),
+                                           ("SWAN", "swan", SWAN_ABSTRACT, SWAN),
                                            ("iRoPE", "irope", "(no paper: Llama 4's layout, as a hypothesis)",
                                             hypothesis("the study's own: Llama 4's iRoPE extrapolates like RNoPE")))],
     ClaimSpec(name="RNoPE: char-LM loss at the context no worse than uniform RoPE's", paper=YANG_ABSTRACT,
