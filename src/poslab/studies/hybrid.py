@@ -108,8 +108,8 @@ PRESETS = {
                  lm_train=dataclasses.replace(recipe_train("paper"), steps=1000),
                  lm_lengths=(64, 128, 256, 512), lm_windows=128,
                  retrieval_model=dict(d_model=64, n_layers=4, n_heads=1),
-                 retrieval_train=TrainConfig(steps=1500, batch_size=64),
-                 retrieval_lengths=(12, 16, 20, 24, 32, 40, 48), retrieval_sequences=1024),
+                 retrieval_train=TrainConfig(steps=1200, batch_size=64),  # nope-depth's cpu training
+                 retrieval_lengths=(12, 16, 20, 24, 32, 40, 48), retrieval_sequences=512),
     "quick": Scale(seeds=1, lm_model=dict(d_model=32, n_layers=4, n_heads=2, bias=False),
                    lm_train=dataclasses.replace(recipe_train("quick"), steps=12),
                    lm_lengths=(32, 64), lm_windows=8,
