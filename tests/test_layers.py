@@ -60,6 +60,7 @@ def test_every_study_module_is_in_the_no_study_imports_another_contract():
 HOMONYMS = {
     "mope": "the encoding (positional.ENCODINGS)",
     "induction": "the task (tasks.TASKS)",
+    "hybrid": "an encoding kind (positional.base.KINDS)",
     "lm": "the survey's loss column and `bench eval --model lm` (the character LM as a model kind)",
 }
 

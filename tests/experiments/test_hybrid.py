@@ -36,7 +36,7 @@ def test_hybrid_quick_end_to_end(tmp_path):
     types = {(r["task"], r["layout"], r["layer"]): r["layer_type"] for r in targets}
     assert types[("lm", "swan", 0)] == "rope+window 8" and types[("lm", "swan", 3)] == "nope"
     assert types[("retrieval", "irope", 1)] == "rope+chunk 6" and types[("lm", "rope", 3)] == "rope"
-    leak = [r for r in rows if r["probe"] == "leakage"]
+    leak = [r for r in rows if r["probe"] == "layer_leakage"]
     assert all(r["component_b"] is None for r in leak if r["chunk"] is not None)
     assert all(r["component_b"] is not None for r in leak if r["chunk"] is None)
     # carriers on rope layers only; one member row per retrieval member
@@ -94,8 +94,8 @@ def test_labour_and_leak_rows_average_each_layer_kind_of_a_member():
                     recent=recent, key0=key0)
 
     rows = [t(0, True, 0.8, 0.1), t(1, True, 0.6, 0.1), t(2, False, 0.2, 0.5)]
-    rows += [dict(probe="leakage", task="lm", layout="rnope", seed=0, layer=0, rotary=True, component_b=0.1,
-                  component_b_key0=0.05), dict(probe="leakage", task="lm", layout="rnope", seed=0, layer=1,
+    rows += [dict(probe="layer_leakage", task="lm", layout="rnope", seed=0, layer=0, rotary=True, component_b=0.1,
+                  component_b_key0=0.05), dict(probe="layer_leakage", task="lm", layout="rnope", seed=0, layer=1,
                                                rotary=False, component_b=None, component_b_key0=None)]
     derived = hy.derived_rows(rows)
     labour = [r for r in derived if r["probe"] == "labour"]

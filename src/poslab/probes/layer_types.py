@@ -150,7 +150,7 @@ class _PerLayerWindows:
 
 
 def leakage_rows(model: Any, batch: Batch, *, chunk: int, early: int | None = None, **extra) -> list[dict]:
-    """One ``probe="leakage"`` row per layer and head: seed 001's components (a) and (b), (b) at key 0,
+    """One ``probe="layer_leakage"`` row per layer and head: seed 001's components (a) and (b), (b) at key 0,
     with each layer's own window; a chunked layer's row has no numbers and says why (``na``)."""
     kinds = layer_kinds(model)
     chosen = [k.layer for k in kinds if k.chunk is None]
@@ -161,7 +161,7 @@ def leakage_rows(model: Any, batch: Batch, *, chunk: int, early: int | None = No
     for kind in kinds:
         heads = (got[columns[0]].shape[1] if got else getattr(model, "n_heads", None)) or model.cfg.n_heads
         for h in range(heads):
-            row = dict(probe="leakage", **kind.row(), head=h, **extra)
+            row = dict(probe="layer_leakage", **kind.row(), head=h, **extra)
             if kind.chunk is None:
                 slot = chosen.index(kind.layer)
                 row.update({c: float(got[c][slot, h]) for c in columns})

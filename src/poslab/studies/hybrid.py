@@ -275,7 +275,7 @@ def derived_rows(rows: list[dict]) -> list[dict]:
                                                          - np.mean([r["recent"] for r in nope])),
                             nope_minus_rope_key0=float(np.mean([r["key0"] for r in nope])
                                                        - np.mean([r["key0"] for r in rope]))))
-    leaks = [r for r in select(rows, "leakage") if r.get("component_b_key0") is not None]
+    leaks = [r for r in select(rows, "layer_leakage") if r.get("component_b_key0") is not None]
     for lkey in sorted({(r["task"], r["layout"], r["seed"], r["rotary"]) for r in leaks}, key=str):
         mine = [r for r in leaks if (r["task"], r["layout"], r["seed"], r["rotary"]) == lkey]
         out.append(dict(probe="leak", task=lkey[0], layout=lkey[1], seed=lkey[2], kind="rope" if lkey[3] else "nope",
@@ -389,7 +389,7 @@ TABLES = [
                    Column("last-4 mass", "recent"), Column("mean distance", "distance")),
           intro="Mean over layers of the type, heads and seeds; queries i >= 1; uniform key-0: a head spreading "
                 "evenly over the keys it sees."),
-    Table("Leakage (b) per layer type", by=("task", "layout", "layer_type"), where=probe("leakage")
+    Table("Leakage (b) per layer type", by=("task", "layout", "layer_type"), where=probe("layer_leakage")
           & above("component_b", -1e9), columns=(Column("(a)", "component_a"), Column("(b)", "component_b"),
                                                  Column("(b) at key 0", "component_b_key0"))),
     Table("Retrieving head per member", by=("layout", "seed"), where=probe("member"),
@@ -413,7 +413,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     return write_outputs(out, title=title, rows=every, claims=judge_all(CLAIMS, every, GATE), intro=intro,
                          tables=TABLES, figures=FIGURES,
                          csv_rows=[r for r in rows if r.get("probe") in ("lm", "long", "length", "member")],
-                         csvs={"layers.csv": "targets", "leakage.csv": "leakage", "carriers.csv": "carrier"})
+                         csvs={"layers.csv": "targets", "leakage.csv": "layer_leakage", "carriers.csv": "carrier"})
 
 
 EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report,
