@@ -109,3 +109,31 @@ def test_every_hybrid_claim_flips_at_its_line():
     report = check_flips(hy.CLAIMS)
     assert not report.failures and len(report.judged) == len(hy.CLAIMS)
     assert all(s.source is not None and s.setting is not None for s in hy.CLAIMS)
+
+
+@pytest.mark.parametrize("setting", ["retrieval-irope", "lm-swan"])
+def test_a_study_layout_trains_as_an_ensemble_whose_members_equal_each_seed_alone(setting):
+    """The acceptance's parity on the study's own members (chunked rope + nope + qk-norm; windowed rope +
+    nope): two seeds trained as one ensemble equal each seed trained alone (tests/test_train.py's LAYOUT
+    covers a layout with every option; this is the study's members through the engine's configs)."""
+    import dataclasses
+
+    import torch
+
+    from poslab.train import train_ensemble
+
+    exp = get_experiment("hybrid")
+    study = apply_overrides(exp.study("quick"), [f'grid.setting=["{setting}"]', "seeds=2"])
+    group = members(exp, study)
+    assert [m.seed for m in group] == [0, 1] and len({m.group_key() for m in group}) == 1
+    cfg = dataclasses.replace(group[0].study.train, steps=4, warmup_steps=1)
+    make = group[0].make_model()
+    ens = train_ensemble(make, [m.task for m in group], [0, 1], cfg, progress=False)
+    for seed in (0, 1):
+        alone = train_ensemble(make, [group[seed].task], [seed], cfg, progress=False).models[0]
+        for key, p in ens.models[seed].state_dict().items():
+            torch.testing.assert_close(p, alone.state_dict()[key], rtol=1e-5, atol=1e-6, msg=key)
+    curve = torch.as_tensor(ens.loss_curve)
+    assert curve.shape == (4, 2) and bool((curve[0] != curve[-1]).all())  # both members took their steps
+    w0, w1 = (ens.models[s].layers[0].W_Q for s in (0, 1))
+    assert not torch.equal(w0, w1)  # two seeds, two models
