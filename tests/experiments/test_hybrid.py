@@ -89,18 +89,19 @@ def test_derived_rows_compare_each_layout_with_rope_of_the_same_seed_and_schedul
 
 
 def test_labour_and_leak_rows_average_each_layer_kind_of_a_member():
-    def t(layer, rotary, recent, key0):
+    def t(layer, rotary, recent, key0, uniform_recent=0.0, uniform_key0=0.0):
         return dict(probe="targets", task="lm", layout="rnope", seed=0, layer=layer, head=0, rotary=rotary,
-                    recent=recent, key0=key0)
+                    recent=recent, key0=key0, uniform_recent=uniform_recent, uniform_key0=uniform_key0)
 
-    rows = [t(0, True, 0.8, 0.1), t(1, True, 0.6, 0.1), t(2, False, 0.2, 0.5)]
+    # the rope layers' recency beyond their masks' (a window's 0.5 and 0.1), against the no-rope layer's
+    rows = [t(0, True, 0.8, 0.1, 0.5), t(1, True, 0.6, 0.1, 0.1), t(2, False, 0.2, 0.5, 0.0, 0.3)]
     rows += [dict(probe="layer_leakage", task="lm", layout="rnope", seed=0, layer=0, rotary=True, component_b=0.1,
                   component_b_key0=0.05), dict(probe="layer_leakage", task="lm", layout="rnope", seed=0, layer=1,
                                                rotary=False, component_b=None, component_b_key0=None)]
     derived = hy.derived_rows(rows)
     labour = [r for r in derived if r["probe"] == "labour"]
-    assert len(labour) == 1 and labour[0]["rope_minus_nope_recent"] == pytest.approx(0.5)
-    assert labour[0]["nope_minus_rope_key0"] == pytest.approx(0.4)
+    assert len(labour) == 1 and labour[0]["rope_minus_nope_recent"] == pytest.approx((0.3 + 0.5) / 2 - 0.2)
+    assert labour[0]["nope_minus_rope_key0"] == pytest.approx(0.2 - 0.1)
     leak = [r for r in derived if r["probe"] == "leak"]
     assert [(r["kind"], r["component_b_key0"]) for r in leak] == [("rope", 0.05)]  # a row without (b) is left out
 

@@ -88,17 +88,18 @@ def attention_targets(pattern: np.ndarray, recent: int = RECENT) -> dict[str, np
 
 def target_rows(model: Any, batch: Batch, *, chunk: int, recent: int = RECENT, **extra) -> list[dict]:
     """One ``probe="targets"`` row per layer and head: :func:`attention_targets` of the mean pattern
-    over ``batch`` and the layer's kind; ``uniform_key0`` is what a head attending evenly to every
-    key it sees would put on key 0 (mean over i >= 1 of 1 / (keys query i sees))."""
+    over ``batch`` and the layer's kind, beside the same numbers of a content-blind head (``uniform_*``:
+    uniform weights over the keys the layer's mask keeps), which the mask alone gives."""
     kinds = layer_kinds(model)
     got = attention_targets(mean_pattern(model, batch, chunk=chunk), recent)
-    n = got["key0"].shape
+    n = batch.tokens.shape[1] + _prefix(model)
     rows = []
     for layer, kind in enumerate(kinds):
-        for h in range(n[1]):
-            rows.append(dict(probe="targets", **kind.row(), head=h, key0=float(got["key0"][layer, h]),
-                             recent=float(got["recent"][layer, h]), distance=float(got["distance"][layer, h]),
-                             uniform_key0=_uniform_key0(batch.tokens.shape[1] + _prefix(model), kind), **extra))
+        blind = attention_targets(uniform_pattern(n, kind)[None, None], recent)
+        for h in range(got["key0"].shape[1]):
+            rows.append(dict(probe="targets", **kind.row(), head=h,
+                             **{k: float(v[layer, h]) for k, v in got.items()},
+                             **{f"uniform_{k}": float(v[0, 0]) for k, v in blind.items()}, **extra))
     return rows
 
 
@@ -106,15 +107,16 @@ def _prefix(model: Any) -> int:
     return int(bool(getattr(getattr(model, "cfg", None), "bos", False)))
 
 
-def _uniform_key0(n: int, kind: LayerKind) -> float:
-    """Mean over queries 1 .. n-1 of 1 / (keys seen) where key 0 is seen, 0 where it is not."""
-    i = np.arange(1, n)
-    seen = i + 1 if kind.window is None else np.minimum(i + 1, kind.window)
-    visible = (i < kind.window) if kind.window is not None else np.ones_like(i, dtype=bool)
+def uniform_pattern(n: int, kind: LayerKind) -> np.ndarray:
+    """A content-blind head's pattern [n, n]: uniform over the keys layer ``kind`` keeps (j <= i, inside
+    its window, inside its chunk)."""
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    keep = j <= i
+    if kind.window is not None:
+        keep &= i - j < kind.window
     if kind.chunk is not None:
-        seen = i % kind.chunk + 1
-        visible = i < kind.chunk
-    return float(np.mean(np.where(visible, 1.0 / seen, 0.0)))
+        keep &= j // kind.chunk == i // kind.chunk
+    return keep / keep.sum(-1, keepdims=True)
 
 
 def carrier_rows(model: Any, batch: Batch, offsets: np.ndarray, *, chunk: int, **extra) -> list[dict]:
@@ -172,4 +174,4 @@ def leakage_rows(model: Any, batch: Batch, *, chunk: int, early: int | None = No
 
 
 __all__ = ["RECENT", "LayerKind", "attention_targets", "carrier_rows", "layer_kinds", "leakage_rows",
-           "target_rows"]
+           "target_rows", "uniform_pattern"]

@@ -242,6 +242,12 @@ def retrieval_rows(ctx) -> list[dict]:
 
 # ----------------------------------------------------------------------------- derived rows
 
+def _excess(rows: list[dict], column: str) -> float:
+    """Mean over rows of ``column`` beyond a content-blind head's (``uniform_<column>``): what training
+    added to what the layer's mask gives by itself (a window of 8 puts half its weight on the last 4 keys)."""
+    return float(np.mean([r[column] - r[f"uniform_{column}"] for r in rows]))
+
+
 def derived_rows(rows: list[dict]) -> list[dict]:
     """``pair`` rows (each layout against uniform RoPE, same seed and schedule), ``schedule`` rows (YaRN
     against as trained), ``labour`` rows (no-rope layers against rope layers of one member),
@@ -271,10 +277,8 @@ def derived_rows(rows: list[dict]) -> list[dict]:
         nope = [r for r in mine if not r["rotary"]]
         if rope and nope:
             out.append(dict(probe="labour", task=key[0], layout=key[1], seed=key[2],
-                            rope_minus_nope_recent=float(np.mean([r["recent"] for r in rope])
-                                                         - np.mean([r["recent"] for r in nope])),
-                            nope_minus_rope_key0=float(np.mean([r["key0"] for r in nope])
-                                                       - np.mean([r["key0"] for r in rope]))))
+                            rope_minus_nope_recent=_excess(rope, "recent") - _excess(nope, "recent"),
+                            nope_minus_rope_key0=_excess(nope, "key0") - _excess(rope, "key0")))
     leaks = [r for r in select(rows, "layer_leakage") if r.get("component_b_key0") is not None]
     for lkey in sorted({(r["task"], r["layout"], r["seed"], r["rotary"]) for r in leaks}, key=str):
         mine = [r for r in leaks if (r["task"], r["layout"], r["seed"], r["rotary"]) == lkey]
@@ -302,8 +306,8 @@ SCALE_LM = ("scaled down: a 4-layer d_model 128 character LM with context 64, ju
 SCALE_RETRIEVAL = ("scaled down: 4 layers of one head, d_model 64, fixed-offset retrieval K = 2 trained on L in "
                    "[8, 16], judged at 20 .. 48 ({seeds} seeds)")
 LABOUR = ("Yang et al.'s analysis of attention patterns: rope layers carry a recency bias, no-rope layers retrieve "
-          "(the paper's summary: RNoPE 'balance[s] retrieval and recency bias'); here the mean over a member's "
-          "layers of each kind of its mass on the last 4 keys")
+          "(the paper's summary: RNoPE 'balance[s] retrieval and recency bias'); here, per member, the mean over its "
+          "layers of each kind of the mass on the last 4 keys beyond a content-blind head's under the same mask")
 TABLE1 = seed_states("Table 1: a relative encoding near-perfect at every length, its head selecting -K")
 NOPE_STEP = next_step("seed 000, limitations: depth with NoPE, where causal masking induces relative structure")
 DILUTION = seed_states("Corollary 2: softmax over a growing context forces an inverse-linear decay of the target's "
@@ -343,14 +347,17 @@ CLAIMS = [
               note="YaRN factor = longest / context on every rope layer, no fine-tuning; " + SCALE_LM),
     ClaimSpec(name="{layout}: rope layers put more mass on the last 4 keys than no-rope layers ({task})",
               paper="rope layers: recency; no-rope layers: retrieval", where=probe("labour"), per=("task", "layout"),
-              measure=mean("rope_minus_nope_recent", "mean over seeds of (rope - no-rope) recency mass"),
+              measure=mean("rope_minus_nope_recent",
+                           "mean over seeds of (rope - no-rope) recency mass beyond the mask's"),
               op=">", threshold=0.0, source=YANG, setting="other", trained=True, note=LABOUR),
     ClaimSpec(name="{layout}: no-rope layers put more mass on key 0 than rope layers ({task})",
               paper="(the issue's question: do no-rope layers become sinks?)", where=probe("labour"),
               per=("task", "layout"),
-              measure=mean("nope_minus_rope_key0", "mean over seeds of (no-rope - rope) key-0 mass"), op=">",
-              threshold=0.0, source=hypothesis("the study's own: the no-rope layers hold the sinks"), setting="other",
-              trained=True, note="queries i >= 1 of validation windows (LM) or of the longest trained length"),
+              measure=mean("nope_minus_rope_key0", "mean over seeds of (no-rope - rope) key-0 mass beyond the mask's"),
+              op=">", threshold=0.0, source=hypothesis("the study's own: the no-rope layers hold the sinks"),
+              setting="other", trained=True,
+              note="queries i >= 1 of validation windows (LM) or of the longest trained length; each layer's key-0 "
+                   "mass beyond a content-blind head's under its own mask"),
     ClaimSpec(name="{layout}: lowest mean accuracy over the unseen lengths (retrieval at depth 4)",
               paper="Table 1: near-perfect at every length (RoPE, one layer)", where=probe("length") & RET
               & is_("in_range", False), per=("layout",), measure=minimum("accuracy", by=("length",)), op=">=",
@@ -385,10 +392,11 @@ TABLES = [
     Table("Retrieval at depth 4: accuracy by length", by=("layout",), where=probe("length") & RET,
           pivot=Pivot("length", "accuracy", "L={}")),
     Table("What each layer type attends to", by=("task", "layout", "layer_type"), where=probe("targets"),
-          columns=(Column("key-0 mass", "key0"), Column("uniform key-0", "uniform_key0"),
-                   Column("last-4 mass", "recent"), Column("mean distance", "distance")),
-          intro="Mean over layers of the type, heads and seeds; queries i >= 1; uniform key-0: a head spreading "
-                "evenly over the keys it sees."),
+          columns=(Column("key-0 mass", "key0"), Column("content-blind", "uniform_key0"),
+                   Column("last-4 mass", "recent"), Column("content-blind ", "uniform_recent"),
+                   Column("mean distance", "distance"), Column("content-blind  ", "uniform_distance")),
+          intro="Mean over layers of the type, heads and seeds; queries i >= 1; content-blind: a head spreading "
+                "evenly over the keys its mask keeps (what the mask gives by itself)."),
     Table("Leakage (b) per layer type", by=("task", "layout", "layer_type"), where=probe("layer_leakage")
           & above("component_b", -1e9), columns=(Column("(a)", "component_a"), Column("(b)", "component_b"),
                                                  Column("(b) at key 0", "component_b_key0"))),
@@ -413,7 +421,8 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     return write_outputs(out, title=title, rows=every, claims=judge_all(CLAIMS, every, GATE), intro=intro,
                          tables=TABLES, figures=FIGURES,
                          csv_rows=[r for r in rows if r.get("probe") in ("lm", "long", "length", "member")],
-                         csvs={"layers.csv": "targets", "leakage.csv": "layer_leakage", "carriers.csv": "carrier"})
+                         csvs={"layers.csv": "targets", "leakage.csv": "layer_leakage", "carriers.csv": "carrier",
+                               "heads.csv": "head"})
 
 
 EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report,
