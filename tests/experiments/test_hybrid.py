@@ -23,7 +23,7 @@ def test_hybrid_quick_end_to_end(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         summary = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
         rows = store.rows()
-    assert summary["trained"] == summary["members"] == 2 * len(hy.PRESETS["quick"].layouts)
+    assert summary["trained"] == summary["members"] == 2 * len(hy.SCALES["quick"].layouts)
     assert {p.name for p in summary["files"]} >= {"rows.csv", "table.md", "claims.json", "layers.csv", "leakage.csv",
                                                   "carriers.csv", "lm_positionwise.png", "retrieval_accuracy.png"}
     # YaRN variants on the LM members with rope layers, evaluated past the context
@@ -41,7 +41,7 @@ def test_hybrid_quick_end_to_end(tmp_path):
     assert all(r["component_b"] is not None for r in leak if r["chunk"] is None)
     # carriers on rope layers only; one member row per retrieval member
     assert {r["rotary"] for r in rows if r["probe"] == "carrier"} == {True}
-    assert len([r for r in rows if r["probe"] == "member"]) == len(hy.PRESETS["quick"].layouts)
+    assert len([r for r in rows if r["probe"] == "member"]) == len(hy.SCALES["quick"].layouts)
     claims = json.loads((tmp_path / "out" / "claims.json").read_text())
     assert {c["role"] for c in claims} >= {"external", "control", "prediction"}
     # 12 steps learn nothing: every claim that reads trained behaviour is n.a. by the gate, none judged

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from poslab.errors import ConfigError
-from poslab.experiments import Experiment
-from poslab.experiments.config import EvalConfig, StudyConfig, apply_point
+from poslab.experiments import Trained
+from poslab.experiments.config import QUICK, EvalConfig, StudyConfig, apply_point
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -56,9 +56,6 @@ from poslab.studies.kit.depth_probes import last_query, last_query_rows
 from poslab.studies.kit.fixed_offset import dilution_fit_rows
 from poslab.tasks import eval_batch
 from poslab.train import TrainConfig
-
-name = "hybrid"
-title = "Hybrid layouts: rope and no-rope layers interleaved, local and global windows (issue 57)"
 
 LAYOUT_NAMES = ("rope", "nope", "rnope", "swan", "irope")
 HYBRIDS = ("rnope", "swan", "irope")
@@ -96,7 +93,7 @@ class Scale:
     layouts: tuple[str, ...] = LAYOUT_NAMES
 
 
-PRESETS = {
+SCALES = {
     # nanoGPT's shakespeare_char CPU recipe for the LM (4 layers, 4 heads, d_model 128, context 64, batch 12,
     # 2000 steps) and nope-depth's protocol at depth 4 for retrieval (4000 steps of batch 256)
     "paper": Scale(seeds=3, lm_model=dict(charlm.CPU_MODEL, bias=False), lm_train=recipe_train("paper"),
@@ -142,19 +139,40 @@ def yarn(context: int, longest: int) -> dict:
     return {"rope_type": "yarn", "factor": float(longest) / context, "original_max_position_embeddings": context}
 
 
-def study(preset: str) -> StudyConfig:
-    """Every task x layout (the ``setting`` axis) at ``preset``'s scale (PRESETS; docs/hybrid.md)."""
-    scale = PRESETS[preset]
-    settings = {f"{task}-{layout}": {**task_bundle(task, scale),
-                                     **layout_fields(layout, scale.lm_span if task == "lm" else scale.retrieval_span)}
-                for task in TASKS for layout in scale.layouts}
+def settings(scale: Scale) -> dict[str, dict]:
+    """Every task x layout at ``scale`` (the ``setting`` axis, ``TASK-LAYOUT``): the task's bundle and the layout."""
+    return {f"{task}-{layout}": {**task_bundle(task, scale),
+                                 **layout_fields(layout, scale.lm_span if task == "lm" else scale.retrieval_span)}
+            for task in TASKS for layout in scale.layouts}
+
+
+def variants(scale: Scale) -> dict[str, dict]:
+    """YaRN on the rope layers of each LM layout with one (``yarn-LAYOUT``), stretched to its longest length."""
     context = scale.lm_train.max_length
-    variants = {f"yarn-{layout}": {"where": {"setting": f"lm-{layout}"},
-                                   "encoding_options": {"rope": {"scaling": yarn(context, max(scale.lm_lengths))}}}
-                for layout in scale.layouts if layout != "nope"}
-    return StudyConfig(model_type="transformer", task_type="text", grid={"setting": tuple(settings)},
-                       settings=settings, variants=variants, seeds=scale.seeds, train=scale.lm_train,
-                       eval=EvalConfig(lengths=scale.lm_lengths, n_sequences=scale.lm_windows, chunk=64))
+    return {f"yarn-{layout}": {"where": {"setting": f"lm-{layout}"},
+                               "encoding_options": {"rope": {"scaling": yarn(context, max(scale.lm_lengths))}}}
+            for layout in scale.layouts if layout != "nope"}
+
+
+def scale_changes(scale: Scale) -> dict:
+    """The fields a preset's sizes decide: its settings (and so its grid), variants and seeds."""
+    points = settings(scale)
+    return {"grid.setting": tuple(points), "settings": points, "variants": variants(scale), "seeds": scale.seeds}
+
+
+# Each setting carries its task's own training and evaluation; the study's train / eval (the LM's) are what
+# --print-config shows and the char LM's check reads. Paper: the sizes above (SCALES; docs/hybrid.md).
+PAPER = SCALES["paper"]
+BASE = StudyConfig(model_type="transformer", task_type="text", grid={"setting": tuple(settings(PAPER))},
+                   settings=settings(PAPER), variants=variants(PAPER), seeds=PAPER.seeds, train=PAPER.lm_train,
+                   eval=EvalConfig(lengths=PAPER.lm_lengths, n_sequences=PAPER.lm_windows, chunk=64))
+PRESETS = {
+    "paper": {},
+    "quick": {**QUICK, **scale_changes(SCALES["quick"]), "train.steps": 12, "train.batch_size": 8,
+              "train.warmup_steps": 5, "train.min_length": 32, "train.max_length": 32, "eval.lengths": (32, 64),
+              "eval.n_sequences": 8},
+    "cpu": {**scale_changes(SCALES["cpu"]), "train.steps": 1000, "eval.n_sequences": 128},
+}
 
 
 def check(cfg: StudyConfig) -> None:
@@ -248,10 +266,9 @@ def _excess(rows: list[dict], column: str) -> float:
     return float(np.mean([r[column] - r[f"uniform_{column}"] for r in rows]))
 
 
-def derived_rows(rows: list[dict]) -> list[dict]:
-    """``pair`` rows (each layout against uniform RoPE, same seed and schedule), ``schedule`` rows (YaRN
-    against as trained), ``labour`` rows (no-rope layers against rope layers of one member),
-    ``leak`` rows (a member's mean (b) per layer type) and ``fit`` rows (the dilution fit per member)."""
+def pair_rows(rows: list[dict]) -> list[dict]:
+    """At the longest length: ``pair`` rows (each layout against uniform RoPE, same seed and schedule; its
+    loss over its loss at the context) and ``schedule`` rows (YaRN against as trained)."""
     long = {(r["task"], r["layout"], r["seed"], r["schedule"], r["length"]): r["loss"] for r in select(rows, "long")}
     val = {(r["layout"], r["seed"], r["schedule"]): r["val_loss"] for r in select(rows, "lm")}
     out = []
@@ -270,7 +287,14 @@ def derived_rows(rows: list[dict]) -> list[dict]:
             out.append(dict(probe="schedule", task=task, layout=layout, seed=seed, length=L,
                             yarn_minus_none=loss - trained))
         out.append(row)
+    return out
+
+
+def labour_rows(rows: list[dict]) -> list[dict]:
+    """``labour`` rows: per member with layers of both kinds, no-rope layers against rope layers, each
+    layer's mass beyond a content-blind head's (:func:`_excess`)."""
     targets = select(rows, "targets")
+    out = []
     for key in sorted({(r["task"], r["layout"], r["seed"]) for r in targets}, key=str):
         mine = [r for r in targets if (r["task"], r["layout"], r["seed"]) == key]
         rope = [r for r in mine if r["rotary"]]
@@ -279,16 +303,28 @@ def derived_rows(rows: list[dict]) -> list[dict]:
             out.append(dict(probe="labour", task=key[0], layout=key[1], seed=key[2],
                             rope_minus_nope_recent=_excess(rope, "recent") - _excess(nope, "recent"),
                             nope_minus_rope_key0=_excess(nope, "key0") - _excess(rope, "key0")))
+    return out
+
+
+def leak_rows(rows: list[dict]) -> list[dict]:
+    """``leak`` rows: a member's mean (b), and (b) at key 0, per layer type (layers with a key-0 value)."""
     leaks = [r for r in select(rows, "layer_leakage") if r.get("component_b_key0") is not None]
-    for lkey in sorted({(r["task"], r["layout"], r["seed"], r["rotary"]) for r in leaks}, key=str):
-        mine = [r for r in leaks if (r["task"], r["layout"], r["seed"], r["rotary"]) == lkey]
-        out.append(dict(probe="leak", task=lkey[0], layout=lkey[1], seed=lkey[2], kind="rope" if lkey[3] else "nope",
+    out = []
+    for key in sorted({(r["task"], r["layout"], r["seed"], r["rotary"]) for r in leaks}, key=str):
+        mine = [r for r in leaks if (r["task"], r["layout"], r["seed"], r["rotary"]) == key]
+        out.append(dict(probe="leak", task=key[0], layout=key[1], seed=key[2], kind="rope" if key[3] else "nope",
                         component_b=float(np.mean([r["component_b"] for r in mine])),
                         component_b_key0=float(np.mean([r["component_b_key0"] for r in mine]))))
+    return out
+
+
+def derived_rows(rows: list[dict]) -> list[dict]:
+    """``pair`` and ``schedule`` rows (:func:`pair_rows`), ``labour`` rows (:func:`labour_rows`), ``leak``
+    rows (:func:`leak_rows`) and ``fit`` rows (the dilution fit per member)."""
     dilution = [dict(r, probe="length") for r in select(rows, "dilution")]
     lmax = max((r["length"] for r in select(rows, "length") if r.get("in_range")), default=0)
-    out += [dict(r, task="retrieval") for r in dilution_fit_rows(dilution, lmax, ("layout", "seed"))]
-    return out
+    fits = [dict(r, task="retrieval") for r in dilution_fit_rows(dilution, lmax, ("layout", "seed"))]
+    return pair_rows(rows) + labour_rows(rows) + leak_rows(rows) + fits
 
 
 # ----------------------------------------------------------------------------- claims
@@ -418,13 +454,14 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     intro = (f"{len(study.axis('setting'))} task x layout settings, {study.seeds} seed(s); YaRN variants on the LM's "
              "rope layers at evaluation. Layouts, scale and each paper's statement beside the measured number: "
              "docs/hybrid.md.")
-    return write_outputs(out, title=title, rows=every, claims=judge_all(CLAIMS, every, GATE), intro=intro,
+    return write_outputs(out, title=EXPERIMENT.title, rows=every, claims=judge_all(CLAIMS, every, GATE), intro=intro,
                          tables=TABLES, figures=FIGURES,
                          csv_rows=[r for r in rows if r.get("probe") in ("lm", "long", "length", "member")],
                          csvs={"layers.csv": "targets", "leakage.csv": "layer_leakage", "carriers.csv": "carrier",
                                "heads.csv": "head"})
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report,
-                        presets=("paper", "cpu", "quick"), check=check, table_length=table_length,
-                        checks_eval_lengths=True)
+EXPERIMENT = Trained(name="hybrid",
+                     title="Hybrid layouts: rope and no-rope layers interleaved, local and global windows (issue 57)",
+                     base=BASE, presets=PRESETS, evaluate=evaluate, report=report, check=check,
+                     table_length=table_length, checks_eval_lengths=True)
