@@ -63,6 +63,9 @@ STUDIES: tuple[Entry, ...] = (
           "[lengthgen](docs/lengthgen.md#the-cpu-preset-2026-12-05)", table="next"),
     Entry("lengthgen_probes", "next step: the seed's probes on copy and addition (RoPE, APE, NoPE)",
           "[next steps](docs/next-steps.md#lengthgen-probes-the-seeds-probes-on-copy-and-addition)", table="next"),
+    Entry("hybrid", "issue 57: rope / no-rope layouts (RNoPE, SWAN, iRoPE) on the char LM and fixed-offset retrieval, "
+          "probes per layer type", "[hybrid](docs/hybrid.md)", table="next",
+          unrun="no stored run yet (its cpu preset)"),
 )
 
 
