@@ -76,6 +76,18 @@ def test_every_field_equals_the_independent_implementation(fmt, pos):
             want = coupled if pos == "coupled" else abacus
             assert batch.positions[r, :L].tolist() == want
             assert (batch.positions[r, L:] == 0).all()
+    sig, piece = task.places(batch.tokens)  # each token's place, read from the tokens alone
+    for r in range(64):
+        L = int(batch.lengths[r])
+        toks = [task.symbols[int(t)] for t in batch.tokens[r, :L]]
+        a, b, c = parse(toks)
+        n = max(len(str(a)), len(str(b)))
+        digit_at = [i for i, t in enumerate(toks) if t.isdigit()]
+        want_piece = [1] * n + [2] * n + [3] * (n + 1)
+        assert [int(piece[r, i]) for i in digit_at] == want_piece
+        assert (piece[r][[i for i in range(batch.tokens.shape[1]) if i not in digit_at]] == 0).all()
+        out_sig = list(range(n, -1, -1)) if fmt == "plain" else list(range(n + 1))
+        assert [int(sig[r, i]) for i in digit_at] == 2 * list(range(n - 1, -1, -1)) + out_sig
     targets, loss_mask = task.label(batch.tokens, batch.lengths)  # the rule alone, from the tokens
     assert torch.equal(loss_mask, batch.loss_mask)
     assert torch.equal(targets[loss_mask], batch.targets[loss_mask])

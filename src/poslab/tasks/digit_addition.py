@@ -96,8 +96,7 @@ class DigitAddition:
 
     def max_tokens(self, length: int) -> int:
         """Tokens of an addition of two ``length``-digit operands (the widest at that length)."""
-        per_digit = 2 if self.format == "index_hints" else 1
-        return per_digit * (3 * length + 1) + 3
+        return int(self.max_tokens_of(torch.tensor([length]))[0])
 
     def validate(self, min_length: int) -> None:
         if not _is_int(min_length) or min_length < 1:
@@ -130,46 +129,63 @@ class DigitAddition:
         total[:, hi] = carry
         return self._layout(digits, total, n, start)
 
+    def _plan(self, n: Tensor, s: int) -> dict[str, Tensor]:
+        """Where each of s token slots sits in a row of operand width n [b]: the pieces (``in_a``,
+        ``in_b``, ``in_s``: bool [b, s]), ``is_hint``, the significance ``sig`` of a digit or hint slot (-1
+        elsewhere) and the offsets of '+', '=' and the end token ([b, 1])."""
+        w = 2 if self.format == "index_hints" else 1  # tokens per digit
+        n = n[:, None]
+        la, ls = w * n, w * (n + 1)  # an operand's tokens, the sum's tokens
+        o_plus, o_b, o_eq, o_s = la, la + 1, 2 * la + 1, 2 * la + 2
+        p = torch.arange(s, device=n.device)[None, :]
+        in_a, in_b, in_s = p < o_plus, (p >= o_b) & (p < o_eq), (p >= o_s) & (p < o_s + ls)
+        r = torch.where(in_a, p, torch.where(in_b, p - o_b, p - o_s))  # index within the piece
+        j = torch.div(r, w, rounding_mode="floor")  # digit index within the piece
+        inside = in_a | in_b | in_s
+        is_hint = (r % w == 0) & inside if w == 2 else torch.zeros_like(in_a)
+        sig = torch.where(in_a | in_b, n - 1 - j, n - j if self.format == "plain" else j)
+        return dict(in_a=in_a, in_b=in_b, in_s=in_s, is_hint=is_hint, sig=torch.where(inside, sig, -1),
+                    o_plus=o_plus, o_eq=o_eq, o_eos=o_s + ls)
+
     def _layout(self, digits: Tensor, total: Tensor, n: Tensor, start: Tensor) -> Batch:
         """Tokens, targets, mask and positions of each row from its operands' digits [b, 2, K] and sum
         [b, K + 1] (least significant first), width n [b] and first hint c [b]."""
-        hints = self.format == "index_hints"
-        w = 2 if hints else 1  # tokens per digit
-        la, ls = w * n, w * (n + 1)  # [b] an operand's tokens, the sum's tokens
-        o_plus, o_b, o_eq, o_s = la, la + 1, 2 * la + 1, 2 * la + 2
-        o_eos = o_s + ls
-        lengths = o_eos + 1  # [b]
-        p = torch.arange(int(lengths.max()), device=digits.device)[None, :]  # [1, s]
-        col = lambda o: o[:, None]  # noqa: E731
-        in_a, in_b = p < col(o_plus), (p >= col(o_b)) & (p < col(o_eq))
-        in_s = (p >= col(o_s)) & (p < col(o_eos))
-        r = torch.where(in_a, p, torch.where(in_b, p - col(o_b), p - col(o_s)))  # index within the piece
-        j = torch.div(r, w, rounding_mode="floor")  # digit index within the piece
-        is_hint = (r % w == 0) & (in_a | in_b | in_s) if hints else torch.zeros_like(in_a)
-        if self.format == "plain":
-            sig_s = col(n) - j
-        else:
-            sig_s = j
-        sig = torch.where(in_a | in_b, col(n) - 1 - j, sig_s)  # significance of a digit or hint slot
-        sig = torch.where(in_a | in_b | in_s, sig, -1)
+        lengths = self.max_tokens_of(n)  # [b]
+        plan = self._plan(n, int(lengths.max()))
+        in_a, in_b, in_s, is_hint, sig = (plan[k] for k in ("in_a", "in_b", "in_s", "is_hint", "sig"))
+        p = torch.arange(in_a.shape[1], device=n.device)[None, :]
         at = sig.clamp(min=0)
-        op_digit = torch.where(in_a, digits[:, 0].gather(1, at.clamp(max=digits.shape[2] - 1)),
-                               digits[:, 1].gather(1, at.clamp(max=digits.shape[2] - 1)))
-        digit = torch.where(in_s, total.gather(1, at.clamp(max=total.shape[1] - 1)), op_digit)
-        tokens = torch.where(is_hint, HINT0 + col(start) + at, DIGIT0 + digit)
+        K = digits.shape[2]
+        op_digit = torch.where(in_a, digits[:, 0].gather(1, at.clamp(max=K - 1)), digits[:, 1].gather(1, at.clamp(max=K - 1)))
+        digit = torch.where(in_s, total.gather(1, at.clamp(max=K)), op_digit)
+        tokens = torch.where(is_hint, HINT0 + start[:, None] + at, DIGIT0 + digit)
         tokens = torch.where(in_a | in_b | in_s, tokens, 0)
-        for o, t in ((o_plus, PLUS), (o_eq, EQ), (o_eos, EOS)):
-            tokens = tokens.masked_fill(p == col(o), t)
-        scored_next = (in_s & ~is_hint) | (p == col(o_eos))  # a sum digit or the end token
+        for o, t in ((plan["o_plus"], PLUS), (plan["o_eq"], EQ), (plan["o_eos"], EOS)):
+            tokens = tokens.masked_fill(p == o, t)
+        scored_next = (in_s & ~is_hint) | (p == plan["o_eos"])  # a sum digit or the end token
         targets = torch.nn.functional.pad(tokens[:, 1:], (0, 1), value=0)
         loss_mask = torch.nn.functional.pad(scored_next[:, 1:], (0, 1), value=False)
-        real = p < col(lengths)
+        real = p < lengths[:, None]
         positions = None
         if self.positions == "coupled":
-            positions = torch.where(sig >= 0, col(n) + 1 - sig, col(n) + 2).masked_fill(~real, 0)
+            positions = torch.where(sig >= 0, n[:, None] + 1 - sig, n[:, None] + 2).masked_fill(~real, 0)
         elif self.positions == "abacus":
             positions = torch.where((sig >= 0) & ~is_hint, sig + 1, 0)
         return Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, lengths=lengths, positions=positions)
+
+    def max_tokens_of(self, n: Tensor) -> Tensor:
+        """Tokens of each row of operand width n [b]."""
+        return (2 if self.format == "index_hints" else 1) * (3 * n + 1) + 3
+
+    def places(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """Each token's place, read from the tokens alone: (significance [b, s], -1 where the token is no
+        digit; piece [b, s]: 1 a digit of the first operand, 2 of the second, 3 of the sum, 0 any other)."""
+        w = 2 if self.format == "index_hints" else 1
+        n = torch.div((tokens == PLUS).long().argmax(1), w, rounding_mode="floor")  # [b] '+' sits at w n
+        plan = self._plan(n, tokens.shape[1])
+        digit = ~plan["is_hint"] & (plan["sig"] >= 0)
+        piece = torch.where(plan["in_a"], 1, torch.where(plan["in_b"], 2, 3)) * digit
+        return torch.where(digit, plan["sig"], -1), piece
 
     def label(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """Next-token targets; the mask where the next token is a sum digit (after '=') or the end token."""
