@@ -13,6 +13,7 @@ from poslab import plugins
 from poslab.errors import ConfigError
 from poslab.experiments import Experiment
 from poslab.studies import (
+    arithmetic,
     bias_comparison,
     context_extension,
     controls,
@@ -37,7 +38,7 @@ from poslab.studies import (
 EXPERIMENTS: dict[str, Experiment] = {m.EXPERIMENT.name: m.EXPERIMENT for m in (
     phenomenon, validation, lm, context_extension, leakage, bias_comparison, linear_control, heads, k1, two_layer,
     controls, mope, pretrained_extension, pretrained_leakage, implementation, nope_depth, induction,
-    lengthgen, lengthgen_probes)}
+    lengthgen, lengthgen_probes, arithmetic)}
 # plugins (poslab.plugins): installed packages' studies, an Experiment named like its entry point
 EXPERIMENTS.update(plugins.load("studies", EXPERIMENTS, lambda obj: isinstance(obj, Experiment),
                                 "an Experiment (poslab.experiments.runner)"))
