@@ -208,7 +208,8 @@ def study(preset: str) -> StudyConfig:
     scale = PRESETS[preset]
     lengths = scale.lengths
     opts = {"position_coupling": {"max_pos": scale.max_pos},
-            "abacus": {"max_offset": scale.abacus_offset, "max_position": scale.n + 1 + scale.abacus_offset}}
+            "abacus": {"max_offset": scale.abacus_offset,
+                       "max_position": max(scale.n + 1 + scale.abacus_offset, max(lengths) + 1)}}
     settings = {name: {"encoding": enc, "task.format": fmt, "task.positions": TASK_POSITIONS.get(enc, "index"),
                        **({"encoding_options": {enc: opts[enc]}} if enc in opts else {})}
                 for name, (enc, fmt) in SETTINGS.items()}
@@ -244,19 +245,22 @@ def table_length(cfg: StudyConfig) -> int:
 
 def head_stats(pattern: np.ndarray, queries: np.ndarray, sources: np.ndarray, T: int) -> dict[str, np.ndarray]:
     """Per (layer, head), each ``[layers, h]``, from patterns ``[b, layers, h, i, j]``, the sum-digit queries
-    ``[b, i]`` and their source keys ``[b, i, j]``: the source hit, the most common peak offset, and over queries
-    at positions >= T the share of argmax keys inside [0, T) that are no source (NaN where none)."""
+    ``[b, i]`` and their source keys ``[b, i, j]``: the source hit (over queries with a source), the most common
+    peak offset, and over queries at positions >= T the share of argmax keys inside [0, T) that are no source
+    (NaN where none)."""
     b, n_layers, h, s, _ = pattern.shape
     am = pattern.argmax(-1)  # [b, layers, h, i]
     i = np.broadcast_to(np.arange(s), (b, s))
     past = queries & (i >= T)
+    sourced = queries & sources.any(-1)  # the sum's top digit (a carry) has no operand digit to read
     out = {k: np.full((n_layers, h), np.nan) for k in ("hit", "peak_offset", "pin_out")}
     for layer in range(n_layers):
         for head in range(h):
             k = am[:, layer, head]  # [b, i]
             on_src = np.take_along_axis(sources, k[..., None], -1)[..., 0]  # [b, i]
+            if sourced.any():
+                out["hit"][layer, head] = on_src[sourced].mean()
             if queries.any():
-                out["hit"][layer, head] = on_src[queries].mean()
                 vals, counts = np.unique((k - i)[queries], return_counts=True)
                 out["peak_offset"][layer, head] = float(vals[counts.argmax()])
             if past.any():
@@ -293,7 +297,7 @@ def evaluate(ctx) -> list[dict]:
                 operand = (piece == 1) | (piece == 2)  # [b, j]
                 sources = operand[:, None, :] & (sig[:, None, :] == nxt_sig[:, :, None])  # [b, i, j]
                 pattern = np.stack([lay.pattern.double().cpu().numpy() for lay in inter.layers], 1)
-                got.append(head_stats(pattern, queries, sources, T) | {"_w": queries.sum(),
+                got.append(head_stats(pattern, queries, sources, T) | {"_w": (queries & sources.any(-1)).sum(),
                                                                           "_p": (queries & (np.arange(
                                                                               queries.shape[1]) >= T)).sum()})
         rows.append(dict(ids, probe="length", length=L, ratio=L / n, in_range=L <= n,
