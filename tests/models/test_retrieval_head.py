@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from poslab.errors import ConfigError
 from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
-from poslab.positional import ENCODINGS, registered
+from poslab.positional import registered
 from poslab.tasks import Batch
 
 torch.manual_seed(0)

@@ -9,7 +9,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from poslab.errors import ConfigError
 from poslab.models.transformer import Transformer, TransformerConfig
-from poslab.positional import ENCODINGS, registered
+from poslab.positional import registered
 
 M, S = 7, 6  # vocab, sequence length: tiny so the whole file runs in seconds
 
@@ -26,7 +26,8 @@ def tokens(b=3, s=S, seed=1):
 
 # ----------------------------------------------------------------------------- every encoding
 
-@pytest.mark.parametrize("name", registered())  # at collection: new encodings join in (task-position ones: their own tests)
+# iterated at collection: new encodings join in (those reading task positions: tests/positional/test_task_positions)
+@pytest.mark.parametrize("name", registered())
 @pytest.mark.parametrize("intermediates", [False, True])
 def test_forward_backward_reaches_every_parameter(name, intermediates):
     model = make(encoding=name, bos=True, energy_gate=True)

@@ -23,7 +23,7 @@ def expected(fmt: str, a: int, b: int, c: int):
     toks, sig = [], []  # symbol and significance (None: not a digit or hint) per token
 
     def number(digits: str, order_sig: list[int]):
-        for d, s in zip(digits, order_sig):
+        for d, s in zip(digits, order_sig, strict=True):
             if fmt == "index_hints":
                 toks.append(f"h{c + s}")
                 sig.append(("hint", s))

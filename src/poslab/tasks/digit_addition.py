@@ -156,7 +156,8 @@ class DigitAddition:
         p = torch.arange(in_a.shape[1], device=n.device)[None, :]
         at = sig.clamp(min=0)
         K = digits.shape[2]
-        op_digit = torch.where(in_a, digits[:, 0].gather(1, at.clamp(max=K - 1)), digits[:, 1].gather(1, at.clamp(max=K - 1)))
+        at_op = at.clamp(max=K - 1)
+        op_digit = torch.where(in_a, digits[:, 0].gather(1, at_op), digits[:, 1].gather(1, at_op))
         digit = torch.where(in_s, total.gather(1, at.clamp(max=K)), op_digit)
         tokens = torch.where(is_hint, HINT0 + start[:, None] + at, DIGIT0 + digit)
         tokens = torch.where(in_a | in_b | in_s, tokens, 0)
