@@ -10,6 +10,7 @@ import torch
 from poslab.errors import ConfigError
 from poslab.tasks import TASKS, build_task, eval_batch
 from poslab.tasks.base import sample_steps
+from poslab.train import _pad_steps, cropped
 
 CASES = [(f, p) for f in ("plain", "reversed", "index_hints") for p in ("index", "coupled", "abacus")]
 
@@ -120,6 +121,10 @@ def test_positions_travel_through_sampling_steps_and_evaluation_sets():
     assert steps.positions.shape == steps.tokens.shape == (3, 8, task.max_tokens(4))
     one = steps.map(lambda x: x[1])
     assert torch.equal(one[2:5].positions, one.positions[2:5])
+    width = int(one.lengths.max())
+    assert torch.equal(cropped(one, width).positions, one.positions[:, :width])  # the trainer's crop keeps them
+    padded = _pad_steps(steps, steps.tokens.shape[-1] + 3)  # and its padding of a member's chunk
+    assert padded.positions.shape == padded.tokens.shape and (padded.positions[..., -3:] == 0).all()
     ev = eval_batch(task, 7, 16, seed=0)
     assert torch.equal(ev.positions, eval_batch(task, 7, 16, seed=0).positions)
     assert int(ev.positions.max()) == 7 + 2  # the coupled ids of n-digit operands: 1 .. n + 2
