@@ -106,7 +106,7 @@ PRESETS = {
                    train=dict(steps=50_000, batch_size=1000, lr=1e-4), n_sequences=1000, seeds=4, abacus_offset=100),
     # sized here (docs/arithmetic.md): 1 .. 5 digits (position coupling's own small run trains 1-5 and tests 10),
     # tested at 2x, 3x and 4x; two layers: in the short check (docs/arithmetic.md) position coupling learned in
-    # range by step 3000 at two layers and not by step 4000 at one (the headline's depth, at d_model 512 and 50k
+    # range by step 3000 at two layers and not by step 5500 at one (the headline's depth, at d_model 512 and 50k
     # steps of batch 1000 there); 5000 steps: 21 members at ~26 ms a member-step on 2 workers, ~23 min
     "cpu": Scale(n=5, multiples=(1, 2, 3, 4), model=dict(n_layers=2, d_model=64, n_heads=4),
                  train=dict(steps=5000, batch_size=64, lr=2e-3), n_sequences=256, seeds=3, abacus_offset=20),
