@@ -53,6 +53,7 @@ from poslab.experiments.fingerprint import digest  # noqa: E402
 from poslab.experiments.registry import (  # noqa: E402
     annotate_stored,
     group_fingerprints,
+    join_notes,
     template_fields,
     template_pattern,
 )
@@ -227,8 +228,8 @@ def _spec_for(name: str, rows: list[dict]) -> dict | None:
         return None
     if len(fit) == 1:
         return fit[0]
-    notes = [r["revised"] for r in fit if r.get("revised")]
-    return {**fit[0], "fingerprint": digest([r["fingerprint"] for r in fit]), "revised": "; ".join(notes) or None}
+    return {**fit[0], "fingerprint": digest([r["fingerprint"] for r in fit]),
+            "revised": join_notes(r.get("revised") for r in fit)}
 
 
 def changed_in(commit: str) -> list[str]:
@@ -304,18 +305,40 @@ def _renamed(ledger: dict, name: str) -> str | None:
     return None
 
 
+def _renamed_by_spec(ledger: dict, name: str, rows: list[dict], stored: set[str]) -> str | None:
+    """The registered claim that ``name`` renames under its spec's ``renamed_from=``: the one the old template
+    gives with the same values of the fields both templates have, where this commit's results no longer hold it."""
+    spec = _spec_for(name, rows)
+    if not spec or not spec.get("renamed_from"):
+        return None
+    new = template_pattern(spec["name"]).match(name)
+    want = dict(zip(template_fields(spec["name"]), new.groups(), strict=False)) if new else {}
+    old_pattern, old_fields = template_pattern(spec["renamed_from"]), template_fields(spec["renamed_from"])
+    for registered, record in ledger["claims"].items():
+        m = old_pattern.match(registered)
+        if m is None or record.get("withdrawn") or registered in stored:
+            continue
+        got = dict(zip(old_fields, m.groups(), strict=False))
+        if all(got[k] == v for k, v in want.items() if k in got):
+            return registered
+    return None
+
+
 def _judge(ledger: dict, stored: list[dict], rows: list[dict], commit: str, date: str, subject: str) -> None:
     """At a commit that stored verdicts: a new claim's first judgement; a pending revision's verdict."""
+    names = {c["name"] for c in stored}
     for c in stored:
         j = _judged(c)
         claim = ledger["claims"].get(c["name"])
         old = _renamed(ledger, c["name"]) if claim is None else None
+        how = "a rename before registration, declared in scripts/register_claims.py"
+        if claim is None and old is None:
+            old, how = _renamed_by_spec(ledger, c["name"], rows, names), "renamed_from= on its spec"
         if old is not None:
             record = ledger["claims"][old]
             ledger["claims"][c["name"]] = claim = {**record, "withdrawn": None, "revisions": [
                 *record["revisions"], dict(**j, revision=commit[:7], date=date, reason=(
-                    f"renamed from {old!r} (a rename before registration, declared in scripts/register_claims.py); "
-                    f"{record.get('withdrawn') or ''}"))]}
+                    f"renamed from {old!r} ({how}); {record.get('withdrawn') or ''}"))]}
             record["withdrawn"] = f"renamed to {c['name']!r} in commit {commit[:7]}"
             continue
         if claim is None or claim.get("withdrawn"):
@@ -375,6 +398,8 @@ def recompute(study: str, claims: list, folder: Path) -> list:
     if (folder / "rows.csv").exists():
         with open(folder / "rows.csv", newline="") as f:
             rows = [{k: _typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    elif gate is not None:
+        rows = gate_rows(claims, specs, gate)
     out = []
     for c in claims:
         mine = [s for s in specs if _fits(dict(name=s.name, terms=[[t.column, t.op, t.value] for t in s.where.terms
@@ -388,15 +413,33 @@ def recompute(study: str, claims: list, folder: Path) -> list:
             continue
         spec = mine[0]
         c = _rejudged(dataclasses.replace(c, role=spec.role), spec)
-        if spec.trained and gate is not None and c.holds is not None and rows:
+        # the gate, as the engine applies it: it takes a verdict whose models did not learn in range, and gives
+        # its reason to a claim today's spec judges that has nothing measured (stored as n.a. of another kind)
+        unmeasured = c.holds is None and spec.na is None and _stored_value(c, spec) is None
+        if spec.trained and gate is not None and (c.holds is not None or unmeasured) and rows:
             m = template_pattern(spec.name).match(c.name)
             group = [{k: _typed(v) for k, v in zip(template_fields(spec.name), m.groups(), strict=False)}] if m else []
             score = gate.score(group, rows)
-            if score is None or score < gate.threshold:
+            if (score is None and c.holds is not None) or (score is not None and score < gate.threshold):
                 shown = "not measured" if score is None else f"{score:.3f}"
-                c = dataclasses.replace(c, holds=None, na_kind="not-learned", note=(
-                    f"n.a. (did not learn in range: {gate.text} {shown}, below {gate.threshold:g}); {c.note}"))
+                c = dataclasses.replace(c, holds=None, na_kind="not-learned", criterion=c.criterion or spec.criterion(),
+                                        note=f"n.a. (did not learn in range: {gate.text} {shown}, below "
+                                             f"{gate.threshold:g}); {c.note}")
         out.append(c)
+    return out
+
+
+def gate_rows(claims: list, specs: list, gate) -> list[dict]:
+    """A study stored without its rows.csv: the gate's in-range scores from its stored claims that measure exactly
+    what the gate reads (the same rows, the mean of the same column), one row per claim, where one exists."""
+    out = []
+    for c in claims:
+        for s in specs:
+            m = template_pattern(s.name).match(c.name)
+            if (m and s.where == gate.where and s.measure is not None and s.measure.agg == "mean"
+                    and s.measure.column == gate.column and not s.measure.by and isinstance(c.measured, (int, float))):
+                fields = {k: _typed(v) for k, v in zip(template_fields(s.name), m.groups(), strict=False)}
+                out.append({**gate.where.example(), **fields, gate.column: float(c.measured)})
     return out
 
 

@@ -137,7 +137,7 @@ def test_ensemble_scaling_fits_fixed_plus_marginal_cost_and_repeats_members_past
     from poslab.experiments import members
     from poslab.studies import k1
 
-    group = members("bench", k1.study("quick"))[:2]
+    group = members("bench", k1.EXPERIMENT.study("quick"))[:2]
     threads = torch.get_num_threads()
     fit = ensemble_scaling(group, sizes=(1, 3), steps=2)
     assert torch.get_num_threads() == threads

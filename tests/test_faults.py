@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from poslab.experiments import members, run_study
+from poslab.experiments import EvaluateOnly, members, run_study
 from poslab.experiments.config import apply_overrides
 from poslab.experiments.executors import Inline
 from poslab.store import Store
@@ -204,7 +204,7 @@ def _rows_of(job, *, device: str) -> list[dict]:
 
 
 def test_evaluate_jobs_runs_only_as_many_workers_as_fit_in_memory(tmp_path, monkeypatch, capsys):
-    from poslab.experiments import Experiment, Job
+    from poslab.experiments import Job
     from poslab.experiments import training as runner
     from poslab.machine import MEMORY_FRACTION, memory_bytes
 
@@ -215,7 +215,8 @@ def test_evaluate_jobs_runs_only_as_many_workers_as_fit_in_memory(tmp_path, monk
         return Inline()
 
     monkeypatch.setattr(runner, "make_executor", fake_executor)
-    exp = Experiment(name="memo", title="memo", study=None, jobs=lambda study: [], run_job=_rows_of, report=None)
+    exp = EvaluateOnly(name="memo", title="memo", base=None, presets={}, jobs=lambda study: [], run_job=_rows_of,
+                       report=None)
     store = Store(tmp_path / "s.sqlite")
     plenty = memory_bytes() * MEMORY_FRACTION / 10
     jobs = [Job(dict(x=i), memory=plenty) for i in range(4)]
@@ -229,12 +230,14 @@ def test_evaluate_jobs_runs_only_as_many_workers_as_fit_in_memory(tmp_path, monk
 
 
 def test_an_experiment_is_trained_or_evaluate_only_never_both_nor_neither():
-    from poslab.experiments import Experiment
+    from poslab.experiments import EvaluateOnly, Experiment, Trained
 
-    with pytest.raises(TypeError, match="one of the two"):
-        Experiment(name="x", title="x", study=None, report=None)
-    with pytest.raises(TypeError, match="one of the two"):
-        Experiment(name="x", title="x", study=None, report=None, evaluate=_rows_of, jobs=lambda s: [],
-                   run_job=_rows_of)
-    with pytest.raises(TypeError, match="one of the two"):
-        Experiment(name="x", title="x", study=None, report=None, jobs=lambda s: [])
+    with pytest.raises(TypeError, match="a Trained or an EvaluateOnly study"):
+        Experiment(name="x", title="x", base=None, presets={}, report=None)
+    with pytest.raises(TypeError, match="evaluate"):  # a trained study evaluates its members
+        Trained(name="x", title="x", base=None, presets={}, report=None)
+    with pytest.raises(TypeError, match="'evaluate'"):  # an evaluate-only one has no evaluate, only jobs
+        EvaluateOnly(name="x", title="x", base=None, presets={}, report=None, evaluate=_rows_of, jobs=lambda s: [],
+                     run_job=_rows_of)
+    with pytest.raises(TypeError, match="run_job"):
+        EvaluateOnly(name="x", title="x", base=None, presets={}, report=None, jobs=lambda s: [])

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from poslab import sampling
 from poslab.errors import ConfigError
+from poslab.models.energy_gate import EnergyGate
 from poslab.models.transformer import Transformer, TransformerConfig
 from poslab.probes.lm_streaming import check_streamable, linear_buckets, log_buckets, positionwise_loss
 
@@ -31,7 +32,7 @@ def reference(model, tokens):
 @pytest.mark.parametrize("encoding,changes", [
     ("rope", {}), ("nope", {}), ("alibi", {}), ("t5", {}), ("learned", {}), ("sinusoidal", {}),
     ("transformer_xl", {}), ("mope", {}), ("rope", dict(bos=True)), ("rope", dict(window=7)),
-    ("alibi", dict(energy_gate=True)), ("rope", dict(energy_gate=True, gate_renormalize=True)),
+    ("alibi", dict(energy_gate=True)), ("rope", dict(energy_gate=EnergyGate(renormalize=True))),
     ("rope_yarn", {}), ("learned", dict(max_len=16, encoding_options=dict(out_of_range="clamp"))),
     # per-layer layouts (issue 57): each layer's own encoding, chunk, window, temperature and qk-norm
     ("rope", dict(n_layers=4, layout="rope:chunk=6,t5:window=8:temperature=0.5,rope:base=100,nope", qk_norm=True)),

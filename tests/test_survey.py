@@ -95,3 +95,49 @@ def test_context_extension_schedules_fill_their_scaled_rope_rows(tmp_path):
     assert got["rope"]["lm"].startswith("3.000 / - (1x: 1.500; L0 64")
     assert got["rope_pi"]["lm"].startswith("2.000 / - (1x: 1.600; L0 64")
     assert set(got) == {"rope", "rope_pi"}
+
+
+# ----------------------------------------------------------------------------- layouts (issue 57)
+
+def test_a_layout_run_counts_for_its_layout_by_name_not_for_its_encoding(tmp_path):
+    from poslab.models.layout import NAMED
+
+    path = tmp_path / "s.sqlite"
+    with Store(path) as store:
+        for key, layout, v in (("a", NAMED["rnope"], 2.0), ("b", "rope:window=8,nope", 2.5), ("c", None, 3.0)):
+            rows = [dict(probe="long", length=L, loss=v + L / 64, seed=0) for L in (64, 128)]
+            store.record(key, experiment="lm", rows=rows,
+                         config=dict(variant=None, model=dict(encoding="rope", layout=layout),
+                                     train=dict(max_length=64)))
+    got = survey.measurements(path)
+    assert set(got) == {"rnope", "rope:window=8,nope", "rope"}
+    assert got["rnope"]["lm"].startswith("4.000 / - (1x: 3.000; L0 64")
+    assert got["rope"]["lm"].startswith("5.000 / - (1x: 4.000; L0 64")  # the uniform run alone
+    rows = survey.layout_rows(path, ["rnope", "rope:window=8,nope", "swan"], cost_lengths=(16, 64))
+    assert [r["encoding"] for r in rows] == ["rnope", "rope:window=8,nope", "swan"]
+    rnope, pair, swan = rows
+    assert rnope["kind"] == "layout" and rnope["lm"] == got["rnope"]["lm"] and swan["lm"] == survey.NOT_MEASURED
+    assert rnope["sites"] == "rotate_qk" and rnope["kv_cache"] == "yes"
+    assert rnope["measured_cost"].startswith("16: ") and rnope["measured_cost"].endswith("(4 layers)")
+    assert pair["measured_cost"].endswith("(2 layers)")
+
+
+def test_a_layouts_cost_is_its_layers_and_windows_cost():
+    """Four layers allocate more than one; a window (even a full-width one) allocates the mask no window needs."""
+    one = survey.measured_cost("rope", (64,), repeats=1)
+    four = survey.measured_cost("nope", (64,), repeats=1, layout="rope,rope,rope,rope")
+    assert four[64][1] > one[64][1]
+    plain = survey.measured_cost("nope", (64,), repeats=1, layout="rope,nope")
+    windowed = survey.measured_cost("nope", (64,), repeats=1, layout="rope:window=64,nope")
+    assert windowed[64][1] > plain[64][1]  # the window's explicit mask and weights
+
+
+def test_encodings_command_takes_layouts_and_refuses_a_bad_one_before_any_work(tmp_path):
+    store = str(tmp_path / "none.sqlite")
+    out = CliRunner().invoke(main, ["encodings", "--store", store, "--cost-lengths", "none", "--layout", "irope",
+                                    "--layout", "rope,nope"])
+    assert out.exit_code == 0, out.output
+    lines = [line.split()[:2] for line in out.output.splitlines() if " layout " in line]
+    assert lines == [["irope", "layout"], ["rope,nope", "layout"]]
+    bad = CliRunner().invoke(main, ["encodings", "--store", store, "--layout", "rope,learned"])
+    assert bad.exit_code != 0 and "--layout" in bad.output and "MiB" not in bad.output

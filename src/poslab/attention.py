@@ -76,7 +76,8 @@ def build_mask(n_q: int, n_k: int, *, causal: bool = False, window: int | None =
     return mask
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_pos: Tensor, k_pos: Tensor,
+# max-args: the four hooks need q, k, v, the encoding and both positions; the rest are keyword-only options
+def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_pos: Tensor, k_pos: Tensor,  # noqa: PLR0913
               *, mask: Tensor | None = None, kind: str = "softmax", temperature: float = 1.0,
               key_gate: Tensor | None = None, need_weights: bool = False, is_causal: bool = False,
               dropout: float = 0.0, stream: Tensor | None = None) -> AttentionOutput:
@@ -94,24 +95,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_p
     bias = (encoding.score_bias(q, k, q_pos, k_pos, x=stream) if encoding.reads_stream  # type: ignore[call-arg]
             else encoding.score_bias(q, k, q_pos, k_pos))
     vmapped = _is_vmapped(q)
-
-    # Under vmap a bias's requires_grad is not visible (the batched wrapper hides it): no bias then.
-    if kind == "softmax" and not need_weights and key_gate is None and not _has_value_bias(encoding) \
-            and (bias is None or not (vmapped or bias.requires_grad)) \
-            and (not vmapped or (FUSED_UNDER_VMAP and dropout == 0)):
-        extra, causal = mask, is_causal
-        if bias is not None:  # a fixed bias (ALiBi) travels as a float mask
-            extra = bias / temperature
-            if is_causal:
-                mask, causal = build_mask(q.shape[-2], k.shape[-2], causal=True, device=q.device), False
-            if mask is not None:
-                extra = extra.masked_fill(~mask, -math.inf)
-        scale = 1.0 / (math.sqrt(d) * temperature)
-        if vmapped:  # dropout is 0 here (the condition above)
-            return AttentionOutput(out=_MembersInBatch.apply(q, k, v, extra, causal, scale))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=extra, is_causal=causal, dropout_p=dropout,
-                                             scale=scale)
-        return AttentionOutput(out=out)
+    if _fusable(kind, need_weights, key_gate, encoding, bias, vmapped, dropout):
+        return AttentionOutput(out=_fused(q, k, v, bias, mask, is_causal, temperature, dropout, vmapped))
 
     if is_causal:
         mask = build_mask(q.shape[-2], k.shape[-2], causal=True, device=q.device)
@@ -127,6 +112,31 @@ def attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, q_p
     if extra_v is not None:
         out = out + extra_v
     return AttentionOutput(out=out, attn_scores=scores, pattern=weights, rot_q=q, rot_k=k)
+
+
+def _fusable(kind: str, need_weights: bool, key_gate: Tensor | None, encoding: PositionalEncoding,
+             bias: Tensor | None, vmapped: bool, dropout: float) -> bool:
+    """Whether the fused kernel computes this attention (see the module docstring)."""
+    # Under vmap a bias's requires_grad is not visible (the batched wrapper hides it): no bias then.
+    return (kind == "softmax" and not need_weights and key_gate is None and not _has_value_bias(encoding)
+            and (bias is None or not (vmapped or bias.requires_grad))
+            and (not vmapped or (FUSED_UNDER_VMAP and dropout == 0)))
+
+
+def _fused(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: Tensor | None, is_causal: bool,
+           temperature: float, dropout: float, vmapped: bool) -> Tensor:
+    """The fused kernel's output [b, h, i, d] (members folded into its batch axis under vmap)."""
+    extra, causal = mask, is_causal
+    if bias is not None:  # a fixed bias (ALiBi) travels as a float mask
+        extra = bias / temperature
+        if is_causal:
+            mask, causal = build_mask(q.shape[-2], k.shape[-2], causal=True, device=q.device), False
+        if mask is not None:
+            extra = extra.masked_fill(~mask, -math.inf)
+    scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
+    if vmapped:  # dropout is 0 here (``_fusable``)
+        return _MembersInBatch.apply(q, k, v, extra, causal, scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=extra, is_causal=causal, dropout_p=dropout, scale=scale)
 
 
 def attention_weights(scores: Tensor, mask: Tensor | None, kind: str, key_gate: Tensor | None = None) -> Tensor:

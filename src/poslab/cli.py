@@ -6,7 +6,8 @@
                           [--executor auto|local|inline|ray [--address ADDR] [--task-cpus N]]
     poslab report [--store PATH] [--results DIR] [--out FILE.html]
                                                   what the store holds; one HTML + markdown page
-    poslab encodings [--store PATH] [--cost-lengths 64,256,1024]   the survey table: cost and extrapolation measured
+    poslab encodings [--store PATH] [--cost-lengths 64,256,1024] [--layout NAME|PATTERN ...]
+                                                  the survey table: cost and extrapolation measured
     poslab bench train [--steps N] [--plain-steps N] [--scaling 6,12,24,48|none]
     poslab bench eval [--lengths 1000,...,1000000] [--figure PATH]   streamed evaluation to 10^6
     poslab bench eval --model lm [--lengths 1000,10000,30000] [--device cuda]   the LM's position-wise loss
@@ -128,13 +129,23 @@ def _table(header, rows) -> str:
               help="a UTF-8 text file for a text task (default: the packaged TinyShakespeare)")
 @click.option("--model", "checkpoint", default=None,
               help="a pretrained study's checkpoint: smollm2-135m, a Hugging Face directory, a .gguf file or a hub id")
-def run(experiment, preset, seeds, overrides, device, executor, address, task_cpus, workers, out, store, force,
-        reevaluate, progress, corpus, checkpoint):
+@click.option("--print-config", is_flag=True,
+              help="print the resolved study (config, members, steps, lengths) and run nothing")
+# max-args: one parameter per option, as click passes them (docs/complexity.md)
+def run(experiment, preset, seeds, overrides, device, executor, address, task_cpus,  # noqa: PLR0913
+        workers, out, store, force, reevaluate, progress, corpus, checkpoint, print_config):
     """Reproduce one published experiment: train, probe, and write its table and figures."""
+    from poslab.experiments import describe
     from poslab.experiments import run as run_studies
+    from poslab.experiments.runner import prepare
     from poslab.studies import PAPER_STUDIES, get_experiment
 
     names = list(PAPER_STUDIES) if experiment == "all" else [experiment]  # all: the seed paper, in order
+    if print_config:  # the preset resolved, --seeds, --set, --corpus and --model applied; nothing run
+        for exp in map(get_experiment, names):
+            study = prepare(exp, preset, seeds=seeds, overrides=overrides, corpus=corpus, checkpoint=checkpoint)
+            click.echo(describe(exp, study))
+        return
 
     def said(name: str, summary: dict, folder: Path) -> None:
         done = (f"re-evaluated {summary['reevaluated']} from {store}" if reevaluate else
@@ -159,13 +170,19 @@ def run(experiment, preset, seeds, overrides, device, executor, address, task_cp
 @click.option("--store", type=click.Path(path_type=Path), default=Path("runs/poslab.sqlite"), show_default=True)
 @click.option("--cost-lengths", default="64,256,1024", show_default=True,
               help="lengths at which each encoding's forward is timed on a tiny model; 'none' skips it")
-def encodings(store, cost_lengths):
+@click.option("--layout", "layouts", multiple=True,
+              help="also a per-layer layout, by pattern ('rope,rope,rope,nope') or name (rnope, swan, irope); "
+                   "repeatable; 'named': every named one")
+def encodings(store, cost_lengths, layouts):
     """The survey's comparison of every encoding: metadata, measured cost, and extrapolation measured
-    from the store."""
-    from poslab.survey import HEADER, comparison_rows
+    from the store; with --layout, the same columns for per-layer layouts."""
+    from poslab.models.layout import NAMED
+    from poslab.survey import HEADER, check_layouts, comparison_rows, layout_rows
 
     lengths = _int_list("--cost-lengths", cost_lengths, 2, 65536, none=True)
-    rows = comparison_rows(store, lengths)
+    layouts = tuple(n for v in layouts for n in (NAMED if v == "named" else (v,)))
+    check_layouts(layouts)
+    rows = comparison_rows(store, lengths) + layout_rows(store, layouts, lengths)
     click.echo(_table(tuple(HEADER.values()), [tuple(r[k] for k in HEADER) for r in rows]))
 
 

@@ -15,7 +15,6 @@ def load_member(store, key: str | None = None, *, experiment: str | None = None,
     """(model in eval mode, its task, run key) of a stored member: by run key, or the latest
     finished trained member of ``experiment`` (default: the study ``poslab.studies.DEFAULTS`` names
     for ``sample``, the character LM's) with that encoding and seed."""
-    from poslab.experiments.stages import is_stage
     from poslab.models import model_classes
     from poslab.tasks import build_task
 
@@ -25,21 +24,7 @@ def load_member(store, key: str | None = None, *, experiment: str | None = None,
         experiment = DEFAULTS["sample"]
 
     runs = store.runs()
-    if key is not None:
-        found = [r for r in runs if r["key"] == key]
-        if not found:
-            raise ConfigError("--run", key, "the key of a run in the store (poslab report lists them)")
-    else:
-        found = [r for r in runs if r["experiment"] == experiment and r["status"] == "finished"
-                 and not is_stage(r["config"]) and r["config"].get("variant") is None
-                 and r["config"].get("seed") == seed
-                 and (encoding is None or r["config"]["model"].get("encoding") == encoding)]
-        if not found:
-            have = sorted({(r["config"]["model"].get("encoding"), r["config"].get("seed")) for r in runs
-                           if r["experiment"] == experiment and "model" in r["config"]})
-            raise ConfigError("--encoding/--seed", (encoding, seed),
-                              f"a trained member of {experiment!r} in the store: {have or 'none'}")
-    run = found[-1]
+    run = _run_by_key(runs, key) if key is not None else _latest_member(runs, experiment, encoding, seed)
     config = run["config"]
     model_cls, cfg_cls = model_classes(config["model_type"])
     fields = {f.name for f in dataclasses.fields(cfg_cls)}
@@ -49,6 +34,31 @@ def load_member(store, key: str | None = None, *, experiment: str | None = None,
     if not hasattr(task, "decode"):
         raise ConfigError("--run", run["key"], "a run trained on text (its task decodes tokens to characters)")
     return model.eval(), task, run
+
+
+def _run_by_key(runs: list[dict], key: str) -> dict:
+    """The (last) run of the store with run key ``key``."""
+    found = [r for r in runs if r["key"] == key]
+    if not found:
+        raise ConfigError("--run", key, "the key of a run in the store (poslab report lists them)")
+    return found[-1]
+
+
+def _latest_member(runs: list[dict], experiment: str, encoding: str | None, seed: int) -> dict:
+    """The latest finished trained member (no stage, no variant) of ``experiment`` with that encoding
+    (None: any) and seed."""
+    from poslab.experiments.stages import is_stage
+
+    found = [r for r in runs if r["experiment"] == experiment and r["status"] == "finished"
+             and not is_stage(r["config"]) and r["config"].get("variant") is None
+             and r["config"].get("seed") == seed
+             and (encoding is None or r["config"]["model"].get("encoding") == encoding)]
+    if not found:
+        have = sorted({(r["config"]["model"].get("encoding"), r["config"].get("seed")) for r in runs
+                       if r["experiment"] == experiment and "model" in r["config"]})
+        raise ConfigError("--encoding/--seed", (encoding, seed),
+                          f"a trained member of {experiment!r} in the store: {have or 'none'}")
+    return found[-1]
 
 
 def generate(model, task, prompt: str, length: int, *, temperature: float = 0.8, context: int | None = None,

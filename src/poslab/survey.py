@@ -16,6 +16,12 @@ stored weights) are not the encoding as trained and are not read, unless a decla
 registry encoding each row measured (a context-extension study's training-free methods are the
 scaled RoPE entries, ``rope_pi``, ``rope_yarn``, ..., applied at inference to the RoPE model
 trained at L0). Anything not in the store reads "not measured yet".
+
+Per-layer layouts (:mod:`poslab.models.layout`: a pattern, or a name of its ``NAMED`` hybrids
+``rnope``, ``swan``, ``irope``) get the same columns (:func:`layout_rows`): their sites, parameters,
+cost classes and KV cache are read off their layers' encodings, their cost is measured on the tiny
+model with one layer per pattern entry, and a stored run with a layout counts for the layout (by
+its name where it has one), not for its model's ``encoding``.
 """
 
 from __future__ import annotations
@@ -63,19 +69,12 @@ def measurements(store_path: str | Path,
     cells: dict[tuple, list] = defaultdict(list)  # (encoding, column, experiment, summary) -> [(L, L_train, v, seed)]
     for r in rows:
         run = runs[r["run_key"]]
-        cfg, dec = run["config"], declarations[run["experiment"]]
-        if dec.encoding is not None:
-            enc = dec.encoding(r)
-        elif r.get("variant") is not None or cfg.get("variant") is not None:
-            continue
-        else:
-            enc = r.get("encoding") or cfg.get("model", {}).get("encoding")
-        L_train = cfg.get("train", {}).get("max_length")
-        row = {**r, "encoding": enc}
-        if enc is None or not L_train or not dec.where(row) or r.get(dec.value) is None or r.get("length") is None:
-            continue
-        cells[(enc, dec.column, run["experiment"], dec.summary)].append((r["length"], L_train, r[dec.value],
-                                                                         r.get("seed")))
+        dec = declarations[run["experiment"]]
+        what = _measured(r, run["config"], dec)
+        if what is not None:
+            enc, L_train = what
+            cells[(enc, dec.column, run["experiment"], dec.summary)].append((r["length"], L_train, r[dec.value],
+                                                                             r.get("seed")))
     found: dict[tuple, list[str]] = defaultdict(list)
     order = list(declarations)  # texts in declaration order
     for (enc, column, experiment, summary), got in sorted(cells.items(), key=lambda kv: order.index(kv[0][2])):
@@ -86,6 +85,28 @@ def measurements(store_path: str | Path,
     for (enc, column), texts in found.items():
         out[enc][column] = "; ".join(texts)
     return dict(out)
+
+
+def _measured(r: dict, cfg: dict, dec: Extrapolation) -> tuple[str, int] | None:
+    """(what row ``r`` of a run of config ``cfg`` measured: the declaration's encoding, the run's
+    layout (its name in ``NAMED`` where it has one) or its encoding; the run's training length), or
+    None where ``dec`` does not read the row (an evaluate-only variant's, unless ``dec`` names its
+    encoding)."""
+    from poslab.models.layout import layout_name
+
+    model = cfg.get("model", {})
+    if dec.encoding is not None:
+        enc = dec.encoding(r)
+    elif r.get("variant") is not None or cfg.get("variant") is not None:
+        return None
+    elif model.get("layout") is not None:
+        enc = layout_name(model["layout"])
+    else:
+        enc = r.get("encoding") or model.get("encoding")
+    L_train = cfg.get("train", {}).get("max_length")
+    if enc is None or not L_train or not dec.where({**r, "encoding": enc}):
+        return None
+    return (enc, L_train) if r.get(dec.value) is not None and r.get("length") is not None else None
 
 
 def _summarize(cells: list[tuple], summary: str, experiment: str) -> str:
@@ -126,14 +147,17 @@ class TinyShape(TypedDict):
 TINY: TinyShape = {"vocab_size": 16, "d_model": 32, "n_layers": 1, "n_heads": 2}
 
 
-def tiny_model(name: str, max_len: int):
-    """A one-layer causal Transformer (d_model 32, 2 heads) with encoding ``name``, eval mode."""
+def tiny_model(name: str, max_len: int, layout: str | None = None):
+    """A one-layer causal Transformer (d_model 32, 2 heads) with encoding ``name``, eval mode; with
+    a ``layout`` (a pattern or a name of ``layout.NAMED``), one layer per entry of its pattern."""
     import torch
 
+    from poslab.models.layout import pattern
     from poslab.models.transformer import Transformer, TransformerConfig
 
     torch.manual_seed(0)
-    return Transformer(TransformerConfig(**TINY, encoding=name, max_len=max_len)).eval()
+    shape = TINY if layout is None else TINY | {"n_layers": len(pattern(layout).split(","))}
+    return Transformer(TransformerConfig(**shape, encoding=name, max_len=max_len, layout=layout)).eval()
 
 
 def allocated_bytes(fn) -> int:
@@ -157,13 +181,14 @@ def allocated_bytes(fn) -> int:
     return Count.total
 
 
-def measured_cost(name: str, lengths: Sequence[int] = COST_LENGTHS, repeats: int = 3) -> dict[int, tuple[float, int]]:
+def measured_cost(name: str, lengths: Sequence[int] = COST_LENGTHS, repeats: int = 3,
+                  layout: str | None = None) -> dict[int, tuple[float, int]]:
     """{L: (median seconds per forward, bytes allocated per forward)} of the tiny model with
-    encoding ``name`` on one sequence of each length (one thread; wall time, so a busy machine
-    inflates the times, not the bytes)."""
+    encoding ``name`` (and ``layout``, see :func:`tiny_model`) on one sequence of each length (one
+    thread; wall time, so a busy machine inflates the times, not the bytes)."""
     import torch
 
-    model = tiny_model(name, max(lengths))
+    model = tiny_model(name, max(lengths), layout)
     out = {}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -207,6 +232,52 @@ def comparison_rows(store_path: str | Path, cost_lengths: Sequence[int] | None =
                          sites=", ".join(m.sites) or "-", parameters=m.parameters,
                          cost=m.cost, measured_cost=cost_text(measured_cost(name, cost_lengths)) if cost_lengths
                          else "not measured", kv_cache=kv_cache_cell(name),
+                         fixed_offset=got.get("fixed_offset", NOT_MEASURED), lm=got.get("lm", NOT_MEASURED)))
+    return rows
+
+
+def check_layouts(layouts: Sequence[str]) -> None:
+    """One ConfigError naming ``--layout`` for a layout the tiny model cannot take, before any work."""
+    from poslab.errors import ConfigError
+    from poslab.models.layout import NAMED, pattern
+    from poslab.models.transformer import TransformerConfig
+
+    for layout in layouts:
+        try:
+            TransformerConfig(**TINY | {"n_layers": len(pattern(layout).split(","))}, encoding="nope", layout=layout)
+        except ConfigError as e:
+            raise ConfigError("--layout", layout, f"a name of {sorted(NAMED)} or a pattern ({e.allowed})") from None
+
+
+def layout_rows(store_path: str | Path, layouts: Sequence[str],
+                cost_lengths: Sequence[int] | None = COST_LENGTHS) -> list[dict]:
+    """One dict per layout (a pattern or a name of ``layout.NAMED``) with :func:`comparison_rows`'
+    columns: kind "layout"; sites, parameters, cost classes and KV cache from its layers'
+    encodings (each distinct entry once, "name: ..." where they differ); cost measured on the tiny
+    model with one layer per entry; extrapolation from the store's runs with that layout."""
+    from poslab.models.layout import layout_name, parse_layout, pattern
+    from poslab.positional import small_encoding
+
+    measured = measurements(store_path)
+    rows = []
+    for layout in layouts:
+        full = pattern(layout)
+        name = layout_name(full)
+        specs = parse_layout(full, len(full.split(",")), encoding="nope")
+        metas = {(s.encoding, s.options): small_encoding(s.encoding, **s.encoding_options).meta for s in specs}
+        sites = [site for m in metas.values() for site in m.sites]
+
+        def each(field: str, metas=metas) -> str:  # one value, or "name: value" per distinct entry
+            values = {enc: getattr(m, field) for (enc, _), m in metas.items()}
+            return next(iter(values.values())) if len(set(values.values())) == 1 else "; ".join(
+                f"{enc}: {v}" for enc, v in values.items())
+
+        cost = measured_cost("nope", cost_lengths, layout=full) if cost_lengths else None
+        got = measured.get(name, {})
+        rows.append(dict(encoding=name, kind="layout", origin="poslab", sites=", ".join(dict.fromkeys(sites)) or "-",
+                         parameters=each("parameters"), cost=each("cost"),
+                         measured_cost=f"{cost_text(cost)} ({len(specs)} layers)" if cost else "not measured",
+                         kv_cache="yes" if all(m.kv_cache for m in metas.values()) else "no",
                          fixed_offset=got.get("fixed_offset", NOT_MEASURED), lm=got.get("lm", NOT_MEASURED)))
     return rows
 

@@ -104,6 +104,16 @@ class TrainConfig:
         for name in ("steps", "batch_size", "chunk"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, getattr(self, name), "a positive integer")
+        self._validate_schedule()
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ConfigError("betas", self.betas, "two numbers in [0, 1)")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ConfigError("grad_clip", self.grad_clip, "a positive number or null")
+        for group in self.param_groups:
+            _check_group(group)
+
+    def _validate_schedule(self) -> None:
+        """lr > 0, min_lr in [0, lr], weight_decay >= 0, warmup_steps in [0, steps)."""
         if not self.lr > 0:
             raise ConfigError("lr", self.lr, "a positive number")
         if not (0 <= self.min_lr <= self.lr):
@@ -112,12 +122,6 @@ class TrainConfig:
             raise ConfigError("weight_decay", self.weight_decay, "a number >= 0")
         if not (0 <= self.warmup_steps < self.steps):
             raise ConfigError("warmup_steps", self.warmup_steps, f"an integer in [0, steps={self.steps})")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ConfigError("betas", self.betas, "two numbers in [0, 1)")
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ConfigError("grad_clip", self.grad_clip, "a positive number or null")
-        for group in self.param_groups:
-            _check_group(group)
 
     def lr_at(self, step: int) -> float:
         """The learning rate of step ``step`` (0-based)."""
@@ -360,30 +364,14 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
         raise ValueError("one task per seed")
     span = spans(timer)
     with span("setup"):
-        models = [build_member(make_model, s).to(device) for s in seeds]
-        params, buffers = stack_module_state(models)  # name -> [e, ...]
-        params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
-        buffers = {k: v[0] for k, v in buffers.items()}  # identical across members: shared, not mapped
+        models, params, buffers = _stack_members(make_model, seeds, device)
         template = _LossOf(copy.deepcopy(models[0]).to("meta"))
         opt = _optimizer(params, cfg, fused=device_fused(device), member_axis=True)
-
-    n_queries = None  # the batches' query hint: a Python int, the same for every member
-
-    def member_loss(p, tensors):
-        state = {f"model.{k}": v for k, v in (p | buffers).items()}
-        return functional_call(template, state, (Batch(**tensors, n_queries=n_queries),))
-
-    losses_fn = vmap(member_loss, randomness="different")  # dropout, if a model has it, differs per member
-    if len(seeds) == 1:  # one member: the same call without vmap, whose batching costs ~15-25% (poslab bench lm)
-        def losses_fn(p, tensors):
-            return member_loss({k: v[0] for k, v in p.items()}, {k: v[0] for k, v in tensors.items()})[None]
-    if cfg.compile:
-        losses_fn = compiled(losses_fn)
+    hint: dict[str, int | None] = {"n_queries": None}  # the batches' query hint: a Python int, one for every member
+    losses_fn = _member_losses(template, buffers, hint, len(seeds), cfg.compile)
     streams = [DataStream(t, s, cfg) for t, s in zip(tasks, seeds, strict=True)]
     E = len(seeds)
-    alive = torch.ones(E, dtype=torch.bool, device=device)
-    frozen: dict[str, Tensor] = {}
-    diverged_at: list[int | None] = [None] * E
+    members = _Survivors(torch.ones(E, dtype=torch.bool, device=device), [None] * E)
     curve = np.zeros((cfg.steps, E), dtype=np.float32)
     step_ends = np.zeros(cfg.steps)
     snapshots: dict[int, list[dict[str, Tensor]]] = {}
@@ -393,45 +381,105 @@ def train_ensemble(make_model, tasks: list[Task], seeds: list[int], cfg: TrainCo
     for step in bar:
         with span("sampling"):
             batch = next(batches)  # tensors [e, b, ...]
-        n_queries = batch.n_queries
+        hint["n_queries"] = batch.n_queries
         tensors = {k: getattr(batch, k) for k in Batch.TENSORS if getattr(batch, k) is not None}
         with span("forward"):
             losses = losses_fn(params, tensors)  # [e]
-            finite = torch.isfinite(losses)
-            if not bool(finite[alive].all()):
-                for e in (~finite & alive).nonzero().flatten().tolist():
-                    diverged_at[e] = step
-                alive = alive & finite
-                frozen = {k: v.detach().clone() for k, v in params.items()}
+            members.check(losses, params, step)
         with span("backward"):
             opt.zero_grad(set_to_none=True)
-            torch.where(alive, losses, torch.zeros_like(losses)).sum().backward()
+            torch.where(members.alive, losses, torch.zeros_like(losses)).sum().backward()
         with span("optimizer"):
-            _set_lr(opt, cfg, step - 1)
-            if cfg.grad_clip is not None:
-                _clip_per_member(params, cfg.grad_clip)
-            opt.step()
-            if not bool(alive.all()):
-                with torch.no_grad():  # frozen members keep the weights they diverged with
-                    for k, v in params.items():
-                        v[~alive] = frozen[k][~alive]
+            _optimizer_step(opt, cfg, step, params)
+            members.restore(params)
         curve[step - 1] = losses.detach().cpu().numpy()
         step_ends[step - 1] = time.perf_counter() - start
         if step in cfg.snapshot_steps:
             snapshots[step] = [{k: v[e].detach().cpu().clone() for k, v in params.items()} for e in range(E)]
         if progress and (step % 25 == 0 or step == cfg.steps):
-            live = curve[step - 1][alive.cpu().numpy()]
-            if live.size:
-                tokens_per_s = step * cfg.batch_size * batch.tokens.shape[-1] * E / (time.perf_counter() - start)
-                bar.set_postfix_str(f"loss {live.min():.3f}-{live.max():.3f}, {tokens_per_s:,.0f} tok/s")
+            _show_progress(bar, curve[step - 1][members.alive.cpu().numpy()],
+                           step * cfg.batch_size * batch.tokens.shape[-1] * E, start)
     bar.close()
     seconds = time.perf_counter() - start
+    return TrainResult(models=_unstack(models, params), loss_curve=curve, diverged_at=members.diverged_at,
+                       snapshots=snapshots, seconds=seconds, step_ends=step_ends)
+
+
+def _stack_members(make_model, seeds: list[int], device) -> tuple[list[nn.Module], dict[str, Tensor],
+                                                                  dict[str, Tensor]]:
+    """One model per seed, and their parameters stacked ([e, ...], trainable) and buffers (shared)."""
+    models = [build_member(make_model, s).to(device) for s in seeds]
+    params, buffers = stack_module_state(models)  # name -> [e, ...]
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+    buffers = {k: v[0] for k, v in buffers.items()}  # identical across members: shared, not mapped
+    return models, params, buffers
+
+
+def _member_losses(template: nn.Module, buffers: dict[str, Tensor], hint: dict[str, int | None], members: int,
+                   compile: bool) -> Callable:
+    """Every member's loss, [e], from stacked parameters and batch tensors ([e, ...]); ``hint`` holds
+    the current batch's ``n_queries``."""
+    def member_loss(p, tensors):
+        state = {f"model.{k}": v for k, v in (p | buffers).items()}
+        return functional_call(template, state, (Batch(**tensors, n_queries=hint["n_queries"]),))
+
+    losses_fn = vmap(member_loss, randomness="different")  # dropout, if a model has it, differs per member
+    if members == 1:  # one member: the same call without vmap, whose batching costs ~15-25% (poslab bench lm)
+        def losses_fn(p, tensors):
+            return member_loss({k: v[0] for k, v in p.items()}, {k: v[0] for k, v in tensors.items()})[None]
+    if compile:
+        losses_fn = compiled(losses_fn)
+    return losses_fn
+
+
+@dataclass
+class _Survivors:
+    """Which members still train (``alive``, [e] bool), the step each diverged at, and the weights
+    they diverged with (``frozen``: every member's, copied at the last divergence)."""
+
+    alive: Tensor
+    diverged_at: list[int | None]
+    frozen: dict[str, Tensor] = field(default_factory=dict)
+
+    def check(self, losses: Tensor, params: dict[str, Tensor], step: int) -> None:
+        """Mark the members whose loss is no longer finite as diverged at ``step``."""
+        finite = torch.isfinite(losses)
+        if not bool(finite[self.alive].all()):
+            for e in (~finite & self.alive).nonzero().flatten().tolist():
+                self.diverged_at[e] = step
+            self.alive = self.alive & finite
+            self.frozen = {k: v.detach().clone() for k, v in params.items()}
+
+    def restore(self, params: dict[str, Tensor]) -> None:
+        """Frozen members keep the weights they diverged with."""
+        if not bool(self.alive.all()):
+            with torch.no_grad():
+                for k, v in params.items():
+                    v[~self.alive] = self.frozen[k][~self.alive]
+
+
+def _optimizer_step(opt: torch.optim.Optimizer, cfg: TrainConfig, step: int, params: dict[str, Tensor]) -> None:
+    """Step ``step``'s learning rate, per-member clipping, and the optimizer's step."""
+    _set_lr(opt, cfg, step - 1)
+    if cfg.grad_clip is not None:
+        _clip_per_member(params, cfg.grad_clip)
+    opt.step()
+
+
+def _show_progress(bar, live: np.ndarray, tokens: int, start: float) -> None:
+    """The live members' loss range and the tokens a second so far (``tokens`` since ``start``)."""
+    if live.size:
+        tokens_per_s = tokens / (time.perf_counter() - start)
+        bar.set_postfix_str(f"loss {live.min():.3f}-{live.max():.3f}, {tokens_per_s:,.0f} tok/s")
+
+
+def _unstack(models: list[nn.Module], params: dict[str, Tensor]) -> list[nn.Module]:
+    """Each member's model with its trained weights."""
     trained = []
     for e, model in enumerate(models):
         model.load_state_dict({k: v[e].detach() for k, v in params.items()}, strict=False)
         trained.append(model)
-    return TrainResult(models=trained, loss_curve=curve, diverged_at=diverged_at, snapshots=snapshots,
-                       seconds=seconds, step_ends=step_ends)
+    return trained
 
 
 def compiled(fn: Callable) -> Callable:

@@ -1,4 +1,4 @@
-"""A demo study, written as a user would add one: this module plus one registry entry.
+"""A demo study, written as a user would add one: this module plus one entry in ``poslab.studies.STUDIES``.
 
 A two-layer Transformer on the full-sequence shift task with two encodings; rows hold the
 accuracy at each evaluation length; one table, one figure and two claims, all declared.
@@ -7,7 +7,7 @@ Nothing in the trainer, runner or store knows about it.
 
 from pathlib import Path
 
-from poslab.experiments import Experiment
+from poslab.experiments import Trained
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Lines, Pivot, Table, write_outputs
 from poslab.experiments.spec import ClaimSpec, at_most, comparison_only, is_, judge_all, mean
@@ -25,11 +25,12 @@ TABLES = [Table("Accuracy by length", by=("encoding",), pivot=Pivot("length", "a
 FIGURES = [Lines("accuracy.png", x="length", y="accuracy", series=("encoding",), vline=12, ylim=(0, 1.02))]
 
 
-def study(preset: str) -> StudyConfig:
-    return StudyConfig(model_type="transformer", model=dict(d_model=16, n_layers=2, n_heads=2),
-                       task_type="shift", task=dict(m=10, K=2), grid={"encoding": ("rope", "learned")}, seeds=2,
-                       train=TrainConfig(steps=15, batch_size=16, min_length=8, max_length=12),
-                       eval=EvalConfig(lengths=(8, 16), n_sequences=24, chunk=10))
+# the study before a preset, and what each preset changes over it (both run the same small grid here)
+BASE = StudyConfig(model_type="transformer", model=dict(d_model=16, n_layers=2, n_heads=2), task_type="shift",
+                   task=dict(m=10, K=2), grid={"encoding": ("rope", "learned")}, seeds=2,
+                   train=TrainConfig(steps=15, batch_size=16, min_length=8, max_length=12),
+                   eval=EvalConfig(lengths=(8, 16), n_sequences=24, chunk=10))
+PRESETS = {"paper": {}, "quick": {}}
 
 
 def evaluate(ctx) -> list[dict]:
@@ -46,5 +47,5 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          figures=FIGURES)
 
 
-EXPERIMENT = Experiment(name="demo_shift", title="Demo: a Transformer on the shift task", study=study,
-                        evaluate=evaluate, report=report)
+EXPERIMENT = Trained(name="demo_shift", title="Demo: a Transformer on the shift task", base=BASE, presets=PRESETS,
+                     evaluate=evaluate, report=report)

@@ -6,7 +6,7 @@ from poslab.studies import bias_comparison as bc
 
 
 def test_every_setting_resolves_to_its_encoding_options_and_label():
-    study = bc.study("paper")
+    study = bc.EXPERIMENT.study("paper")
     labels = set()
     for name in study.grid["setting"]:
         member = apply_point(study, {"setting": name})

@@ -40,11 +40,11 @@ PAPER_KEYS = {
 
 def test_every_registered_encoding_is_in_the_quick_and_paper_grids_at_the_study_K():
     for preset, ks in (("quick", bc.QUICK_KS), ("paper", bc.KS)):
-        study = bc.study(preset)
+        study = bc.EXPERIMENT.study(preset)
         points = [apply_point(study, {"setting": s}) for s in study.grid["setting"]]
         ran = {(p.encoding, p.task["K"]) for p in points}
         assert {(enc, K) for enc in registered() for K in ks} <= ran, preset
-    assert set(bc.HAND) <= set(bc.study("quick").grid["setting"])  # hand settings kept as they were
+    assert set(bc.HAND) <= set(bc.EXPERIMENT.study("quick").grid["setting"])  # hand settings kept as they were
 
 
 def test_the_quick_preset_through_the_engine_tables_every_encoding_past_the_training_range(tmp_path):
@@ -80,9 +80,9 @@ def test_the_quick_preset_through_the_engine_tables_every_encoding_past_the_trai
 
 
 def test_the_paper_preset_keeps_the_hand_settings_run_keys():
-    got = {(dict(m.point)["setting"], m.seed): m.key for m in members(bc.EXPERIMENT, bc.study("paper"))}
+    got = {(dict(m.point)["setting"], m.seed): m.key for m in members(bc.EXPERIMENT, bc.EXPERIMENT.study("paper"))}
     assert {s: k for (s, seed), k in got.items() if seed == 0 and s in bc.HAND} == PAPER_KEYS
-    assert len(got) == 3 * len(bc.study("paper").grid["setting"])  # no two settings resolve to one run
+    assert len(got) == 3 * len(bc.EXPERIMENT.study("paper").grid["setting"])  # no two settings resolve to one run
 
 
 def test_each_form_is_computed_from_the_class():
@@ -107,7 +107,7 @@ class FarBias(PositionalEncoding):
 def test_an_added_encoding_is_routed_by_its_form_without_a_line_changed(monkeypatch):
     monkeypatch.setitem(ENCODINGS, "far_bias", partial(FarBias))
     assert bc.prediction("far_bias") == "offset"
-    assert "far_bias K=1" in bc.registry_settings() and "far_bias K=2" in bc.study("quick").grid["setting"]
+    assert "far_bias K=1" in bc.registry_settings() and "far_bias K=2" in bc.EXPERIMENT.study("quick").grid["setting"]
     bc.prediction.cache_clear()
 
 

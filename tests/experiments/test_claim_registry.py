@@ -95,6 +95,12 @@ def test_learned_in_range_gate_on_both_sides_of_its_line():
     assert "did not learn in range: in-range accuracy 0.899, below 0.9" in not_learned.note
     (ungated,) = judge_all([_spec(where=spec.where, threshold=0.5)], rows(0.5, 0.3), gate)
     assert ungated.holds is False  # a claim that declares no trained behaviour is never gated
+    # nothing measured past the range (e.g. a rank correlation of methods that all score 0): not learned where
+    # the models were measured below the line in range, not run where they learned or were not measured
+    (unlearned_none,) = judge_all([spec], rows(0.899, None), gate)
+    assert unlearned_none.holds is None and unlearned_none.na_kind == "not-learned"
+    (learned_none,) = judge_all([spec], rows(0.9, None), gate)
+    assert learned_none.holds is None and learned_none.na_kind == "not-run"
 
 
 @pytest.mark.parametrize("name", STUDY_MODULES)

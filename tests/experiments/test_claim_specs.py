@@ -8,6 +8,7 @@ import pytest
 
 import poslab.studies
 from poslab.experiments.spec import (
+    Agreement,
     ClaimSpec,
     at_least,
     check_flips,
@@ -187,6 +188,33 @@ def test_an_interval_claim_is_decided_only_where_every_interval_is_on_one_side(o
         assert claim.measured == pytest.approx(sum(r["exact"] for r in rows) / 2)  # the value is still shown
     else:
         assert claim.na_kind is None
+
+
+@pytest.mark.parametrize("readings, holds", [
+    ((-0.45, -0.35, -0.42), True),  # all three within 10 points of -40%: decided, yes
+    ((-0.05, 0.10, 0.02), False),  # all three outside: decided, no
+    ((-0.38, 0.10, 0.02), None),  # some within, some outside: the agreement rule makes it undecidable
+])
+def test_an_agreement_claim_is_decided_only_where_its_readings_agree(readings, holds):
+    spec = ClaimSpec(name="x", paper="p", measure=mean("decisive"), op="~", threshold=-0.4, tol=0.1, percent=True,
+                     agree=Agreement("agree", "lo", "hi", "they disagree, {lo} to {hi}"))
+    within = [abs(v + 0.4) <= 0.1 for v in readings]
+    agree = all(within) or not any(within)
+    decisive = (max if all(within) else min)(readings, key=lambda v: abs(v + 0.4)) if agree else None
+    (claim,) = spec.evaluate([dict(seed=0, decisive=decisive, agree=agree, lo=min(readings), hi=max(readings))])
+    assert claim.holds is holds
+    if holds is None:
+        assert claim.na_kind == "undecidable" and claim.measured == "-38.0% to +10.0%"
+        assert claim.note.startswith("n.a. (the task cannot decide it: they disagree, -38.0% to +10.0%)")
+    else:
+        assert claim.na_kind is None
+
+
+def test_an_agreement_is_part_of_the_fingerprint():
+    base = dict(name="x", paper="p", measure=mean("a"), op=">", threshold=0.0)
+    assert ClaimSpec(**base).fingerprint() != ClaimSpec(**base, agree=Agreement("f", "lo", "hi")).fingerprint()
+    assert ClaimSpec(**base, agree=Agreement("f", "lo", "hi", "one reason")).fingerprint() == \
+        ClaimSpec(**base, agree=Agreement("f", "lo", "hi", "another reason")).fingerprint()  # its text is prose
 
 
 def test_an_interval_needs_a_one_sided_operator():

@@ -26,8 +26,8 @@ TINY_SEARCH = ce.SearchConfig(population=4, generations=1, survivors=2)
 
 
 def tiny():
-    return apply_overrides(ce.study("quick"), ["train.steps=6", "eval.n_sequences=4", "eval.lengths=[32,128]"],
-                           fixed=ce.FIXED)
+    return apply_overrides(ce.EXPERIMENT.study("quick"),
+                           ["train.steps=6", "eval.n_sequences=4", "eval.lengths=[32,128]"], fixed=ce.FIXED)
 
 
 def test_quick_end_to_end_every_method_is_a_stored_run(tmp_path, monkeypatch):
@@ -108,7 +108,7 @@ def test_bad_input_stops_before_work():
 
 
 def test_every_method_is_a_variant_and_schedules_are_keyed_by_their_dict():
-    study = ce.study("quick")
+    study = ce.EXPERIMENT.study("quick")
     assert set(study.variants) | {"rope"} == set(ce.METHODS)
     for name, method in ce.METHODS.items():
         if method.scaling is not None:

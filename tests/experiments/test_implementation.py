@@ -16,8 +16,8 @@ def test_quick_preset_end_to_end(tmp_path):
     pytest.importorskip("transformers")
     start = time.perf_counter()
     with Store(tmp_path / "s.sqlite") as store:
-        summary = run_study(im.EXPERIMENT, im.study("quick"), store=store, out=tmp_path / "out", progress=False,
-                            executor=Inline())
+        summary = run_study(im.EXPERIMENT, im.EXPERIMENT.study("quick"), store=store, out=tmp_path / "out",
+                            progress=False, executor=Inline())
         assert len(store.runs(experiment="implementation")) == 2  # a second run reuses both members
     assert summary["members"] == 2 and summary["trained"] == 2
     # about 12 s on an idle 2-core machine (imports of transformers, matplotlib and the optimizer included)
@@ -38,7 +38,7 @@ def test_bad_settings_are_refused_before_any_work():
     from poslab.errors import ConfigError
     from poslab.experiments.config import apply_overrides
 
-    study = im.study("quick")
+    study = im.EXPERIMENT.study("quick")
     with pytest.raises(ConfigError, match="model.decode"):
         im.settings(apply_overrides(study, ["model.decode=8"]))
     with pytest.raises(ConfigError, match="model.factor"):

@@ -1,4 +1,4 @@
-"""Evaluate-only studies as declarations (``Experiment.jobs`` / ``run_job`` / ``prepare``): the
+"""Evaluate-only studies as declarations (``EvaluateOnly``: ``jobs`` / ``run_job`` / ``prepare``): the
 engine lists, keys, stores and resumes their members, runs ``prepare`` only when a job is to run,
 hands what it returns to every job, and refuses ``--reevaluate``; a toy study, no checkpoint."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from poslab.errors import ConfigError
-from poslab.experiments import Experiment, Job, run_study, validate
+from poslab.experiments import EvaluateOnly, Job, run_study, validate
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.executors import Inline
 from poslab.store import Store
@@ -45,8 +45,8 @@ def _report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     return [path]
 
 
-TOY = Experiment(name="toy", title="a toy evaluate-only study", study=_study, jobs=_jobs, run_job=_run_job,
-                 prepare=_prepare, report=_report, presets=("quick",))
+TOY = EvaluateOnly(name="toy", title="a toy evaluate-only study", base=_study("quick"), presets={"quick": {}},
+                   jobs=_jobs, run_job=_run_job, prepare=_prepare, report=_report)
 
 
 def _run(store: Store, out: Path, study: StudyConfig, **kw) -> dict:

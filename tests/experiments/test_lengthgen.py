@@ -117,11 +117,11 @@ def test_registered_outside_run_all():
 
 
 def test_each_task_gets_its_sources_model_form(toy_tasks):
-    study = lengthgen.study("quick")
+    study = lengthgen.EXPERIMENT.study("quick")
     assert set(study.axis("setting")) == {"toy_reverse", "toy_copy"}
     got = {(m.study.task_type, m.model_config.causal) for m in members(lengthgen.EXPERIMENT, study)}
     assert got == {("toy_reverse", False), ("toy_copy", True)}
-    paper = lengthgen.study("paper")
+    paper = lengthgen.EXPERIMENT.study("paper")
     ruoss = paper.settings["toy_reverse"]
     assert (ruoss["model.n_layers"], ruoss["model.d_model"], ruoss["model.n_heads"], ruoss["train.steps"],
             ruoss["train.batch_size"]) == (5, 64, 8, 10_000, 128)
@@ -136,14 +136,14 @@ def test_every_registered_encoding_is_in_the_paper_grid_and_the_sources_in_the_c
     from poslab.positional import ENCODINGS, registered
 
     # every entry that runs on the model's own positions (position coupling and Abacus need the task's)
-    assert set(lengthgen.study("paper").axis("encoding")) == set(registered())
-    cpu = set(lengthgen.study("cpu").axis("encoding"))
+    assert set(lengthgen.EXPERIMENT.study("paper").axis("encoding")) == set(registered())
+    cpu = set(lengthgen.EXPERIMENT.study("cpu").axis("encoding"))
     assert cpu == {*lengthgen.RUOSS_ENCODINGS.values(), *lengthgen.KAZEMNEJAD_ENCODINGS.values()}
     assert len(cpu) == 8 and cpu < set(ENCODINGS)
 
 
 def test_causal_only_encoding_is_na_on_encoder_tasks(toy_tasks):
-    study = lengthgen.study("quick")
+    study = lengthgen.EXPERIMENT.study("quick")
     causal_only = [e for e in study.axis("encoding") if lengthgen.encoding_class(e).causal_only]
     assert causal_only, "the quick preset carries a causal-only encoding"
     enc = causal_only[0]
@@ -429,7 +429,7 @@ def test_set_reaches_one_key_of_a_setting_bundle(toy_tasks):
     and a bad path inside one are each one ConfigError naming the field."""
     from poslab.experiments.config import apply_overrides, apply_point, grid_points
 
-    study = lengthgen.study("quick")
+    study = lengthgen.EXPERIMENT.study("quick")
     name = study.axis("setting")[0]
     deeper = apply_overrides(study, [f"settings.{name}.model.n_layers=4", f"settings.{name}.train.steps=7"])
     assert deeper.settings[name]["model.n_layers"] == 4 and deeper.settings[name]["train.steps"] == 7

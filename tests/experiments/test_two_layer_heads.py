@@ -91,7 +91,7 @@ def test_class_peaks_average_each_query_class_on_its_own():
 
 
 def test_two_layer_grid_makes_per_head_width_an_axis_with_the_paper_width_first():
-    study = two_layer.study("paper")
+    study = two_layer.EXPERIMENT.study("paper")
     assert study.grid["setting"][0] == "d_head=64" and study.model["n_heads"] == 4
     assert {name: b["model.d_model"] // 4 for name, b in study.settings.items()} == {"d_head=64": 64, "d_head=16": 16}
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from poslab.errors import ConfigError
-from poslab.models.transformer import Transformer, TransformerConfig, gate_parameter_count
+from poslab.models.energy_gate import EnergyGate, gate_parameter_count
+from poslab.models.transformer import Transformer, TransformerConfig
 
 M, S = 7, 8
 
@@ -26,7 +27,7 @@ def tokens(b=3, s=S, seed=1):
 @pytest.mark.parametrize("energy", ["power", "amplitude"])
 @pytest.mark.parametrize("projection", ["per_head", "shared"])
 def test_gate_against_a_naive_loop(energy, projection):
-    model = make(gate_energy=energy, gate_projection=projection)
+    model = make(energy_gate=EnergyGate(energy=energy, projection=projection))
     block = model.layers[0]
     with torch.no_grad():
         block.gate_tau.copy_(torch.tensor([0.3, 1.2]))
@@ -34,7 +35,7 @@ def test_gate_against_a_naive_loop(energy, projection):
     with torch.no_grad():
         E, g = block.energy_gate(a)
     assert E.shape == g.shape == (2, 2, 5)
-    W, tau, T = block.W_gate.detach(), block.gate_tau.detach(), model.cfg.gate_temperature
+    W, tau, T = block.W_gate.detach(), block.gate_tau.detach(), model.cfg.energy_gate.temperature
     for b in range(2):
         for h in range(2):
             w = W[h] if projection == "per_head" else W[0]
@@ -51,7 +52,7 @@ def test_gate_against_a_naive_loop(energy, projection):
 @pytest.mark.parametrize("bos", [False, True])
 def test_gate_is_causal(renormalize, bos):
     """Changing a future token changes no earlier output, and does change the later ones."""
-    model = make(gate_renormalize=renormalize, bos=bos)
+    model = make(energy_gate=EnergyGate(renormalize=renormalize), bos=bos)
     x = tokens()
     for t in (2, 5, S - 1):
         y = x.clone()
@@ -74,7 +75,7 @@ def _embedded(model, x):
 @pytest.mark.parametrize("renormalize", [False, True])
 def test_an_open_gate_is_standard_attention(renormalize):
     """tau -> -inf opens every gate (g = 1): the gated model is the plain one with the same weights."""
-    gated, plain = make(gate_renormalize=renormalize), make(energy_gate=False)
+    gated, plain = make(energy_gate=EnergyGate(renormalize=renormalize)), make(energy_gate=None)
     plain.load_state_dict({k: v for k, v in gated.state_dict().items() if "gate" not in k})
     x = tokens()
     assert not torch.allclose(gated(x), plain(x))
@@ -97,11 +98,11 @@ def test_unrenormalized_gate_scales_values_not_weights():
 
 @pytest.mark.parametrize("projection, per_layer", [("per_head", 2 * 16 + 2), ("shared", 16 + 2)])
 def test_extra_parameters_are_counted(projection, per_layer):
-    model = make(gate_projection=projection, n_layers=3)
+    model = make(energy_gate=EnergyGate(projection=projection), n_layers=3)
     assert gate_parameter_count(model) == 3 * per_layer
-    plain = sum(p.numel() for p in make(energy_gate=False, n_layers=3).parameters())
+    plain = sum(p.numel() for p in make(energy_gate=None, n_layers=3).parameters())
     assert sum(p.numel() for p in model.parameters()) - plain == 3 * per_layer
-    assert gate_parameter_count(make(energy_gate=False)) == 0
+    assert gate_parameter_count(make(energy_gate=None)) == 0
 
 
 def test_gradients_reach_the_gate():
@@ -111,9 +112,24 @@ def test_gradients_reach_the_gate():
         assert block.W_gate.grad.abs().sum() > 0 and block.gate_tau.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("field, value", [("gate_projection", "per_key"), ("gate_energy", "log"),
-                                          ("gate_temperature", 0.0)])
+@pytest.mark.parametrize("field, value", [("projection", "per_key"), ("energy", "log"), ("temperature", 0.0),
+                                          ("temperature", True), ("renormalize", 1)])
 def test_bad_gate_options(field, value):
     with pytest.raises(ConfigError) as err:
-        TransformerConfig(vocab_size=M, energy_gate=True, **{field: value})
-    assert err.value.field == field
+        TransformerConfig(vocab_size=M, energy_gate=EnergyGate(**{field: value}))
+    assert err.value.field == f"energy_gate.{field}"
+    with pytest.raises(ConfigError) as err:  # the same through a config's mapping
+        TransformerConfig(vocab_size=M, energy_gate={field: value})
+    assert err.value.field == f"energy_gate.{field}"
+
+
+def test_shorthands_and_unknown_options():
+    assert TransformerConfig(vocab_size=M, energy_gate=True).energy_gate == EnergyGate()
+    assert TransformerConfig(vocab_size=M, energy_gate=False).energy_gate is None
+    assert TransformerConfig(vocab_size=M, energy_gate={"temperature": 1}).energy_gate == EnergyGate(temperature=1.0)
+    with pytest.raises(ConfigError) as err:
+        TransformerConfig(vocab_size=M, energy_gate={"tau": 1.0})
+    assert err.value.field == "energy_gate.tau" and "tau_init" in err.value.allowed
+    with pytest.raises(ConfigError) as err:
+        TransformerConfig(vocab_size=M, energy_gate="on")
+    assert err.value.field == "energy_gate"

@@ -8,6 +8,7 @@ import torch
 from torch.func import functional_call, stack_module_state, vmap
 
 from poslab.errors import ConfigError
+from poslab.models.energy_gate import EnergyGate
 from poslab.models.transformer import Transformer, TransformerConfig
 from poslab.positional import registered
 
@@ -180,14 +181,14 @@ def test_linear_attention_runs():
 
 
 def test_constant_energy_gate_is_plain_softmax_attention():
-    gated, plain = make(energy_gate=True, gate_renormalize=True), make(energy_gate=False)
+    gated, plain = make(energy_gate=EnergyGate(renormalize=True)), make(energy_gate=None)
     state = {k: v for k, v in gated.state_dict().items() if "gate" not in k}
     plain.load_state_dict(state)
     for layer in gated.layers:  # a constant gate shifts every logit of a row equally
         torch.nn.init.zeros_(layer.W_gate)
     x = tokens()
     torch.testing.assert_close(gated(x), plain(x))
-    assert not torch.allclose(make(energy_gate=True, gate_renormalize=True)(x), plain(x))
+    assert not torch.allclose(make(energy_gate=EnergyGate(renormalize=True))(x), plain(x))
 
 
 def test_temperature_and_no_layer_norm_run():

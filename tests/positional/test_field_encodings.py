@@ -14,7 +14,8 @@ import torch
 
 from poslab.attention import attention
 from poslab.errors import ConfigError
-from poslab.models.transformer import Transformer, TransformerConfig, random_positions
+from poslab.models.random_positions import RandomPositions, random_positions
+from poslab.models.transformer import Transformer, TransformerConfig
 from poslab.positional import build_encoding
 from poslab.positional.rope_scaling import rope_frequencies
 
@@ -317,7 +318,7 @@ def test_transformer_samples_positions_in_training_and_as_configured_at_evaluati
     tokens = torch.randint(7, (2, 8))
     for at_eval in (True, False):
         torch.manual_seed(0)
-        model = Transformer(TransformerConfig(**cfg, random_positions=64, random_positions_eval=at_eval)).eval()
+        model = Transformer(TransformerConfig(**cfg, random_positions=RandomPositions(N=64, at_eval=at_eval))).eval()
         torch.manual_seed(0)
         plain = Transformer(TransformerConfig(**cfg))
         torch.manual_seed(1)

@@ -149,7 +149,7 @@ def test_a_config_transformers_loads_but_cannot_run_is_one_line(tiny, tmp_path, 
 def test_seeds_below_one_are_refused_in_every_study(world, study, seeds):
     from poslab.studies import get_experiment
 
-    preset = "quick" if "quick" in get_experiment(study).presets else get_experiment(study).presets[0]
+    preset = "quick" if "quick" in get_experiment(study).presets else next(iter(get_experiment(study).presets))
     refused(world, ["run", study, "--preset", preset, "--seeds", seeds], "seeds", "a positive integer")
 
 

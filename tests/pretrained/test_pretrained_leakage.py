@@ -112,11 +112,7 @@ def test_claims_in_the_checkpoints_own_set_up_are_paper_and_the_bos_swap_needs_a
     def swap_claims(changes, setup):
         rows = [dict(probe="swap3", seed=None, label="M", setup=setup, **three_swaps(changes))]
         study = dataclasses.replace(EXP.study("cpu"))
-        claims = [c for c in plk.judge_all(plk.claims_for(study), rows)]
-        for spec in (plk.SWAP, plk.SWAP_OTHER):
-            claims = plk.lr.decided_when_agreed(claims, rows, dataclasses.replace(
-                spec, name=spec.name.format(label="M"), where=spec.where & plk.is_("label", "M"), per=()))
-        return {c.name: c for c in claims}
+        return {c.name: c for c in plk.judge_all(plk.claims_for(study), rows)}
 
     own = "M, with BOS, its own set-up: BOS swap changes early (b), all three replacements"
     got = swap_claims(dict(token=-0.45, mean=-0.3, random=-0.5), "own")

@@ -80,28 +80,33 @@ def bench_eval(*, lengths=(1_000, 10_000, 100_000, 1_000_000), n_sequences: int 
         echo(f"{L:>9} {row['seconds']:>8.2f} {row['peak_mib']:>13.1f} {row['growth_mib']:>11.1f} "
              f"{row['accuracy']:>9.3f} {row['peak_height']:>7.4f} {row['a_star']:>9.2e} {row['a_star_law']:>9.2e}")
     if figure is not None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from poslab.experiments.outputs import save
-
-        Ls = np.array([r["length"] for r in rows], dtype=float)
-        grid = np.geomspace(min(short), max(Ls), 200)
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-        a1.semilogx(short, acc_short,
-                    "o-", label="measured (unchunked)")
-        a1.semilogx(Ls, [r["accuracy"] for r in rows], "s-", label="measured (streamed)")
-        a1.axhline(1 / 20, color="grey", ls=":", lw=1, label="chance")
-        a1.set(xlabel="evaluation length L", ylabel="accuracy", title=f"RoPE, K = {K}: accuracy", ylim=(-0.02, 1.02))
-        a1.legend(fontsize=8)
-        a2.loglog(short, a_short, "o", label="a* measured (unchunked)")
-        a2.loglog(Ls, [r["peak_height"] for r in rows], "s", label="peak height (streamed)")
-        a2.loglog(Ls, [r["a_star"] for r in rows], "x", label="a* (streamed)")
-        a2.loglog(grid, 1 / (fit["slope"] * (grid - 1) + fit["intercept"]), "-", color="grey",
-                  label="dilution law 1/(c(L-1)+b), fit L<=48")
-        a2.set(xlabel="evaluation length L", ylabel="attention weight", title="peak height vs the dilution law")
-        a2.legend(fontsize=8)
-        echo(f"wrote {save(fig, figure)}")
+        echo(f"wrote {_draw(figure, rows, short, acc_short, a_short, fit, K)}")
     return rows
+
+
+def _draw(figure, rows: list[dict], short: tuple[int, ...], acc_short: list, a_short: list, fit: dict, K: int):
+    """Accuracy and peak height against L, unchunked and streamed, beside the dilution law fitted on ``short``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from poslab.experiments.outputs import save
+
+    Ls = np.array([r["length"] for r in rows], dtype=float)
+    grid = np.geomspace(min(short), max(Ls), 200)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    a1.semilogx(short, acc_short,
+                "o-", label="measured (unchunked)")
+    a1.semilogx(Ls, [r["accuracy"] for r in rows], "s-", label="measured (streamed)")
+    a1.axhline(1 / 20, color="grey", ls=":", lw=1, label="chance")
+    a1.set(xlabel="evaluation length L", ylabel="accuracy", title=f"RoPE, K = {K}: accuracy", ylim=(-0.02, 1.02))
+    a1.legend(fontsize=8)
+    a2.loglog(short, a_short, "o", label="a* measured (unchunked)")
+    a2.loglog(Ls, [r["peak_height"] for r in rows], "s", label="peak height (streamed)")
+    a2.loglog(Ls, [r["a_star"] for r in rows], "x", label="a* (streamed)")
+    a2.loglog(grid, 1 / (fit["slope"] * (grid - 1) + fit["intercept"]), "-", color="grey",
+              label="dilution law 1/(c(L-1)+b), fit L<=48")
+    a2.set(xlabel="evaluation length L", ylabel="attention weight", title="peak height vs the dilution law")
+    a2.legend(fontsize=8)
+    return save(fig, figure)

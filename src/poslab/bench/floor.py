@@ -29,6 +29,7 @@ def bench_floor(experiments: tuple[str, ...] = ("all",), *, preset: str = "paper
     group's matmul FLOPs per member-step (mean over ``batches`` of its first member's own batches)
     x members x steps, over this process's float32 matmul rate on all its threads. No schedule
     trains them faster; evaluation, element-wise work and per-op overheads come on top."""
+    from poslab.experiments import Trained
     from poslab.studies import PAPER_STUDIES, get_experiment
     from poslab.train import DataStream, build_member
 
@@ -37,7 +38,7 @@ def bench_floor(experiments: tuple[str, ...] = ("all",), *, preset: str = "paper
     rate = matmul_gflops() * 1e9
     rows, total = [], 0.0
     for name, exp in exps.items():
-        if exp.jobs is not None:
+        if not isinstance(exp, Trained):
             echo(f"{name}: trains nothing (a pretrained checkpoint), skipped")
             continue
         groups: dict[str, list] = {}

@@ -11,13 +11,14 @@ import torch
 
 
 def _job_child(experiment: str, job, queue) -> None:
+    from poslab.experiments import EvaluateOnly
     from poslab.studies import get_experiment
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    run_job = get_experiment(experiment).run_job
-    assert run_job is not None  # the parent took an evaluate-only study, and Experiment pairs jobs with run_job
-    rows = run_job(job, device="cpu")
+    exp = get_experiment(experiment)
+    assert isinstance(exp, EvaluateOnly)  # the parent took an evaluate-only study
+    rows = exp.run_job(job, device="cpu")
     queue.put(dict(seconds=time.perf_counter() - t0, rows=len(rows)))
 
 
@@ -31,12 +32,12 @@ def bench_job_memory(experiment: str, *, preset: str = "quick", checkpoint: str 
     import resource
 
     from poslab.errors import ConfigError
-    from poslab.experiments import validate
+    from poslab.experiments import EvaluateOnly, validate
     from poslab.experiments.runner import prepare
     from poslab.studies import get_experiment
 
     exp = get_experiment(experiment)
-    if exp.jobs is None or exp.prepare is not None:
+    if not isinstance(exp, EvaluateOnly) or exp.prepare is not None:
         raise ConfigError("experiment", experiment, "an evaluate-only study whose jobs need no driver's work first")
     study = prepare(exp, preset, checkpoint=checkpoint, overrides=overrides)
     validate(study, "cpu", exp)

@@ -89,16 +89,7 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
     ratio's baseline stays the uncompiled plain loop on every core. Then the ensemble's cost per
     member for 1 and ``members`` members, with the fused kernel folded over members and with the
     explicit path."""
-    import multiprocessing
-
-    from poslab import attention as attention_module
-    from poslab.errors import ConfigError
-
-    if encoding not in ("learned", "rope"):
-        raise ConfigError("--encoding", encoding, "learned or rope (the plain model writes these two)")
-    for field, value in (("--steps", steps), ("--members", members), ("--rounds", rounds)):
-        if not (isinstance(value, int) and value >= 1):
-            raise ConfigError(field, value, "a positive integer")
+    _check_bench(encoding, steps, members, rounds)
     member, cfg = _lm_member(preset, encoding, members)
     m, L = member.model_config, cfg.max_length
     poslab_ms = partial(_poslab_ms, preset, encoding, steps, members=members)
@@ -108,22 +99,10 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
     if compile:
         arms |= {"poslab, train.compile": lambda: poslab_ms(compiled=True),
                  "plain SDPA, torch.compile": lambda: plain_ms(compiled=True)}
-    cores = os.cpu_count() or 1
-    n = min(members, cores)
+    n = min(members, os.cpu_count() or 1)
     stack = contextlib.ExitStack()
     if side_by_side and n > 1:
-        pool, threads = worker_pool(n)
-        stack.enter_context(pool)
-        barrier = stack.enter_context(multiprocessing.get_context("spawn").Manager()).Barrier(n)
-
-        def side(plain: bool) -> Callable[[], float]:
-            def arm() -> float:
-                futures = [pool.submit(_side_by_side_child, plain, preset, encoding, steps, members, barrier)
-                           for _ in range(n)]
-                return 1.0 / sum(1.0 / f.result() for f in futures)
-            return arm
-        layout = f"{n} side by side x {threads} thread(s), per member-step"
-        arms |= {f"poslab, {layout}": side(False), f"plain SDPA, {layout}": side(True)}
+        arms |= _side_by_side_arms(stack, n, preset, encoding, steps, members)
     times: dict[str, list[float]] = {name: [] for name in arms}
     with stack:
         for _ in range(rounds):
@@ -133,10 +112,7 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
     params = sum(p.numel() for p in member.make_model()().parameters())
     echo(f"lm {preset} ({encoding}, {params:,} parameters, batch {cfg.batch_size} x {L}), {steps} steps x {rounds} "
          f"rounds, {torch.get_num_threads()} thread(s); best round, ratio to the uncompiled plain loop:")
-    width = max(map(len, times))
-    for name, t in times.items():
-        echo(f"  {name:<{width}} {best[name]:7.1f} ms  {best[name] / best['plain SDPA']:5.2f}x   "
-             f"(rounds {', '.join(f'{x:.1f}' for x in t)})")
+    _echo_rounds(echo, times, best)
     fastest = min((n for n in best if n.startswith("poslab")), key=best.__getitem__)
     ratio = best[fastest] / best["plain SDPA"]
     echo(f"poslab's best ({fastest}): {ratio:.2f}x the plain loop's ms per member-step (target <= 0.85x)")
@@ -150,20 +126,65 @@ def bench_lm(*, steps: int = 100, members: int = 2, encoding: str = "learned", p
     for E in sorted({1, members}):
         per_member[E] = poslab_ms(E=E) / E
         echo(f"ensemble of {E}: {per_member[E] * E:.1f} ms/step = {per_member[E]:.1f} ms per member-step")
-    explicit = None
-    if members > 1:
-        saved = attention_module.FUSED_UNDER_VMAP
-        attention_module.FUSED_UNDER_VMAP = False
-        try:
-            explicit = poslab_ms(E=members) / members
-        finally:
-            attention_module.FUSED_UNDER_VMAP = saved
-        echo(f"ensemble of {members}, explicit attention under vmap instead of the folded fused kernel: "
-             f"{explicit:.1f} ms per member-step")
+    explicit = _explicit_under_vmap(poslab_ms, members, echo) if members > 1 else None
     return dict(ms=best, rounds=times, poslab_ms=best["poslab"], plain_ms=best["plain SDPA"],
                 ratio=best["poslab"] / best["plain SDPA"], best_ratio=ratio, best_arm=fastest,
                 per_member_ms=per_member, explicit_under_vmap_ms=explicit, step_gflop=flops / 1e9,
                 achieved_gflops=achieved, matmul_gflops=peak)
+
+
+def _check_bench(encoding: str, steps: int, members: int, rounds: int) -> None:
+    from poslab.errors import ConfigError
+
+    if encoding not in ("learned", "rope"):
+        raise ConfigError("--encoding", encoding, "learned or rope (the plain model writes these two)")
+    for field, value in (("--steps", steps), ("--members", members), ("--rounds", rounds)):
+        if not (isinstance(value, int) and value >= 1):
+            raise ConfigError(field, value, "a positive integer")
+
+
+def _side_by_side_arms(stack: contextlib.ExitStack, n: int, preset: str, encoding: str, steps: int,
+                       members: int) -> dict[str, Callable[[], float]]:
+    """The poslab and plain arms run as ``n`` one-member workers started together (pool and barrier
+    entered on ``stack``): the wall time of one step over the members training at once."""
+    import multiprocessing
+
+    pool, threads = worker_pool(n)
+    stack.enter_context(pool)
+    barrier = stack.enter_context(multiprocessing.get_context("spawn").Manager()).Barrier(n)
+
+    def side(plain: bool) -> Callable[[], float]:
+        def arm() -> float:
+            futures = [pool.submit(_side_by_side_child, plain, preset, encoding, steps, members, barrier)
+                       for _ in range(n)]
+            return 1.0 / sum(1.0 / f.result() for f in futures)
+        return arm
+    layout = f"{n} side by side x {threads} thread(s), per member-step"
+    return {f"poslab, {layout}": side(False), f"plain SDPA, {layout}": side(True)}
+
+
+def _echo_rounds(echo, times: dict[str, list[float]], best: dict[str, float]) -> None:
+    """One line per arm: its best round, its ratio to the uncompiled plain loop, every round."""
+    width = max(map(len, times))
+    for name, t in times.items():
+        echo(f"  {name:<{width}} {best[name]:7.1f} ms  {best[name] / best['plain SDPA']:5.2f}x   "
+             f"(rounds {', '.join(f'{x:.1f}' for x in t)})")
+
+
+def _explicit_under_vmap(poslab_ms: Callable[..., float], members: int, echo) -> float:
+    """ms per member-step of an ensemble of ``members`` with the explicit attention under vmap instead of
+    the folded fused kernel."""
+    from poslab import attention as attention_module
+
+    saved = attention_module.FUSED_UNDER_VMAP
+    attention_module.FUSED_UNDER_VMAP = False
+    try:
+        explicit = poslab_ms(E=members) / members
+    finally:
+        attention_module.FUSED_UNDER_VMAP = saved
+    echo(f"ensemble of {members}, explicit attention under vmap instead of the folded fused kernel: "
+         f"{explicit:.1f} ms per member-step")
+    return explicit
 
 
 def lm_step_flops(m, batch_size: int, L: int) -> float:

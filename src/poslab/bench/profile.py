@@ -30,14 +30,14 @@ def bench_profile(experiment: str, *, preset: str = "paper", overrides: tuple[st
     import tempfile
 
     from poslab.errors import ConfigError
-    from poslab.experiments import run_study, validate
+    from poslab.experiments import Trained, run_study, validate
     from poslab.experiments.executors import Inline
     from poslab.store import Store
     from poslab.studies import get_experiment
     from poslab.train import PhaseTimer
 
     exp = get_experiment(experiment)
-    if exp.jobs is not None:
+    if not isinstance(exp, Trained):
         raise ConfigError("experiment", experiment, "a study that trains members (this one only evaluates "
                                                     "a pretrained checkpoint)")
     study = apply_overrides(exp.study(preset), list(overrides), fixed=exp.fixed)

@@ -1,8 +1,9 @@
 """The engine: it runs whatever :class:`Experiment` it is handed and never imports a study.
 
     config      typed study configs, presets' grids, ``--set`` overrides
-    experiment  Experiment, Member, MemberContext: grid points x seeds, resolved to a task and a model;
-                Job: a member of an evaluate-only study (a pretrained checkpoint: nothing trained)
+    experiment  Trained and EvaluateOnly studies (an Experiment each); Member, MemberContext: grid points x
+                seeds, resolved to a task and a model; Job: a member of an evaluate-only study (a pretrained
+                checkpoint: nothing trained)
     preflight   validate(): every check on user input, before any work
     training    a group trained as one ensemble and its members evaluated; variants; re-evaluation; jobs
     schedule    the CPU cost model that shares groups out among workers
@@ -17,10 +18,13 @@ The studies, one module per published artefact, and the kit they share live in
 """
 
 from poslab.experiments.experiment import (
+    EvaluateOnly,
     Experiment,
     Job,
     Member,
     MemberContext,
+    Trained,
+    describe,
     inapplicable,
     members,
     variant_members,
@@ -28,5 +32,5 @@ from poslab.experiments.experiment import (
 from poslab.experiments.preflight import validate
 from poslab.experiments.runner import run, run_jobs, run_study
 
-__all__ = ["Experiment", "Job", "Member", "MemberContext", "inapplicable", "members", "run", "run_jobs", "run_study",
-           "validate", "variant_members"]
+__all__ = ["EvaluateOnly", "Experiment", "Job", "Member", "MemberContext", "Trained", "describe", "inapplicable",
+           "members", "run", "run_jobs", "run_study", "validate", "variant_members"]

@@ -15,6 +15,14 @@ One-at-a-time sweeps are not a product: the axis ``setting`` takes names of bund
 unknown path, a value of the wrong type, a path that is a grid axis, and a path the study or the
 experiment fixes itself (``model.encoding`` is set from ``encoding``, ``model.vocab_size`` from
 the task) stop before any work: a value is never silently overwritten.
+
+A model extension (a field whose class has a ``setting`` classmethod: the Transformer's
+``energy_gate`` and ``random_positions``) takes its shorthand or its own options by dotted path:
+``model.energy_gate=true``, ``model.energy_gate.temperature=0.2`` (setting an option turns it on),
+``model.random_positions=2048``, ``model.random_positions={"N": 2048, "at_eval": false}``. Where an
+extension is an on/off grid axis (mope's ``model.energy_gate``), its options may still be set: they
+apply to the points where it is on. The fields it replaced (``model.gate_temperature``, ...) stop with
+a message naming the new path.
 """
 
 from __future__ import annotations
@@ -25,10 +33,11 @@ import json
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, check_choice
+from poslab.models.transformer import RENAMED
 from poslab.train import TrainConfig
 
 
@@ -69,6 +78,41 @@ STUDY_OWNED = {
 }
 
 PRESETS = ("paper", "quick")
+
+# A study's presets are data: {preset name: {dotted path: value}}, the settings that change over its base
+# (a StudyConfig), applied in order by :func:`resolve_preset`; a preset that follows a registry (every
+# registered encoding, say) is a function returning that mapping, called when the preset is resolved. QUICK is
+# the usual quick preset's changes: a few steps and a small evaluation, every code path in seconds.
+Changes = Mapping[str, object]
+Preset = Changes | Callable[[], Changes]
+QUICK: Changes = {"seeds": 2, "train.steps": 60, "train.batch_size": 64, "eval.n_sequences": 128}
+
+
+def resolve_preset(base: StudyConfig, presets: Mapping[str, Preset], preset: str) -> StudyConfig:
+    """The study of ``preset``: ``base`` with that preset's changes applied in their order. A path names a
+    StudyConfig field (``seeds``, ``train``) or goes into one: a key of a dict field (``model.d_model``,
+    ``grid.model.window``: the rest of the path is the key) or a field of ``train`` / ``eval`` (``train.steps``).
+    An unknown preset is refused naming the allowed ones."""
+    check_choice("preset", preset, presets)
+    changes = presets[preset]
+    cfg = base
+    for path, value in (changes() if callable(changes) else changes).items():
+        cfg = _replace(cfg, path.split("."), value)
+    return cfg
+
+
+def as_preset(cfg: StudyConfig) -> Changes:
+    """A preset that sets every field of the study to ``cfg``'s (a preset whose whole config a recipe builds)."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+
+
+def _replace(obj, keys: list[str], value):
+    """``obj`` (a dataclass, or a dict field, whose keys may hold dots: ``grid.model.window`` is the grid's
+    axis ``model.window``) with ``keys`` set to ``value``, as a copy."""
+    head, rest = keys[0], keys[1:]
+    if isinstance(obj, dict):
+        return {**obj, ".".join(keys): value}
+    return dataclasses.replace(obj, **{head: _replace(getattr(obj, head), rest, value) if rest else value})
 
 
 def quick(cfg: StudyConfig, steps: int = 60, batch_size: int = 64, n_sequences: int = 128) -> StudyConfig:
@@ -146,6 +190,7 @@ def apply_overrides(cfg, overrides: Sequence[str], fixed: Mapping[str, str] | No
         if not path:
             raise ConfigError("--set", item, "key=value with a dotted key, e.g. train.steps=100")
         value = _parse(raw)
+        _refuse_renamed(path)
         if isinstance(cfg, StudyConfig):
             _refuse_owned(cfg, path, fixed or {})
             if path.startswith("grid."):
@@ -155,16 +200,31 @@ def apply_overrides(cfg, overrides: Sequence[str], fixed: Mapping[str, str] | No
     return cfg
 
 
+def _refuse_renamed(path: str) -> None:
+    """A model field that became an extension's option stops with its new path."""
+    model_path = path.removeprefix("grid.")
+    name = model_path.removeprefix("model.")
+    if model_path.startswith("model.") and name in RENAMED:
+        raise ConfigError(f"--set {path}", name, f"model.{RENAMED[name]} (the field moved into the "
+                                                 f"{RENAMED[name].split('.')[0]} extension)")
+
+
 def _refuse_owned(cfg: StudyConfig, path: str, fixed: Mapping[str, str]) -> None:
     owned = {**STUDY_OWNED, **fixed}
     for prefix in _prefixes(path):
-        if prefix in cfg.grid:
+        if prefix in cfg.grid and not _switch_option(cfg, prefix, path):
             raise ConfigError(f"--set {path}", prefix, f"not a grid axis: `{prefix}` is one of this study's axes "
                                                        f"(values {list(cfg.grid[prefix])}); change them with "
                                                        f"--set grid.{prefix}=[...]")
-        if prefix in owned:
+        if prefix in owned and not (prefix in cfg.grid and _switch_option(cfg, prefix, path)):
             raise ConfigError(f"--set {path}", prefix, f"a field the study does not fix: `{prefix}` is set by "
                                                        f"{owned[prefix]}")
+
+
+def _switch_option(cfg: StudyConfig, axis: str, path: str) -> bool:
+    """Whether ``path`` sets an option under an on/off grid axis (every value a bool, e.g. mope's
+    ``model.energy_gate``): allowed, the option applies where the axis is on (``_set_dict``)."""
+    return path != axis and all(isinstance(v, bool) for v in cfg.grid[axis])
 
 
 def _prefixes(path: str) -> list[str]:
@@ -222,9 +282,14 @@ def _set_bundle(settings: dict, name: str, sub: str, value, path: str) -> dict:
 
 
 def _set_dict(current, keys: list[str], value, path):
-    if not keys:
-        return value
-    current = dict(current or {})
+    if not keys:  # True on an object of options keeps them: an extension switched on (``_switch_option``)
+        return current if value is True and isinstance(current, dict) else value
+    if isinstance(current, bool) or current is None:  # an option of an extension set to a shorthand
+        current = {}
+    elif not isinstance(current, dict):
+        raise ConfigError("--set", path, f"a path under an object: its parent is {current!r}; set the parent "
+                                         "whole as a JSON object")
+    current = dict(current)
     current[keys[0]] = _set_dict(current.get(keys[0]), keys[1:], value, path)
     return current
 
@@ -237,35 +302,50 @@ def _coerce(value, hint, path: str):
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"--set {path}", value, "a finite number")
     origin = typing.get_origin(hint)
+    extension = next((o for o in typing.get_args(hint) or (hint,) if hasattr(o, "setting")), None)
+    if extension is not None:  # a model extension: its own shorthands and options (``setting``)
+        return extension.setting(value, f"--set {path}")
     if origin in (typing.Union, types.UnionType):
-        errors = []
-        for option in typing.get_args(hint):
-            try:
-                return _coerce(value, option, path)
-            except ConfigError as e:
-                errors.append(e.allowed)
-        raise ConfigError(f"--set {path}", value, " or ".join(errors))
+        return _coerce_union(value, hint, path)
     if hint is type(None):
         if value is None:
             return None
         raise ConfigError(f"--set {path}", value, "null")
     if origin is tuple:
-        item = typing.get_args(hint)[0]
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-            value = [value]
-        if not isinstance(value, list):
-            raise ConfigError(f"--set {path}", value, f"a JSON list of {item.__name__}")
-        return tuple(_coerce(v, item, path) for v in value)
+        return _coerce_tuple(value, typing.get_args(hint)[0], path)
     if origin is dict or hint is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"--set {path}", value, "a JSON object")
         return value
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if hint is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if hint is bool and isinstance(value, bool):
-        return value
-    if hint is str and isinstance(value, str):
-        return value
+    if hint in _SCALARS and _SCALARS[hint](value):
+        return float(value) if hint is float else value
     raise ConfigError(f"--set {path}", value, f"a value of type {getattr(hint, '__name__', hint)}")
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# a scalar hint -> whether a JSON value is one (a float field takes an int; a bool is no number)
+_SCALARS = {float: _number, int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+            bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str)}
+
+
+def _coerce_union(value, hint, path: str):
+    """The first of the union's options ``value`` fits, or one error naming them all."""
+    errors = []
+    for option in typing.get_args(hint):
+        try:
+            return _coerce(value, option, path)
+        except ConfigError as e:
+            errors.append(e.allowed)
+    raise ConfigError(f"--set {path}", value, " or ".join(errors))
+
+
+def _coerce_tuple(value, item, path: str) -> tuple:
+    """A JSON list (or one scalar, a list of one) as a tuple of ``item``."""
+    if _number(value) or isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError(f"--set {path}", value, f"a JSON list of {item.__name__}")
+    return tuple(_coerce(v, item, path) for v in value)

@@ -1,21 +1,24 @@
-"""What the engine runs: an Experiment, its members, and how one grid point becomes a model and a task.
+"""What the engine runs: a study (trained or evaluate-only), its members, and how one grid point becomes a model
+and a task.
 
-    Experiment      one published artefact as the engine sees it (a study module builds one)
-    members()       every grid point x seed of a study, each keyed by the hash of its resolved config
+    Experiment      what every study declares: name, title, base config, presets as data, report
+    Trained         a study that trains its members and evaluates each: ``evaluate(ctx) -> rows``
+    EvaluateOnly    a study that trains nothing: ``jobs(study) -> [Job]``, ``run_job(job, device=) -> rows``
+    members()       every grid point x seed of a trained study, each keyed by the hash of its resolved config
     variant_members evaluate-only variants of trained members (another schedule, fix or encoding option)
     Job             one member of an evaluate-only study (a pretrained checkpoint's): a keyed config
     Member          one point and one seed: its task, model config, run key and ensemble group key
-    MemberContext   what an experiment's ``evaluate`` gets for one member
+    MemberContext   what a trained study's ``evaluate`` gets for one member
+    describe()      what ``poslab run X --preset P --print-config`` prints: the resolved grid, nothing run
 
-An experiment is an :class:`Experiment` with ``name``, ``title``, ``study(preset) -> StudyConfig``,
-``evaluate(ctx: MemberContext) -> rows`` (or, evaluate-only, ``jobs(study) -> [Job]`` and
-``run_job(job, device=...) -> rows``) and ``report(rows, study, out) -> files``; optionally
-``fixed`` ({path: reason} its --set may not change), ``check(study)`` (its own validation) and
-``table_length(study)`` (its learned tables' length) and ``not_applicable(study)`` (why a grid point
-cannot run, e.g. a causal-only encoding in a bidirectional model; such points train no member, and
-:func:`inapplicable` lists them for the report), ``extrapolation`` (what it measured past its
-training length, read by the survey table) and ``prepare`` (an evaluate-only study's driver work
-before its jobs). The engine adds each member's axis values and seed to every row it returns.
+A study's ``study(preset)`` is its ``base`` with the preset's changes (``presets[preset]``, {dotted path:
+value}) applied by :func:`~poslab.experiments.config.resolve_preset`. Optionally every study has ``fixed``
+({path: reason} its --set may not change), ``check(study)`` (its own validation) and ``extrapolation``
+(what it measured past its training length, read by the survey table); a trained one ``table_length(study)``
+(its learned tables' length) and ``not_applicable(study)`` (why a grid point cannot run, e.g. a causal-only
+encoding in a bidirectional model; such points train no member, and :func:`inapplicable` lists them for the
+report); an evaluate-only one ``prepare`` (its driver work before its jobs). The engine adds each member's
+axis values and seed to every row it returns.
 """
 
 from __future__ import annotations
@@ -32,7 +35,16 @@ import torch
 from torch import nn
 
 from poslab.errors import ConfigError
-from poslab.experiments.config import StudyConfig, _coerce, apply_overrides, apply_point, grid_points, short_name
+from poslab.experiments.config import (
+    Preset,
+    StudyConfig,
+    _coerce,
+    apply_overrides,
+    apply_point,
+    grid_points,
+    resolve_preset,
+    short_name,
+)
 from poslab.experiments.spec import Extrapolation
 from poslab.experiments.stages import Stages
 from poslab.models import model_classes
@@ -110,8 +122,9 @@ LATER_MODEL_DEFAULTS = {"random_positions": None, "random_positions_eval": True,
 
 
 def model_fields(model) -> dict:
-    """A model config as a run's config records it (see LATER_MODEL_DEFAULTS)."""
-    fields = dataclasses.asdict(model)
+    """A model config as a run's config records it (its own ``record()`` where it has one: the
+    Transformer's extensions under their earlier flat names; see LATER_MODEL_DEFAULTS)."""
+    fields = model.record() if hasattr(model, "record") else dataclasses.asdict(model)
     for name, default in LATER_MODEL_DEFAULTS.items():
         if name in fields and fields[name] == default:
             del fields[name]
@@ -170,44 +183,59 @@ class Job:
 
 @dataclass(frozen=True, kw_only=True)
 class Experiment:
-    """One published artefact, as the runner, the command line and the report see it.
+    """What every study declares, as the runner, the command line and the report see it: a
+    :class:`Trained` study or an :class:`EvaluateOnly` one, never this class itself.
 
-    A study module builds one at its end (``EXPERIMENT = Experiment(...)``) and
-    :mod:`poslab.studies` registers it; nothing looks for optional module attributes."""
+    A study module builds one at its end (``EXPERIMENT = Trained(...)``) and :mod:`poslab.studies`
+    registers it; nothing looks for optional module attributes."""
 
     name: str  # the command-line name, which the registry and the store know it by
     title: str  # the published artefact, e.g. "Table 1 / Fig. 1"
-    study: Callable[[str], StudyConfig]  # preset -> the study's grid
-    # one trained (or variant) member -> rows; None for an evaluate-only study (``jobs``)
-    evaluate: Callable[[MemberContext], list[dict]] | None = None
+    base: StudyConfig  # the study's grid and settings before a preset
+    presets: Mapping[str, Preset]  # preset name -> {dotted path: value}: what it changes over ``base``
     report: Callable[[list[dict], StudyConfig, Path], list[Path]]  # rows -> rows.csv, table.md, claims, figures
-    presets: tuple[str, ...] = ("paper", "quick")
     fixed: Mapping[str, str] = dataclasses.field(default_factory=dict)  # {path: why --set may not change it}
     check: Callable[[StudyConfig], None] | None = None  # the study's own validation (before any work)
-    table_length: Callable[[StudyConfig], int] | None = None  # learned tables' length (default: longest length)
-    checks_eval_lengths: bool = False  # check() validates eval lengths itself (the runner does not)
     in_run_all: bool = False  # part of ``poslab run all`` (the seed paper's studies)
     headline: str | None = None  # the figure the report shows beside the claims (default: the first)
-    # an evaluate-only study, nothing trained (a pretrained checkpoint): ``jobs(study)`` lists its members,
-    # each keyed, stored, resumed and run on the executor like a trained member, as ``run_job(job, device=,
-    # **prepared) -> rows``; ``prepare(study, todo, stages=, device=, progress=) -> prepared`` (optional) is
-    # the driver's work before the jobs that are to run (a search, stored as a stage). validate() then runs
-    # only check(study)
-    jobs: Callable[[StudyConfig], list[Job]] | None = None
-    run_job: Callable[..., list[dict]] | None = None
-    prepare: Callable[..., dict] | None = None
+    extrapolation: Extrapolation | None = None  # what it measured past its training length, for the survey table
+
+    def __post_init__(self) -> None:
+        if type(self) is Experiment:
+            raise TypeError(f"Experiment {self.name!r}: declare a Trained or an EvaluateOnly study")
+
+    def study(self, preset: str) -> StudyConfig:
+        """The study of ``preset`` (:func:`~poslab.experiments.config.resolve_preset`)."""
+        return resolve_preset(self.base, self.presets, preset)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trained(Experiment):
+    """A study that trains its members: grid points x seeds (:func:`members`), each evaluated by
+    ``evaluate(ctx) -> rows`` after training (and its variants on the stored weights)."""
+
+    evaluate: Callable[[MemberContext], list[dict]]  # one trained (or variant) member -> rows
+    table_length: Callable[[StudyConfig], int] | None = None  # learned tables' length (default: longest length)
+    checks_eval_lengths: bool = False  # check() validates eval lengths itself (the runner does not)
     # evaluate reads how training went beyond the stored timings (the loss curve): its rows cannot be
     # recomputed from stored weights, so ``--reevaluate`` refuses the study
     training_rows: bool = False
     # a grid point's resolved config -> why the point cannot run (a causal-only encoding on a bidirectional
     # task), or None where it runs: such points train no member; ``inapplicable`` lists them with the reason
     not_applicable: Callable[[StudyConfig], str | None] | None = None
-    extrapolation: Extrapolation | None = None  # what it measured past its training length, for the survey table
 
-    def __post_init__(self) -> None:
-        if (self.evaluate is None) == (self.jobs is None) or (self.jobs is None) != (self.run_job is None):
-            raise TypeError(f"Experiment {self.name!r}: evaluate (trained members) or jobs and run_job "
-                            "(evaluate-only members), one of the two")
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateOnly(Experiment):
+    """A study that trains nothing (a pretrained checkpoint's): ``jobs(study)`` lists its members, each
+    keyed, stored, resumed and run on the executor like a trained member, as ``run_job(job, device=,
+    **prepared) -> rows``; ``prepare(study, todo, stages=, device=, progress=) -> prepared`` (optional) is
+    the driver's work before the jobs that are to run (a search, stored as a stage). Validation runs only
+    its ``check(study)``."""
+
+    jobs: Callable[[StudyConfig], list[Job]]
+    run_job: Callable[..., list[dict]]
+    prepare: Callable[..., dict] | None = None
 
 
 # ----------------------------------------------------------------------------- resolution
@@ -253,10 +281,13 @@ def resolve_model_config(study: StudyConfig, task: Task, table_length: Callable[
 
 def members(experiment: Experiment | str, study: StudyConfig) -> list[Member]:
     """Every trained member of the study: grid points (axis order) x seeds, each resolved config
-    once (the first grid point that gives it names it in the rows). ``experiment``: the Experiment
+    once (the first grid point that gives it names it in the rows). ``experiment``: the trained study
     (its name and table length), or a bare name for a study no experiment owns (default tables)."""
-    name, table = (experiment, None) if isinstance(experiment, str) else (experiment.name, experiment.table_length)
-    skip = None if isinstance(experiment, str) else experiment.not_applicable
+    if isinstance(experiment, EvaluateOnly):
+        raise TypeError(f"{experiment.name} trains nothing: its members are its jobs")
+    name = experiment if isinstance(experiment, str) else experiment.name
+    table = experiment.table_length if isinstance(experiment, Trained) else None
+    skip = experiment.not_applicable if isinstance(experiment, Trained) else None
     out, seen = [], set()
     for point in grid_points(study):
         resolved = apply_point(study, point)
@@ -271,9 +302,9 @@ def members(experiment: Experiment | str, study: StudyConfig) -> list[Member]:
 
 
 def inapplicable(experiment: Experiment, study: StudyConfig) -> list[tuple[dict, str]]:
-    """The grid points ``experiment.not_applicable`` refuses, as ({axis short name: value}, reason), in
+    """The grid points a trained study's ``not_applicable`` refuses, as ({axis short name: value}, reason), in
     grid order: what the report records as n.a. cells instead of dropping them silently."""
-    if experiment.not_applicable is None:
+    if not isinstance(experiment, Trained) or experiment.not_applicable is None:
         return []
     out = []
     for point in grid_points(study):
@@ -304,3 +335,37 @@ def variant_members(study: StudyConfig, trained: list[Member]) -> list[tuple[Mem
                 changed = apply_overrides(base.study, sets)
                 out.append((dataclasses.replace(base, study=changed, variant=name), base))
     return out
+
+
+# ----------------------------------------------------------------------------- what a study runs
+
+def describe(experiment: Experiment, study: StudyConfig) -> str:
+    """What ``poslab run X --preset P --print-config`` prints, running nothing: the resolved study as JSON,
+    then a trained study's members (axis values and seed, run key, steps, batch, training and evaluation
+    lengths), its variants and the grid points it cannot run; an evaluate-only study's grid points."""
+    lines = [f"{experiment.name}: {experiment.title}",
+             json.dumps(dataclasses.asdict(study), indent=1, default=str)]  # type: ignore[call-overload]
+    if not isinstance(experiment, Trained):
+        points = grid_points(study)
+        lines.append(f"{len(points)} grid points (evaluate-only: nothing trained)")
+        lines += ["  " + " ".join(f"{short_name(p)}={v}" for p, v in point.items()) for point in points]
+        return "\n".join(lines)
+    trained = members(experiment, study)
+    lines.append(f"{len(trained)} trained members")
+    lines += [f"  {_ids(m)}  key {m.key[:12]}  {_schedule(m.study)}" for m in trained]
+    variants = variant_members(study, trained)
+    lines.append(f"{len(variants)} evaluate-only variants")
+    lines += [f"  {_ids(v)}  key {v.key[:12]}  eval lengths {list(v.study.eval.lengths)}" for v, _ in variants]
+    skipped = inapplicable(experiment, study)
+    lines += [f"not run: {' '.join(f'{k}={v}' for k, v in point.items())}: {why}" for point, why in skipped]
+    return "\n".join(lines)
+
+
+def _ids(member: Member) -> str:
+    return " ".join(f"{k}={v}" for k, v in member.ids.items())
+
+
+def _schedule(study: StudyConfig) -> str:
+    t = study.train
+    return (f"steps {t.steps}  batch {t.batch_size}  train lengths [{t.min_length}, {t.max_length}]  "
+            f"eval lengths {list(study.eval.lengths)} x {study.eval.n_sequences}")

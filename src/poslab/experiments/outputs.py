@@ -172,49 +172,22 @@ class Lines:
     shared_legend: bool = False  # one legend for the figure, beside the panels, instead of one a panel
 
     def draw(self, rows: list[Row], out: Path) -> Path | None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = _pyplot()
         chosen = [r for r in rows if self.where(r) and r.get(self.y) is not None]
         if not chosen:
             return None
         panels = groups(chosen, (self.panel,)) if self.panel else {(None,): chosen}
-        cols = min(len(panels), self.wrap or len(panels))
-        lines = -(-len(panels) // cols)
+        cols, lines = _layout(len(panels), self.wrap or len(panels))
         fig, axes = plt.subplots(lines, cols, figsize=(4.2 * cols, 3.3 * lines), squeeze=False, sharey=True)
-        for ax in axes.flat[len(panels):]:
-            ax.set_visible(False)
+        _hide_unused(axes, len(panels))
         hues = sorted({str(r.get(self.hue)) for r in chosen}) if self.hue else []
         palette = plt.get_cmap("tab10" if len(hues) <= 10 else "tab20")
         handles: dict[str, Artist] = {}
         for ax, ((pv,), prows) in zip(axes.flat, panels.items(), strict=False):
             for key, srows in groups(prows, self.series).items():
-                pts = groups(srows, (self.x,))
-                xs = np.array([k[0] for k in pts], dtype=float)
-                ys = [np.array([float(r[self.y]) for r in g]) for g in pts.values()]
-                m, s = np.array([v.mean() for v in ys]), np.array([v.std() for v in ys])
-                label = " ".join(f"{v}" for v in key) if key else None
-                style: dict = {}
-                if self.hue:
-                    style["color"] = palette(hues.index(str(srows[0].get(self.hue))) % palette.N)
-                if self.dash and srows[0].get(self.dash):
-                    style["ls"] = "--"
-                (line,) = ax.plot(xs, m, marker="o", ms=3, label=label, **style)
-                handles.setdefault(str(label), line)
-                ax.fill_between(xs, m - s, m + s, alpha=0.15, color=line.get_color())
-            for value, rule in ((self.vline, "--"), (self.hline, ":")):
-                if value is not None:
-                    v = value(prows) if callable(value) else value
-                    (ax.axvline if value is self.vline else ax.axhline)(v, color="grey", ls=rule, lw=1)
-            ax.set(xlabel=self.xlabel or self.x, title=f"{self.panel} = {pv}" if self.panel else self.title)
-            if self.logx:
-                ax.set_xscale("log")
-            if self.ylim:
-                ax.set_ylim(*self.ylim)
-            if self.series and self.legend and not self.shared_legend:
-                ax.legend(fontsize=6, ncol=2)
+                self._plot_series(ax, key, srows, self._style(srows, hues, palette), handles)
+            self._mark_values(ax, prows)
+            self._dress(ax, pv)
         for row_axes in axes:
             row_axes[0].set_ylabel(self.ylabel or self.y)
         if self.series and self.legend and self.shared_legend:
@@ -222,6 +195,43 @@ class Lines:
             fig.legend([handles[n] for n in names], names, loc="center left", bbox_to_anchor=(1.0, 0.5),
                        fontsize=7, frameon=False)
         return save(fig, out / self.filename)
+
+    def _style(self, srows: list[Row], hues: list[str], palette) -> dict:
+        """A line's colour (its ``hue`` value's, in every panel) and dashes (where ``dash`` is true)."""
+        style: dict = {}
+        if self.hue:
+            style["color"] = palette(hues.index(str(srows[0].get(self.hue))) % palette.N)
+        if self.dash and srows[0].get(self.dash):
+            style["ls"] = "--"
+        return style
+
+    def _plot_series(self, ax, key: tuple, srows: list[Row], style: dict, handles: dict[str, Artist]) -> None:
+        """One series: the mean over seeds at each x, with a ±std band (its line kept in ``handles`` by label)."""
+        pts = groups(srows, (self.x,))
+        xs = np.array([k[0] for k in pts], dtype=float)
+        ys = [np.array([float(r[self.y]) for r in g]) for g in pts.values()]
+        m, s = np.array([v.mean() for v in ys]), np.array([v.std() for v in ys])
+        label = " ".join(f"{v}" for v in key) if key else None
+        (line,) = ax.plot(xs, m, marker="o", ms=3, label=label, **style)
+        handles.setdefault(str(label), line)
+        ax.fill_between(xs, m - s, m + s, alpha=0.15, color=line.get_color())
+
+    def _mark_values(self, ax, prows: list[Row]) -> None:
+        """The ``vline`` (dashed) and ``hline`` (dotted) of a panel."""
+        for value, rule in ((self.vline, "--"), (self.hline, ":")):
+            if value is not None:
+                v = value(prows) if callable(value) else value
+                (ax.axvline if value is self.vline else ax.axhline)(v, color="grey", ls=rule, lw=1)
+
+    def _dress(self, ax, pv) -> None:
+        """A panel's x label, title, x scale, y limits and (unless shared) legend."""
+        ax.set(xlabel=self.xlabel or self.x, title=f"{self.panel} = {pv}" if self.panel else self.title)
+        if self.logx:
+            ax.set_xscale("log")
+        if self.ylim:
+            ax.set_ylim(*self.ylim)
+        if self.series and self.legend and not self.shared_legend:
+            ax.legend(fontsize=6, ncol=2)
 
 
 @dataclass(frozen=True)
@@ -244,32 +254,22 @@ class Heatmap:
     wrap: int = 7
 
     def draw(self, rows: list[Row], out: Path) -> Path | None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = _pyplot()
         chosen = [r for r in rows if self.where(r) and r.get(self.value) is not None]
         if not chosen:
             return None
         panels = groups(chosen, self.panel)
         ys, xs = (sorted({r[c] for r in chosen}) for c in (self.y, self.x))
-        cols = min(len(panels), self.wrap)
-        lines = -(-len(panels) // cols)
+        cols, lines = _layout(len(panels), self.wrap)
         fig, axes = plt.subplots(lines, cols, figsize=(1.9 * cols + 1.2, 2.6 * lines + 0.4), squeeze=False)
-        for ax in axes.flat[len(panels):]:
-            ax.set_visible(False)
+        _hide_unused(axes, len(panels))
         for ax, (key, prows) in zip(axes.flat, panels.items(), strict=False):
-            cells = groups(prows, (self.y, self.x))
-            grid = np.array([[np.mean([float(r[self.value]) for r in cells[(a, b)]]) if (a, b) in cells else np.nan
-                              for b in xs] for a in ys])
+            grid = self._grid(prows, ys, xs)
             im = ax.imshow(grid, vmin=self.vmin, vmax=self.vmax, cmap="viridis", aspect="auto")
             if self.annotate is not None:
-                for (i, j), v in np.ndenumerate(grid):
-                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
-                            color="black" if v >= self.annotate else "white")
-            ax.set_xticks(range(len(xs)), [f"{v:g}" if isinstance(v, float) else str(v) for v in xs], fontsize=6)
-            ax.set_yticks(range(len(ys)), [f"{v:g}" if isinstance(v, float) else str(v) for v in ys], fontsize=6)
+                self._annotate(ax, grid, self.annotate)
+            ax.set_xticks(range(len(xs)), _tick_labels(xs), fontsize=6)
+            ax.set_yticks(range(len(ys)), _tick_labels(ys), fontsize=6)
             ax.set_title(str(key[-1]) if key else "", fontsize=7)
             ax.set_xlabel(self.x, fontsize=7)
         axes[0][0].set_ylabel(self.y, fontsize=7)
@@ -278,6 +278,45 @@ class Heatmap:
         if self.title:
             fig.suptitle(self.title, fontsize=9)
         return save(fig, out / self.filename)
+
+    def _grid(self, prows: list[Row], ys: list, xs: list) -> np.ndarray:
+        """A panel's cells: the mean of ``value`` per (y, x), NaN where no row has it."""
+        cells = groups(prows, (self.y, self.x))
+        return np.array([[np.mean([float(r[self.value]) for r in cells[(a, b)]]) if (a, b) in cells else np.nan
+                          for b in xs] for a in ys])
+
+    @staticmethod
+    def _annotate(ax, grid: np.ndarray, dark_from: float) -> None:
+        """Each cell's value written on it, dark text from ``dark_from`` up."""
+        for (i, j), v in np.ndenumerate(grid):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
+                    color="black" if v >= dark_from else "white")
+
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _layout(panels: int, wrap: int) -> tuple[int, int]:
+    """(columns, lines) of a figure of ``panels`` panels, at most ``wrap`` to a line."""
+    cols = min(panels, wrap)
+    return cols, -(-panels // cols)
+
+
+def _hide_unused(axes, panels: int) -> None:
+    """Hide the axes past the last panel."""
+    for ax in axes.flat[panels:]:
+        ax.set_visible(False)
+
+
+def _tick_labels(values: list) -> list[str]:
+    return [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
 
 
 def select(rows: list[dict], probe: str, **where) -> list[dict]:
@@ -319,7 +358,8 @@ class Outputs:
     files: list[Path] = field(default_factory=list)
 
 
-def write_outputs(out: Path, *, title: str, rows: list[Row], claims: list[Claim], intro: str = "",
+# max-args: keyword-only, one per part of a study's outputs (docs/complexity.md)
+def write_outputs(out: Path, *, title: str, rows: list[Row], claims: list[Claim], intro: str = "",  # noqa: PLR0913
                   tables: Sequence[Table] = (), figures: Sequence[Lines | Heatmap] = (),
                   csv_rows: list[Row] | None = None, columns: list[str] | None = None, sections: Sequence[str] = (),
                   more_figures: Callable[[list[Row], Path], list[Path]] | None = None,

@@ -10,7 +10,7 @@ import torch
 
 from poslab.errors import ConfigError
 from poslab.experiments.config import StudyConfig
-from poslab.experiments.experiment import Experiment, Member, members, variant_members
+from poslab.experiments.experiment import EvaluateOnly, Experiment, Member, Trained, members, variant_members
 from poslab.store import Store
 
 DEVICES = ("cpu", "cuda")
@@ -28,10 +28,11 @@ def validate(study: StudyConfig, device: str, experiment: Experiment | None = No
         raise ConfigError("device", device, DEVICES)
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", device, "cpu (no CUDA device is available here)")
-    if experiment is not None and experiment.jobs is not None:  # evaluate-only: the study checks itself
+    if isinstance(experiment, EvaluateOnly):  # the study checks itself
         if experiment.check is not None:
             experiment.check(study)
         return []
+    assert experiment is None or isinstance(experiment, Trained), experiment
     check_settings(study)
     trained = members(experiment if experiment is not None else "study", study)
     check_members(study, trained, lengths=experiment is None or not experiment.checks_eval_lengths)
@@ -113,7 +114,7 @@ def check_reevaluate(experiment: Experiment, study: StudyConfig, trained: list[M
     """``--reevaluate``'s preconditions, checked before any work: a study whose rows follow from its
     weights, every trained member stored with them. Returns the stored runs by key."""
     use_force = "use --force to train it again"
-    if experiment.jobs is not None:
+    if not isinstance(experiment, Trained):
         raise ConfigError("--reevaluate", experiment.name, "a study that trains its members (this one evaluates "
                                                            "a pretrained checkpoint on every run: use --force)")
     if experiment.training_rows:

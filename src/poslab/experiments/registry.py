@@ -101,8 +101,12 @@ def group_fingerprints(items: Iterable[tuple[str, str, str | None]]) -> dict[str
         fps.setdefault(template, []).append(fp)
         if note:
             notes.setdefault(template, []).append(note)
-    return {t: (f[0] if len(f) == 1 else digest(f), "; ".join(notes[t]) if t in notes else None)
-            for t, f in fps.items()}
+    return {t: (f[0] if len(f) == 1 else digest(f), join_notes(notes.get(t, []))) for t, f in fps.items()}
+
+
+def join_notes(notes: Iterable[str]) -> str | None:
+    """Several specs' ``revised=`` notes as one, each distinct note once, in order (None where there are none)."""
+    return "; ".join(dict.fromkeys(n for n in notes if n)) or None
 
 
 def judgement(claim: Claim) -> dict:
@@ -207,8 +211,8 @@ def problems(study: str, specs: list, gate=None, root: Path | None = None) -> li
             out.append(f"{study}: claim {template!r} changed what judges it after its first verdict "
                        f"(fingerprint {known['fingerprint']} -> {fp}): say why with "
                        f"revised='YYYY-MM-DD: the reason'")
-    templates = [s.name for s in specs]
     renamed = {s.renamed_from for s in specs if s.renamed_from}
+    templates = [s.name for s in specs] + sorted(renamed)  # a name the old template gives follows its new spec
     for name, record in ledger["claims"].items():
         if record.get("withdrawn"):
             continue

@@ -12,10 +12,11 @@
 
 Members are recorded one by one as their group finishes, so an interrupted sweep loses at most
 the groups in flight and a rerun trains only what is missing. An evaluate-only study (a pretrained
-checkpoint: nothing trained) lists its members as jobs instead (``Experiment.jobs``, :func:`run_jobs`),
+checkpoint: nothing trained, an :class:`EvaluateOnly` study) lists its members as jobs instead (:func:`run_jobs`),
 keyed, stored, resumed and run on the executors the same way.
 
-The engine is handed :class:`~poslab.experiments.experiment.Experiment` objects and never imports a
+The engine is handed studies (a :class:`~poslab.experiments.experiment.Trained` or an
+:class:`~poslab.experiments.experiment.EvaluateOnly` one; :func:`run_study` dispatches on which) and never imports a
 study: the command line (or a notebook) resolves names in :mod:`poslab.studies`. :func:`run` is
 what ``poslab run`` does for one or more studies; :func:`run_study` runs one.
 """
@@ -29,11 +30,11 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from poslab.errors import ConfigError, check_choice
+from poslab.errors import ConfigError
 from poslab.experiments import registry
 from poslab.experiments.config import StudyConfig, apply_overrides
 from poslab.experiments.executors import Auto, Executor, Inline, make_executor
-from poslab.experiments.experiment import Experiment, Job, Member, variant_members
+from poslab.experiments.experiment import EvaluateOnly, Experiment, Job, Member, Trained, variant_members
 from poslab.experiments.preflight import check_output_folder, check_reevaluate, validate
 from poslab.experiments.schedule import share_out, step_costs, training_seconds
 from poslab.experiments.stages import Stages
@@ -72,9 +73,10 @@ def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: 
         trained = validated if validated is not None else validate(study, device, experiment)
     _check_run_options(workers, force, reevaluate)
     stored = check_reevaluate(experiment, study, trained, store) if reevaluate else {}
-    if experiment.jobs is not None:
+    if isinstance(experiment, EvaluateOnly):  # nothing to train: its jobs, run and stored like members
         return run_jobs(experiment, study, experiment.jobs(study), store=store, out=out, device=device, force=force,
                         progress=progress, workers=workers, executor=executor)
+    assert isinstance(experiment, Trained), experiment  # the two kinds of study
     with span("setup"):
         variants = variant_members(study, trained)
         everyone = trained + [v for v, _ in variants]
@@ -135,7 +137,7 @@ def _recorder(experiment: Experiment, store: Store, revision: str | None, span: 
     return record
 
 
-def _train_missing(experiment: Experiment, todo: list[Member], record: Record, span: Span, *, device: str,
+def _train_missing(experiment: Trained, todo: list[Member], record: Record, span: Span, *, device: str,
                    progress: bool, workers: int, executor: Executor | str | None, timer: PhaseTimer | None) -> None:
     """Train the members in ``todo`` in groups of one model and training config, side by side on
     the executor, recording each group's members as it comes back."""
@@ -159,7 +161,7 @@ def _train_missing(experiment: Experiment, todo: list[Member], record: Record, s
         record(results)
 
 
-def _evaluate_variants(experiment: Experiment, variants: list[tuple[Member, Member]], done: set[str], store: Store,
+def _evaluate_variants(experiment: Trained, variants: list[tuple[Member, Member]], done: set[str], store: Store,
                        stages: Stages, record: Record, span: Span, *, device: str) -> int:
     """Evaluate every variant not in ``done`` on its base member's stored weights and record it;
     returns how many were evaluated."""
@@ -191,7 +193,7 @@ def _write_report(experiment: Experiment, study: StudyConfig, store: Store, ever
     return files
 
 
-def run_jobs(experiment: Experiment, study: StudyConfig, jobs: list[Job], *, store: Store, out: Path,
+def run_jobs(experiment: EvaluateOnly, study: StudyConfig, jobs: list[Job], *, store: Store, out: Path,
              device: str = "cpu", force: bool = False, progress: bool = True, workers: int = 1,
              executor: Executor | str | None = None) -> dict:
     """Run (or resume) an evaluate-only study: its ``jobs`` (``experiment.jobs(study)``), those
@@ -224,8 +226,7 @@ def prepare(experiment: Experiment, preset: str, *, seeds: int | None = None, ov
             corpus: Path | None = None, checkpoint: str | None = None) -> StudyConfig:
     """The study ``poslab run`` runs: the preset's grid, then a corpus (a text task's), a checkpoint (a
     pretrained study's), the number of seeds and the ``--set`` overrides, in that order."""
-    check_choice("preset", preset, experiment.presets)
-    study = experiment.study(preset)
+    study = experiment.study(preset)  # the preset's changes over the study's base (an unknown preset: refused)
     if corpus is not None:
         study = with_corpus(study, corpus)
     if checkpoint is not None:

@@ -394,6 +394,25 @@ OPS = (">=", "<=", ">", "<", "==", "~")  # "~": |measured - threshold| <= tol
 _REVISED = re.compile(r"^\d{4}-\d{2}-\d{2}: \S.{8,}")
 
 
+@dataclass(frozen=True)
+class Agreement:
+    """Judged only where a group's readings agree: where a row's ``flag`` column is False (its readings,
+    e.g. three replacements of one vector, fall on both sides of the line) and the claim has no value,
+    it is n.a. (undecidable), measured as the span from the lowest ``lo`` to the highest ``hi`` of those
+    rows. ``text`` says why, a format string over ``{lo}`` and ``{hi}`` (the span's ends as shown)."""
+
+    flag: str
+    lo: str
+    hi: str
+    text: str = "the readings disagree, {lo} to {hi}"
+
+    def span(self, group: list[Row]) -> tuple[float, float] | None:
+        split = [r for r in group if r.get(self.flag) is False]
+        if not split:
+            return None
+        return min(float(r[self.lo]) for r in split), max(float(r[self.hi]) for r in split)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClaimSpec:
     """One claim of a paper, as data. ``name`` and ``note`` are format strings over the ``per``
@@ -423,6 +442,7 @@ class ClaimSpec:
     # on few examples). Judged only where every row's interval lies on one side of the line; where
     # they reach both sides the claim is n.a. (undecidable), the intervals' span in the note
     interval: tuple[str, str] | None = None
+    agree: Agreement | None = None  # judged only where the group's readings agree (see Agreement)
 
     def __post_init__(self):
         if self.op is not None and self.op not in OPS:
@@ -515,16 +535,16 @@ class ClaimSpec:
             value = self.measure(group) if self.measure is not None else None
             holds = None if self.na else self.judge(value, group)
             note = self.note.format(**fields) if self.note else f"{fields['seeds']} seeds, {len(group)} rows"
-            na_kind = None
+            na_kind, shown = None, None  # shown: the measured value as text, where it is not one number
             span = None if self.na or holds is None else self.sides(group)
             if span is not None:
                 holds = span[2]
-            learned = gate.score(group, rows) if gate is not None and self.trained and holds is not None else None
+            gated = gate is not None and self.trained and (holds is not None or value is None)
+            learned = gate.score(group, rows) if gate is not None and gated else None
             if self.na:
                 na_kind = self.na.kind
                 note = f"n.a. ({self.na.text})" + (f"; {note}" if note else "")
-            elif gate is not None and self.trained and holds is not None and (learned is None
-                                                                               or learned < gate.threshold):
+            elif gate is not None and gated and _not_learned(holds, learned, gate.threshold):
                 holds, na_kind = None, "not-learned"
                 score = "not measured" if learned is None else f"{learned:.3f}"
                 note = (f"n.a. (did not learn in range: {gate.text} {score}, below {gate.threshold:g})"
@@ -533,13 +553,28 @@ class ClaimSpec:
                 na_kind = "undecidable"
                 note = (f"n.a. (the task cannot decide it: the 95% intervals span {span[0]:.3f} to {span[1]:.3f}, "
                         f"both sides of {self.limit(group):g})" + (f"; {note}" if note else ""))
+            elif holds is None and self.agree is not None and (split := self.agree.span(group)) is not None:
+                na_kind = "undecidable"
+                lo, hi = (f"{100 * v:+.1f}%" if self.percent else f"{v:.3f}" for v in split)
+                shown = f"{lo} to {hi}"
+                note = (f"n.a. (the task cannot decide it: {self.agree.text.format(lo=lo, hi=hi)})"
+                        + (f"; {note}" if note else ""))
             elif holds is None:
                 na_kind = "not-run"
                 note = "n.a. (not run: nothing measured)" + (f"; {note}" if note else "")
             measured = value if not (self.percent and value is not None) else f"{100 * value:.1f}%"
-            out.append(Claim(name=self.name.format(**fields), paper=self.paper, measured=measured, holds=holds,
+            out.append(Claim(name=self.name.format(**fields), paper=self.paper, measured=shown or measured, holds=holds,
                              criterion=self.criterion(group), note=note, role=self.role, na_kind=na_kind))
         return out
+
+
+def _not_learned(holds: bool | None, learned: float | None, threshold: float) -> bool:
+    """Whether the gate takes the claim: a verdict whose models' in-range score is below the line or was not
+    measured, or a claim with nothing measured whose models were measured below the line (the reason it has no
+    value is that they did not learn, not that nothing ran)."""
+    if holds is not None:
+        return learned is None or learned < threshold
+    return learned is not None and learned < threshold
 
 
 def _sort_key(key: tuple) -> tuple:

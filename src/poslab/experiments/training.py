@@ -16,7 +16,7 @@ from functools import partial
 import torch
 
 from poslab.experiments.executors import Executor, make_executor, workers_that_fit
-from poslab.experiments.experiment import Experiment, Job, Member, MemberContext
+from poslab.experiments.experiment import EvaluateOnly, Job, Member, MemberContext, Trained
 from poslab.experiments.schedule import torch_threads
 from poslab.experiments.stages import Stages
 from poslab.machine import MEMORY_FRACTION, memory_bytes
@@ -41,7 +41,7 @@ def train_members(group: list[Member], *, device: str = "cpu", progress: bool = 
                           device=device, progress=progress, desc=desc, position=position, timer=timer)
 
 
-def train_group(experiment: Experiment, group: list[Member], device: str = "cpu", progress: bool = True,
+def train_group(experiment: Trained, group: list[Member], device: str = "cpu", progress: bool = True,
                 position: int = 0, timer: PhaseTimer | None = None) -> list[MemberResult]:
     """Train one group as an ensemble and evaluate every member.
 
@@ -75,15 +75,13 @@ def train_group(experiment: Experiment, group: list[Member], device: str = "cpu"
     return out
 
 
-def member_rows(experiment: Experiment, ctx: MemberContext) -> list[dict]:
-    if experiment.evaluate is None:
-        raise ValueError(f"{experiment.name} evaluates no trained member (an evaluate-only study: run_job)")
+def member_rows(experiment: Trained, ctx: MemberContext) -> list[dict]:
     with torch.no_grad():
         rows = experiment.evaluate(ctx)
     return [{**ctx.member.ids, **row} for row in rows]
 
 
-def evaluate_variant(experiment: Experiment, variant: Member, weights: dict[str, torch.Tensor],
+def evaluate_variant(experiment: Trained, variant: Member, weights: dict[str, torch.Tensor],
                      device: str = "cpu", stages: Stages | None = None, timings: dict | None = None) -> MemberResult:
     """Evaluate trained weights under a variant's config (no training); ``timings``: the stored run's,
     when a trained member is re-evaluated (``--reevaluate``)."""
@@ -99,7 +97,7 @@ def evaluate_variant(experiment: Experiment, variant: Member, weights: dict[str,
                         timings=dict(eval_seconds=time.perf_counter() - start))
 
 
-def reevaluate_members(experiment: Experiment, trained: list[Member], stored: dict, store: Store, *, device: str,
+def reevaluate_members(experiment: Trained, trained: list[Member], stored: dict, store: Store, *, device: str,
                        progress: bool, revision: str | None) -> None:
     """``--reevaluate``: every trained member's stored weights probed again (the runner's evaluation,
     with the stored timings, on the threads its first evaluation had), its rows replaced."""
@@ -115,7 +113,7 @@ def reevaluate_members(experiment: Experiment, trained: list[Member], stored: di
         store.replace_rows(member.key, result.rows, revision=revision)
 
 
-def evaluate_jobs(experiment: Experiment, jobs: list[Job], *, store: Store, executor: Executor | str | None = None,
+def evaluate_jobs(experiment: EvaluateOnly, jobs: list[Job], *, store: Store, executor: Executor | str | None = None,
                   workers: int = 1, device: str = "cpu", progress: bool = True, prepared: Mapping | None = None,
                   revision: str | None = None) -> None:
     """Evaluate-only members (:class:`~poslab.experiments.experiment.Job`): each one call
@@ -127,8 +125,6 @@ def evaluate_jobs(experiment: Experiment, jobs: list[Job], *, store: Store, exec
 
     if not jobs:
         return
-    if experiment.run_job is None:
-        raise ValueError(f"{experiment.name} lists no evaluate-only members (it trains: evaluate)")
     if isinstance(executor, str) or executor is None:
         wanted = min(workers, len(jobs))
         peak = max((j.memory for j in jobs if j.memory is not None), default=None)

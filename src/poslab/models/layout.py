@@ -7,15 +7,29 @@
     "rope,rope,rope,nope"                                   RNoPE (Yang et al. 2025), SmolLM3
     "rope:window=64,rope:window=64,rope:window=64,nope"     SWAN-GPT, Command A
     "rope:chunk=64,rope:chunk=64,rope:chunk=64,nope"        Llama 4's chunked rope layers (iRoPE)
+    "rope:chunk=64,rope:chunk=64,rope:chunk=64,nope:attn_scale=0.1:floor_scale=8192"
+                                                            ... with its no-rope layers' temperature tuning
     "rope:base=10000,rope:base=1000000"                     Gemma's local / global theta
 
 Reserved keys set the layer's attention, every other key is an option of the encoding (checked
 as ``encoding_options`` are): ``window`` (sliding window: query i keeps keys with i - j < window),
 ``chunk`` (chunked attention: key j is visible to query i iff j <= i and j // chunk == i // chunk)
-and ``temperature`` (the layer's logits are divided by it). A layer without ``window`` or
-``temperature`` keeps the model's; ``chunk`` has no model-wide default. An entry naming the
+and ``temperature`` (the layer's logits are divided by it), and Llama 4's position-dependent
+temperature ("attn_temperature_tuning", in transformers' Llama 4 on its no-rope layers): ``attn_scale``
+turns it on and the query at position p is scaled before the logits::
+
+    q_p <- q_p * (log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1)
+
+(``floor_scale`` default 8192 and Llama 4's own ``attn_scale`` 0.1: the scale is 1 up to position
+floor_scale - 2 and grows like log p past it; p is the query's position, its internal index unless
+positions are given). A layer without ``window`` or ``temperature`` keeps the model's; ``chunk`` and
+``attn_scale`` have no model-wide default. An entry naming the
 model's ``encoding`` starts from its ``encoding_options`` (the entry's own options override them).
 VALUEs read as int, then float, then ``true``/``false``, else as a string.
+
+The field's hybrid layouts are named once (:data:`NAMED`: ``rnope``, ``swan``, ``irope``); a
+model's ``layout`` may be one of these names, which stands for its pattern (the config keeps the
+pattern, so a run's key names what ran).
 
 An encoding that adds position to the stream (``embed``: learned, sinusoidal, MoPE's additive
 form) is refused inside a layout: its embed would never be called there, only the model's
@@ -28,12 +42,22 @@ import re
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from poslab.errors import ConfigError
 from poslab.positional import ENCODINGS, build_encoding, encoding_class, encoding_options
 from poslab.positional.base import overridden_hooks
 
-RESERVED = ("window", "chunk", "temperature")  # keys that set the layer's attention, not the encoding
+RESERVED = ("window", "chunk", "temperature", "attn_scale", "floor_scale")  # the layer's attention, not the encoding
+# the field's hybrid layouts by name (windows and chunks at poslab's scale, 64 tokens); a config keeps the pattern
+NAMED = {
+    "rnope": "rope,rope,rope,nope",  # Yang et al. 2025 (RNoPE), SmolLM3: no rope on every fourth layer
+    "swan": "rope:window=64,rope:window=64,rope:window=64,nope",  # SWAN-GPT, Command A: local rope, global nope
+    # Llama 4's iRoPE: chunked rope layers, a global no-rope layer with its temperature tuning (Llama 4 also
+    # sets qk_norm=True, a model field)
+    "irope": "rope:chunk=64,rope:chunk=64,rope:chunk=64,nope:attn_scale=0.1",
+}
+FLOOR_SCALE = 8192  # Llama 4's default floor_scale (transformers' Llama4TextConfig)
 _INT = re.compile(r"[+-]?\d+")
 _PROBE_LEN = 1024  # tables built to check an entry's options (as check_streamable builds them)
 
@@ -47,6 +71,15 @@ class LayerSpec:
     window: int | None = None  # sliding window (None: the model's ``window``)
     chunk: int | None = None  # chunked attention (None: none)
     temperature: float | None = None  # the layer's temperature (None: the model's)
+    attn_scale: float | None = None  # Llama 4's temperature tuning of the queries (None: none)
+    floor_scale: int = FLOOR_SCALE  # positions per step of that tuning's floor
+
+    def query_scale(self, pos: Tensor, dtype: torch.dtype = torch.float32) -> Tensor | None:
+        """The factor of the queries at positions pos [...]: log(floor((pos + 1) / floor_scale) + 1)
+        * attn_scale + 1, same shape, in ``dtype``; None without tuning."""
+        if self.attn_scale is None:
+            return None
+        return torch.log1p(torch.floor((pos.to(dtype) + 1.0) / self.floor_scale)) * self.attn_scale + 1.0
 
     @property
     def encoding_options(self) -> dict:
@@ -57,6 +90,16 @@ def layer_encodings() -> list[str]:
     """The registry names a layout may use: every encoding whose class leaves ``embed`` alone."""
     # a class is hashable; mypy misreads its __hash__ (as in positional/base.py)
     return [name for name in ENCODINGS if "embed" not in overridden_hooks(encoding_class(name))]  # type: ignore[arg-type]
+
+
+def pattern(layout: str) -> str:
+    """A layout name's pattern (:data:`NAMED`), or ``layout`` itself."""
+    return NAMED.get(layout.strip(), layout) if isinstance(layout, str) else layout
+
+
+def layout_name(layout: str) -> str:
+    """The name of a pattern in :data:`NAMED`, or the pattern itself."""
+    return next((name for name, p in NAMED.items() if p == layout), layout)
 
 
 def parse_layout(layout: str, n_layers: int, encoding: str = "rope", options: dict | None = None,
@@ -120,6 +163,8 @@ def _entry(text: str, layout: str, encoding: str, model_options: dict, causal: b
             attention[key] = _attention_value(key, value, layout)
         else:
             options[key] = value
+    if "floor_scale" in attention and "attn_scale" not in attention:
+        raise ConfigError("layout", layout, f"floor_scale with attn_scale, which turns the tuning on ({text!r})")
     return LayerSpec(encoding=name, options=tuple(sorted(options.items())), **attention)  # type: ignore[arg-type]
 
 
@@ -134,10 +179,10 @@ def _value(raw: str) -> object:
 
 
 def _attention_value(key: str, value: object, layout: str) -> int | float:
-    if key == "temperature":
+    if key in ("temperature", "attn_scale"):
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return float(value)
-        raise ConfigError("layout", layout, f"temperature=a positive number (got {value!r})")
+        raise ConfigError("layout", layout, f"{key}=a positive number (got {value!r})")
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
     raise ConfigError("layout", layout, f"{key}=a positive integer (got {value!r})")

@@ -40,33 +40,21 @@ the layers whose encoding rotates (``is_rotary``), as Llama 4 does on its rope l
 rotation is orthogonal, so normalizing before it equals normalizing after. With unit rows the
 logits are cosines / (sqrt(d) tau); Llama 4's norm is an RMS norm (rows of norm sqrt(d)), whose
 logits ours equal at temperature 1/d. Llama 4's position-dependent temperature on its no-rope
-layers is not implemented (a layer's ``temperature`` is a constant).
+layers is a layout option (``nope:attn_scale=0.1:floor_scale=8192``, :mod:`poslab.models.layout`):
+that layer's queries are scaled by log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1 at position p.
 
 With ``bos`` a learned vector ``W_bos`` is prepended at position 0 and the real tokens sit at
 positions 1 .. s (explicit ``positions`` are those of the real tokens; BOS keeps 0). Logits are
 returned for the real tokens only; intermediates cover the whole internal sequence, BOS at index
 0, so sink-reading probes can see it.
 
-Energy-gated attention (optional, ``energy_gate=True``; the EGA companion of MoPE, seed survey
-``001``; the method section is not public, so this is our definition, every choice a config
-field). Each layer gates every key token j, per head h, by its energy relative to the past::
-
-    e_hj = W_gate[h] . a_j                               one linear projection of the normalized state
-    E_hj = e_hj^2 / (mean_{k<=j} e_hk^2 + eps)           gate_energy="power" (default)
-         = e_hj / sqrt(mean_{k<=j} e_hk^2 + eps)         gate_energy="amplitude"
-    g_hj = sigmoid((E_hj - tau_h) / T)                   tau_h learned per head (init gate_tau_init),
-                                                         T = gate_temperature
-    out_i = sum_j w_ij g_hj v_j                          gate_renormalize=False (default)
-          = sum_j w_ij g_hj v_j / sum_j w_ij g_hj        gate_renormalize=True (softmax(l + log g))
-
-The running mean runs over internal indices k <= j, so the gate is causal: no token's gate reads a
-later token (right padding sits after every real key and never reaches a real gate). A
-power-ratio E has running mean about 1: E_hj > 1 is "above average energy". Unrenormalized, the
-gate scales the values (v_j -> g_hj v_j), which keeps the fused attention kernel; renormalized, it
-goes to attention as ``key_gate``. ``gate_projection="shared"`` uses one projection for all heads
-(e_j the same for every head, tau_h still per head). Extra parameters per layer: h D + h
-(shared: D + h); :func:`gate_parameter_count` counts them. :meth:`Block.energy_gate` returns
-(E, g) for probes, from the layer's normalized input.
+Two extensions, each its own config in its own module, held by one optional field each:
+``energy_gate`` (:class:`~poslab.models.energy_gate.EnergyGate`, MoPE's energy-gated attention:
+each layer gates its keys by their energy relative to the past) and ``random_positions``
+(:class:`~poslab.models.random_positions.RandomPositions`, Ruoss et al.'s randomized positions at
+the embedding). ``None`` is off; ``True`` and an integer N are shorthands for the defaults. A run's
+config records the model as :meth:`TransformerConfig.record` writes it (the extensions under their
+earlier flat names), so every stored run key still names its run.
 
 The forward is pure — no ``.item()``, no branches on tensor values, no buffer writes — so an
 ensemble is ``torch.func.functional_call`` + ``vmap`` over stacked parameters.
@@ -77,6 +65,7 @@ D d_model, F MLP width, m vocab.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, replace
 from typing import cast
@@ -87,17 +76,21 @@ from torch import Tensor, nn
 
 from poslab.attention import KINDS, attention, build_mask
 from poslab.errors import ConfigError, check_choice, require_positive_int
+from poslab.models import energy_gate as gate_ext
+from poslab.models import random_positions as positions_ext
+from poslab.models.energy_gate import EnergyGate
 from poslab.models.intermediates import Intermediates, LayerIntermediates
 from poslab.models.intervention import Intervention, forward_with
-from poslab.models.layout import LayerSpec, check_layout, parse_layout
+from poslab.models.layout import LayerSpec, check_layout, parse_layout, pattern
 from poslab.models.loss import masked_cross_entropy
+from poslab.models.random_positions import RandomPositions
 from poslab.positional import PositionalEncoding, build_encoding, check_encoding, encoding_class
 from poslab.tasks.base import Batch
 
-GATE_PROJECTIONS = ("per_head", "shared")  # energy-gate projection: one per head, or one for all heads
-GATE_ENERGIES = ("power", "amplitude")  # E_j as e_j^2 / mean e^2, or e_j / sqrt(mean e^2)
-_GATE_PARAMETERS = ("W_gate", "gate_tau")
-_GATE_EPS = 1e-6  # keeps E finite where every e so far is 0
+# the fields the extensions replaced, as a run's config records them -> where they went
+RENAMED = dict(gate_projection="energy_gate.projection", gate_energy="energy_gate.energy",
+               gate_temperature="energy_gate.temperature", gate_tau_init="energy_gate.tau_init",
+               gate_renormalize="energy_gate.renormalize", random_positions_eval="random_positions.at_eval")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,26 +108,16 @@ class TransformerConfig:
     bos: bool = False  # prepend a learned BOS vector at position 0
     attention: str = "softmax"  # "softmax" | "linear" (no normalization; seed paper §7)
     temperature: float = 1.0  # logits are divided by it before the softmax
-    energy_gate: bool = False  # energy-gated attention (see module docstring)
-    gate_projection: str = "per_head"  # "per_head": e_hj = W_gate[h] . a_j; "shared": one e_j for all heads
-    gate_energy: str = "power"  # E_j: "power" e_j^2 / mean e^2, "amplitude" e_j / sqrt(mean e^2)
-    gate_temperature: float = 0.1  # T in g = sigmoid((E - tau) / T)
-    gate_tau_init: float = 0.5  # tau_h at initialization (learned per head)
-    gate_renormalize: bool = False  # True: weights w_ij g_j renormalized over j (softmax(l + log g))
     layer_norm: bool = True  # pre-LN before attention, MLP and readout; False: identity
     bias: bool = True  # biases in the MLP and LayerNorms (False: none, as nanoGPT's bias=False)
     dropout: float = 0.0  # training-only dropout on embeddings, attention weights and residual branches
-    # randomized positions (Ruoss et al. 2023): N, the positions of a sequence of s tokens are a sorted
-    # sample without replacement from [0, N) (BOS keeps 0 and the tokens' sample is shifted by 1);
-    # None: 0 .. s - 1. N must exceed every training and evaluation length (check_length)
-    random_positions: int | None = None
-    # sample at evaluation too (True, the default, as the authors' code does: google-deepmind/
-    # randomized_positional_encodings); False: evaluate at 0 .. s - 1
-    random_positions_eval: bool = True
-    # per-layer pattern, e.g. "rope,rope,rope,nope" or "rope:window=64,nope", repeated over n_layers
-    # (poslab.models.layout); None: ``encoding`` with ``window`` and ``temperature`` in every layer
+    # per-layer pattern, e.g. "rope,rope,rope,nope" or "rope:window=64,nope", repeated over n_layers, or
+    # a name of layout.NAMED ("rnope", "swan", "irope": kept as its pattern) (poslab.models.layout);
+    # None: ``encoding`` with ``window`` and ``temperature`` in every layer
     layout: str | None = None
     qk_norm: bool = False  # L2-normalize each head's q and k on the layers that rotate (Llama 4)
+    energy_gate: EnergyGate | None = None  # energy-gated attention (models/energy_gate.py); True: the defaults
+    random_positions: RandomPositions | None = None  # randomized positions (models/random_positions.py); N: N
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
@@ -150,23 +133,33 @@ class TransformerConfig:
             raise ConfigError("temperature", self.temperature, "a positive number")
         if not (isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1):
             raise ConfigError("dropout", self.dropout, "a number in [0, 1)")
-        check_choice("gate_projection", self.gate_projection, GATE_PROJECTIONS)
-        check_choice("gate_energy", self.gate_energy, GATE_ENERGIES)
-        if not self.gate_temperature > 0:
-            raise ConfigError("gate_temperature", self.gate_temperature, "a positive number")
         check_encoding(self.encoding, self.encoding_options)
         if not self.causal and encoding_class(self.encoding).causal_only:
             raise ConfigError("causal", self.causal, f"True: encoding {self.encoding!r} is defined for causal "
                                                      "attention only")
-        if self.random_positions is not None:
-            require_positive_int("random_positions", self.random_positions)
-        if not isinstance(self.random_positions_eval, bool):
-            raise ConfigError("random_positions_eval", self.random_positions_eval, "True, False")
+        object.__setattr__(self, "layout", pattern(self.layout))  # a named layout (layout.NAMED) -> its pattern
+        object.__setattr__(self, "energy_gate", EnergyGate.setting(self.energy_gate))  # shorthands resolved
+        object.__setattr__(self, "random_positions", RandomPositions.setting(self.random_positions))
         if not isinstance(self.qk_norm, bool):
             raise ConfigError("qk_norm", self.qk_norm, "True, False")
         if self.layout is not None:
             check_layout(self.layout, n_layers=self.n_layers, encoding=self.encoding, options=self.encoding_options,
                          causal=self.causal, d_model=self.d_model, n_heads=self.n_heads, max_len=self.max_len)
+
+    def record(self) -> dict:
+        """This config as a run's config records it: every field, the extensions under the flat
+        names they had before they were extensions (so every stored run key still names its run)."""
+        fields = dataclasses.asdict(self)
+        del fields["energy_gate"], fields["random_positions"]
+        return fields | gate_ext.recorded(self.energy_gate) | positions_ext.recorded(self.random_positions)
+
+    @classmethod
+    def from_record(cls, fields: dict) -> TransformerConfig:
+        """The config a run's recorded model config (:meth:`record`) stands for."""
+        core = {k: v for k, v in fields.items()
+                if k in cls.__dataclass_fields__ and k not in ("energy_gate", "random_positions")}
+        return cls(**core, energy_gate=gate_ext.from_recorded(fields),
+                   random_positions=positions_ext.from_recorded(fields))
 
     def layer_specs(self) -> tuple[LayerSpec, ...]:
         """Each layer's encoding, window, chunk and temperature (the model's where the layout is silent)."""
@@ -198,7 +191,7 @@ class Block(nn.Module):
         super().__init__()
         self.cfg = cfg
         spec = spec or LayerSpec(encoding=cfg.encoding, window=cfg.window, temperature=cfg.temperature)
-        self.window, self.chunk, self.qk_norm = spec.window, spec.chunk, qk_norm
+        self.window, self.chunk, self.qk_norm, self.spec = spec.window, spec.chunk, qk_norm, spec
         self.temperature = cfg.temperature if spec.temperature is None else spec.temperature
         D, hd = cfg.d_model, cfg.n_heads * cfg.d_head
         self.ln_attn = nn.LayerNorm(D, bias=cfg.bias) if cfg.layer_norm else nn.Identity()
@@ -207,10 +200,9 @@ class Block(nn.Module):
         self.W_K = nn.Parameter(_uniform(hd, D))
         self.W_V = nn.Parameter(_uniform(hd, D))
         self.W_O = nn.Parameter(_uniform(D, hd))
-        if cfg.energy_gate:
-            rows = cfg.n_heads if cfg.gate_projection == "per_head" else 1
-            self.W_gate = nn.Parameter(_uniform(rows, D))  # energy projection, [h | 1, D]
-            self.gate_tau = nn.Parameter(torch.full((cfg.n_heads,), float(cfg.gate_tau_init)))  # tau_h, [h]
+        if cfg.energy_gate is not None:  # the extension's parameters (models/energy_gate.py)
+            self.W_gate = nn.Parameter(_uniform(cfg.energy_gate.rows(cfg.n_heads), D))  # energy projection, [h | 1, D]
+            self.gate_tau = nn.Parameter(torch.full((cfg.n_heads,), cfg.energy_gate.tau_init))  # tau_h, [h]
         self.ln_mlp = nn.LayerNorm(D, bias=cfg.bias) if cfg.layer_norm else nn.Identity()
         self.MLP = nn.Sequential(nn.Linear(D, cfg.mlp_width, bias=cfg.bias), nn.GELU(),
                                  nn.Linear(cfg.mlp_width, D, bias=cfg.bias))
@@ -221,7 +213,7 @@ class Block(nn.Module):
         ``is_causal``: the mask is the plain causal one (``mask`` is None), see ``attention``."""
         p = self.cfg.dropout if self.training else 0.0
         a = self.ln_attn(x)
-        q, k, v = self.project(a)  # [b, h, n, d]
+        q, k, v = self.project(a, pos)  # [b, h, n, d]
         v, gate = self.gated(a, v)
         att = attention(q, k, v, encoding, pos, pos, mask=mask, kind=self.cfg.attention,
                         temperature=self.temperature, key_gate=gate, need_weights=need_weights,
@@ -238,12 +230,23 @@ class Block(nn.Module):
     # The layer's parts, in order; the streamed evaluator (probes/lm_streaming.py) calls them chunk
     # by chunk instead of writing the layer again.
 
-    def project(self, a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Normalized input a [b, n, D] -> q, k, v, each [b, h, n, d] (before any rotation)."""
-        return (self.queries(a), *self.keys_values(a))
+    def project(self, a: Tensor, pos: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Normalized input a [b, n, D] at positions pos [n] | [b, n] -> q, k, v, each [b, h, n, d]
+        (before any rotation)."""
+        return (self.queries(a, pos), *self.keys_values(a))
 
-    def queries(self, a: Tensor) -> Tensor:
-        return self._qk_norm(self._heads(a, self.W_Q))  # [b, h, n, d]
+    def queries(self, a: Tensor, pos: Tensor | None = None) -> Tensor:
+        """[b, h, n, d]; a layer with temperature tuning (``attn_scale``) scales them by position,
+        so it needs ``pos`` [n] | [b, n]."""
+        q = self._qk_norm(self._heads(a, self.W_Q))
+        if self.spec.attn_scale is None:
+            return q
+        if pos is None:
+            raise ConfigError("layout", self.cfg.layout, "positions for the queries of a layer with attn_scale "
+                                                         "(Block.queries(a, pos))")
+        scale = self.spec.query_scale(pos, q.dtype)  # [n] | [b, n]
+        assert scale is not None
+        return q * scale[..., None, :, None]  # [1 | b, 1, n, 1]
 
     def keys_values(self, a: Tensor) -> tuple[Tensor, Tensor]:
         return self._qk_norm(self._heads(a, self.W_K)), self._heads(a, self.W_V)  # [b, h, n, d] each
@@ -252,31 +255,17 @@ class Block(nn.Module):
         return F.normalize(x, dim=-1) if self.qk_norm else x  # unit rows, before rotate_qk
 
     def gate(self, a: Tensor, start: int = 0, carry: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Energy gate of the keys a [b, n, D] at internal indices start .. start + n - 1 ->
-        relative energy E and gate g, each [b, h, n], and the running sum of e^2 [b, h | 1] that
-        continues it: ``carry`` is that sum over every earlier index (None: there are none)."""
-        cfg = self.cfg
-        e = (a @ self.W_gate.T).transpose(1, 2)  # e_hj, [b, h | 1, n]
-        count = torch.arange(start + 1, start + e.shape[-1] + 1, device=e.device, dtype=e.dtype)  # j + 1, [n]
-        cum = e.square().cumsum(-1)
-        if carry is not None:
-            cum = cum + carry[..., None]
-        mean_square = cum / count + _GATE_EPS  # causal running mean of e^2, [b, h | 1, n]
-        E = e.square() / mean_square if cfg.gate_energy == "power" else e / mean_square.sqrt()
-        E = E.expand(-1, cfg.n_heads, -1)  # [b, h, n]
-        g = torch.sigmoid((E - self.gate_tau[:, None]) / cfg.gate_temperature)  # [b, h, n]
-        return E, g, cum[..., -1]
+        """Energy gate of the keys a [b, n, D] at internal indices start .. start + n - 1 -> E, g
+        [b, h, n] and the running sum of e^2 that continues it (:func:`poslab.models.energy_gate.energy`)."""
+        assert self.cfg.energy_gate is not None
+        return gate_ext.energy(self.cfg.energy_gate, a, self.W_gate, self.gate_tau, self.cfg.n_heads, start, carry)
 
     def gated(self, a: Tensor, v: Tensor) -> tuple[Tensor, Tensor | None]:
         """The values v [b, h, n, d] and the key gate attention applies, under this layer's energy
-        gate (if any): renormalized, the gate [b, h, 1, n] reweights the keys inside the softmax;
-        otherwise token j's value is scaled by g_hj and there is no key gate."""
-        if not self.cfg.energy_gate:
+        gate, if any (:func:`poslab.models.energy_gate.apply`)."""
+        if self.cfg.energy_gate is None:
             return v, None
-        _, g, _ = self.gate(a)  # [b, h, n]
-        if self.cfg.gate_renormalize:
-            return v, g[:, :, None, :]
-        return v * g[..., None], None
+        return gate_ext.apply(self.cfg.energy_gate, self.gate(a)[1], v)
 
     def energy_gate(self, a: Tensor) -> tuple[Tensor, Tensor]:
         """Normalized input a [b, n, D] -> relative energy E and gate g, each [b, h, n] (causal)."""
@@ -345,7 +334,7 @@ class Transformer(nn.Module):
         this asks it about the largest default position, L - 1 (L with BOS).
         """
         require_positive_int("length", L)
-        N = self.cfg.random_positions
+        N = None if self.cfg.random_positions is None else self.cfg.random_positions.N
         if N is not None and not N > L:
             raise ConfigError("random_positions", N, f"an integer > {L} (more positions to sample from than the "
                                                      "longest training or evaluation length)")
@@ -406,8 +395,9 @@ class Transformer(nn.Module):
         if positions is None and self.encoding.task_positions:  # position coupling, Abacus: ids from the task
             raise ConfigError("positions", None, f"per-token positions [b, s] from the task for encoding "
                                                  f"{cfg.encoding!r} (a task that hands Batch.positions)")
-        if positions is None and cfg.random_positions is not None and (self.training or cfg.random_positions_eval):
-            positions = random_positions(b, s, cfg.random_positions, tokens.device) + int(cfg.bos)  # [b, s]
+        sampled = cfg.random_positions
+        if positions is None and sampled is not None and (self.training or sampled.at_eval):
+            positions = sampled.sample(b, s, tokens.device) + int(cfg.bos)  # [b, s]
         if positions is None:
             positions = torch.arange(int(cfg.bos), s + int(cfg.bos), device=tokens.device)
         x = F.embedding(tokens, self.W_E)  # [b, s, D]
@@ -468,19 +458,6 @@ class Transformer(nn.Module):
                 logits, inter = forward_with(self, batch.tokens, intervention, lengths=batch.lengths)
         inter.logits, inter.lengths, inter.prefix = logits, batch.lengths, int(self.cfg.bos)
         return inter
-
-def random_positions(b: int, s: int, N: int, device=None) -> Tensor:
-    """Ruoss et al. (2023): for each of b sequences, s positions drawn without replacement from
-    [0, N) and sorted, [b, s] long. The s smallest of N uniform keys are a uniform s-subset; drawn
-    from torch's generator (under the ensemble's vmap, randomness="different": each member its own)."""
-    keys = torch.rand(b, N, device=device)  # [b, N]
-    return keys.argsort(dim=-1)[:, :s].sort(dim=-1).values
-
-
-def gate_parameter_count(model: nn.Module) -> int:
-    """The extra parameters energy gating adds to ``model`` (W_gate and tau_h of every layer)."""
-    return sum(p.numel() for name, p in model.named_parameters() if name.rsplit(".", 1)[-1] in _GATE_PARAMETERS)
-
 
 def _dropout(x: Tensor, p: float) -> Tensor:
     return F.dropout(x, p) if p > 0 else x

@@ -92,7 +92,8 @@ class MoPERelative(PositionalEncoding):
 
     theta: Tensor  # buffer
 
-    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, base: float = 10000.0,
+    # max-args: keyword-only, one per encoding option, passed by name from the config (docs/complexity.md)
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, base: float = 10000.0,  # noqa: PLR0913
                  init_sigma: float = 1e4, layout: str = "interleaved", admissibility: str = "none",
                  admissibility_c: float = 5.0, penalty_weight: float = 1.0, per_head: bool = False):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)

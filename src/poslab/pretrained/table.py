@@ -59,53 +59,96 @@ def entry_from_config(cfg: dict, name: str = "config") -> dict:
     """One table entry from a Hugging Face config dict (or poslab's reading of a GGUF header)."""
     params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
     model_type = cfg.get("model_type", "")
-    heads = cfg.get("num_attention_heads") or cfg.get("n_head") or cfg.get("n_heads")
-    width = cfg.get("hidden_size") or cfg.get("n_embd") or cfg.get("d_model")
-    head_dim = cfg.get("head_dim") or cfg.get("d_kv") or (width // heads if width and heads else None)
     mla = cfg.get("qk_rope_head_dim") and cfg.get("qk_nope_head_dim") is not None  # DeepSeek's MLA
-    if mla:  # each of num_attention_heads heads: qk_nope_head_dim + qk_rope_head_dim, the latter rotated
-        head_dim = int(cfg["qk_nope_head_dim"]) + int(cfg["qk_rope_head_dim"])
-    context = (cfg.get("max_position_embeddings") or cfg.get("n_positions") or cfg.get("max_seq_len")
-               or cfg.get("seq_length") or cfg.get("n_ctx"))
-    entry = {"name": cfg.get("name") or name, "context": context, "head_dim": head_dim, "model_type": model_type}
+    head_dim = _head_dim(cfg, mla)
+    entry = {"name": cfg.get("name") or name, "context": _context(cfg), "head_dim": head_dim, "model_type": model_type}
     arch = find(model_type)  # its record, where the config alone does not say (GPT-2's table, BLOOM's ALiBi)
-    alibi = cfg.get("alibi") or (cfg.get("attn_config") or {}).get("alibi") or \
-        (arch is not None and arch.encoding == "alibi")
-    if alibi:
-        entry["encoding"] = "alibi"
-    elif "relative_attention_num_buckets" in cfg:
-        entry["encoding"] = "t5_bias"
-    elif (arch is not None and arch.encoding == "learned") or cfg.get("position_embedding_type") == "absolute":
-        entry["encoding"] = "learned"
-    else:
-        entry["encoding"] = "rope"
-        entry["rope_theta"] = float(params.get("rope_theta") or cfg.get("rope_theta") or
-                                    cfg.get("rotary_emb_base") or 10000.0)
-        partial = params.get("partial_rotary_factor") or cfg.get("partial_rotary_factor") or cfg.get("rotary_pct")
-        if not partial and cfg.get("rotary_dim") and head_dim:  # GPT-J: the rotated channels, absolute
-            partial = cfg["rotary_dim"] / head_dim
-        if mla and head_dim:
-            partial = cfg["qk_rope_head_dim"] / head_dim
-        if partial and partial != 1.0:
-            entry["partial_rotary_factor"] = float(partial)
-        scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")}
-        if scaling.get("rope_type", scaling.get("type", "default")) != "default":
-            entry["rope_scaling"] = scaling
+    entry["encoding"] = _encoding(cfg, arch)
+    if entry["encoding"] == "rope":
+        entry.update(_rope_fields(cfg, params, head_dim, mla))
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     if window:
         entry["sliding_window"] = window
-    types = arch.layer_types(cfg) if arch is not None else cfg.get("layer_types")
-    n = cfg.get("num_hidden_layers")
-    if entry["encoding"] == "rope":
-        types = list(types) if types and len(types) == (n or len(types)) else None
-        rope = arch.rope_layers(cfg) if arch is not None and n and (types or arch.rope_types is None) else None
-        chunks = arch.layer_chunks(cfg) if arch is not None and types else None
-        if types or (rope and not all(rope)):
-            types = types or [FULL] * len(rope or [])
-            entry["layers"] = _layer_entries(cfg, entry, types, params, window, rope, chunks)
-            if arch is not None and arch.notes:
-                entry["layers"]["notes"] = arch.notes
+    layers = _layers(cfg, arch, entry, params, window)
+    if layers is not None:
+        entry["layers"] = layers
     return entry
+
+
+def _head_dim(cfg: dict, mla) -> int | None:
+    """The size of a head's query and key."""
+    heads = cfg.get("num_attention_heads") or cfg.get("n_head") or cfg.get("n_heads")
+    width = cfg.get("hidden_size") or cfg.get("n_embd") or cfg.get("d_model")
+    head_dim = cfg.get("head_dim") or cfg.get("d_kv") or (width // heads if width and heads else None)
+    if mla:  # each of num_attention_heads heads: qk_nope_head_dim + qk_rope_head_dim, the latter rotated
+        head_dim = int(cfg["qk_nope_head_dim"]) + int(cfg["qk_rope_head_dim"])
+    return head_dim
+
+
+def _context(cfg: dict):
+    """The config's maximum context, under whichever of its families' names it has (None: none)."""
+    return (cfg.get("max_position_embeddings") or cfg.get("n_positions") or cfg.get("max_seq_len")
+            or cfg.get("seq_length") or cfg.get("n_ctx"))
+
+
+def _encoding(cfg: dict, arch) -> str:
+    """alibi, t5_bias, learned or rope: what the config says, else what its architecture's record says."""
+    alibi = cfg.get("alibi") or (cfg.get("attn_config") or {}).get("alibi") or \
+        (arch is not None and arch.encoding == "alibi")
+    if alibi:
+        return "alibi"
+    if "relative_attention_num_buckets" in cfg:
+        return "t5_bias"
+    if (arch is not None and arch.encoding == "learned") or cfg.get("position_embedding_type") == "absolute":
+        return "learned"
+    return "rope"
+
+
+def _rope_fields(cfg: dict, params: dict, head_dim: int | None, mla) -> dict:
+    """A rope entry's rope_theta, and its partial_rotary_factor and rope_scaling where they are not the default."""
+    fields: dict[str, Any] = {"rope_theta": float(params.get("rope_theta") or cfg.get("rope_theta") or
+                                                  cfg.get("rotary_emb_base") or 10000.0)}
+    partial = _rotary_fraction(cfg, params, head_dim, mla)
+    if partial and partial != 1.0:
+        fields["partial_rotary_factor"] = float(partial)
+    scaling = _scaling(params)
+    if scaling is not None:
+        fields["rope_scaling"] = scaling
+    return fields
+
+
+def _rotary_fraction(cfg: dict, params: dict, head_dim: int | None, mla):
+    """The fraction of a head's channels that rotate, as the config states it or as its rotated width implies."""
+    partial = params.get("partial_rotary_factor") or cfg.get("partial_rotary_factor") or cfg.get("rotary_pct")
+    if not partial and cfg.get("rotary_dim") and head_dim:  # GPT-J: the rotated channels, absolute
+        partial = cfg["rotary_dim"] / head_dim
+    if mla and head_dim:
+        partial = cfg["qk_rope_head_dim"] / head_dim
+    return partial
+
+
+def _scaling(params: dict) -> dict | None:
+    """The rope scaling in ``params`` (theta and the rotated fraction aside); None for the default schedule."""
+    scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")}
+    return scaling if scaling.get("rope_type", scaling.get("type", "default")) != "default" else None
+
+
+def _layers(cfg: dict, arch, entry: dict, params: dict, window) -> dict | None:
+    """A rope entry's per-layer pattern (:func:`_layer_entries`, with its record's notes); None where every
+    layer is alike or the entry has no rope."""
+    types = arch.layer_types(cfg) if arch is not None else cfg.get("layer_types")  # read for every encoding
+    if entry["encoding"] != "rope":
+        return None
+    n = cfg.get("num_hidden_layers")
+    types = list(types) if types and len(types) == (n or len(types)) else None
+    rope = arch.rope_layers(cfg) if arch is not None and n and (types or arch.rope_types is None) else None
+    chunks = arch.layer_chunks(cfg) if arch is not None and types else None
+    if not (types or (rope and not all(rope))):
+        return None
+    layers = _layer_entries(cfg, entry, types or [FULL] * len(rope or []), params, window, rope, chunks)
+    if arch is not None and arch.notes:
+        layers["notes"] = arch.notes
+    return layers
 
 
 FULL = "full_attention"
@@ -125,27 +168,37 @@ def _layer_entries(cfg: dict, entry: dict, types: list[str], params: dict, windo
     out: dict[str, Any] = {"pattern": layer_pattern(kinds), "types": {}}
     for kind in dict.fromkeys(kinds):
         i = kinds.index(kind)
-        t = types[i]
-        sub: dict[str, Any] = {"count": kinds.count(kind)}
-        if kind.endswith(NO_ROPE):
-            sub["encoding"] = "none"
-        else:
-            own = dict(per_type[t]) if per_type else {k: v for k, v in params.items()}
-            sub["rope_theta"] = float(own.get("rope_theta") or entry["rope_theta"])
-            scaling = {k: v for k, v in own.items() if k not in ("rope_theta", "partial_rotary_factor")}
-            if scaling.get("rope_type", scaling.get("type", "default")) != "default":
-                sub["rope_scaling"] = scaling
-        if chunks[i]:
-            sub["chunk"] = chunks[i]
-        elif window and t != FULL:
-            sub["sliding_window"] = window
-        out["types"][kind] = sub
-    if per_type and FULL in per_type and FULL in out["types"]:  # the entry's own columns: the global layers'
-        entry["rope_theta"] = out["types"]["full_attention"]["rope_theta"]
-        entry.pop("rope_scaling", None)
-        if "rope_scaling" in out["types"]["full_attention"]:
-            entry["rope_scaling"] = out["types"]["full_attention"]["rope_scaling"]
+        own = None if kind.endswith(NO_ROPE) else dict(per_type[types[i]]) if per_type else dict(params)
+        out["types"][kind] = _kind_entry(kinds.count(kind), types[i], own, entry, window, chunks[i])
+    if per_type and FULL in per_type and FULL in out["types"]:
+        _take_full_attention(entry, out["types"][FULL])
     return out
+
+
+def _kind_entry(count: int, layer_type: str, own: dict | None, entry: dict, window, chunk) -> dict:
+    """One layer kind's count, rope setting (from ``own``, its rope parameters; None: it does not rotate)
+    and window or chunk."""
+    sub: dict[str, Any] = {"count": count}
+    if own is None:
+        sub["encoding"] = "none"
+    else:
+        sub["rope_theta"] = float(own.get("rope_theta") or entry["rope_theta"])
+        scaling = _scaling(own)
+        if scaling is not None:
+            sub["rope_scaling"] = scaling
+    if chunk:
+        sub["chunk"] = chunk
+    elif window and layer_type != FULL:
+        sub["sliding_window"] = window
+    return sub
+
+
+def _take_full_attention(entry: dict, full: dict) -> None:
+    """The entry's own columns become the global (full-attention) layers' rope setting."""
+    entry["rope_theta"] = full["rope_theta"]
+    entry.pop("rope_scaling", None)
+    if "rope_scaling" in full:
+        entry["rope_scaling"] = full["rope_scaling"]
 
 
 def layer_pattern(types: list[str]) -> str:
@@ -189,7 +242,7 @@ def describe(entry: dict) -> dict:
     if entry.get("layers"):
         row["layers"] = entry["layers"]["pattern"]
     context: Any = entry.get("context")  # an int; None where a config names none (a rope row then needs the
-    # scaling's original_max_position_embeddings, as int() below takes it)
+    # scaling's original_max_position_embeddings, as int() in _rope_columns takes it)
     head: int | None = entry.get("head_dim")
     row["window"] = str(entry.get("sliding_window") or (f"chunk {entry['chunk']}" if entry.get("chunk") else "-"))
     row["head"] = str(head or "?")
@@ -198,6 +251,12 @@ def describe(entry: dict) -> dict:
         row["context"] = str(context or "?")
         row["effective"] = row["context"] + (" (learned table)" if entry["encoding"] == "learned" else "")
         return row
+    row.update(_rope_columns(entry, context, head))
+    return row
+
+
+def _rope_columns(entry: dict, context: Any, head: int | None) -> dict[str, str]:
+    """A rope entry's columns: its schedule, rotated width, context, reach, wavelengths and KV cache."""
     scaling = dict(entry.get("rope_scaling") or {})
     legacy_type: str = scaling.get("type", "default")  # typed here: get(key, <Any>) types as Optional
     rope_type = scaling.get("rope_type", legacy_type)
@@ -205,31 +264,43 @@ def describe(entry: dict) -> dict:
     frac = float(entry.get("partial_rotary_factor", 1.0))
     r = round(head * frac) if head else None
     orig = int(scaling.get("original_max_position_embeddings") or context)
-    row.update(rope_type=rope_type, theta=f"{base:g}", head=f"{head} ({r})" if r != head else str(head),
-               context=f"{orig} -> {context}" if orig != context else str(context))
+    cols = {"rope_type": rope_type, "theta": f"{base:g}", "head": f"{head} ({r})" if r != head else str(head),
+            "context": f"{orig} -> {context}" if orig != context else str(context)}
     if r and head:  # r is set only with a head size
-        row["critical"] = str(critical_dimension(base, orig, r))
+        cols["critical"] = str(critical_dimension(base, orig, r))
         bound = extrapolation_bound(base, orig, r)
-        row["bound"] = "unlimited" if math.isinf(bound) else f"{bound:,.0f}"
-        try:
-            cfg = {**scaling, "rope_theta": base}
-            if frac != 1.0:
-                cfg["partial_rotary_factor"] = frac
-            inv_freq, _ = rope_frequencies(head, base, cfg if rope_type != "default" else
-                                           ({"partial_rotary_factor": frac} if frac != 1.0 else None),
-                                           max_position_embeddings=context, seq_len=context)
-            wave = 2 * math.pi / inv_freq.double()
-            row["wavelengths"] = f"{float(wave.min()):.1f} .. {float(wave.max()):,.0f}"
-        except ConfigError as e:
-            row["wavelengths"] = f"n.a. ({e.field.rsplit('.', 1)[-1]} not in the table)"
+        cols["bound"] = "unlimited" if math.isinf(bound) else f"{bound:,.0f}"
+        cols["wavelengths"] = _wavelengths(head, base, frac, scaling, rope_type, context)
+    cols["effective"] = _effective(entry, scaling, rope_type, context, orig)
+    if rope_type in LENGTH_DEPENDENT:
+        cols["kv_cache"] = "no (frequencies change with length)"
+    return cols
+
+
+def _wavelengths(head: int, base: float, frac: float, scaling: dict, rope_type: str, context: Any) -> str:
+    """The shortest .. longest wavelength of the schedule at the extended length ("n.a." where poslab's
+    rope_frequencies has no such schedule)."""
+    try:
+        cfg = {**scaling, "rope_theta": base}
+        if frac != 1.0:
+            cfg["partial_rotary_factor"] = frac
+        inv_freq, _ = rope_frequencies(head, base, cfg if rope_type != "default" else
+                                       ({"partial_rotary_factor": frac} if frac != 1.0 else None),
+                                       max_position_embeddings=context, seq_len=context)
+        wave = 2 * math.pi / inv_freq.double()
+        return f"{float(wave.min()):.1f} .. {float(wave.max()):,.0f}"
+    except ConfigError as e:
+        return f"n.a. ({e.field.rsplit('.', 1)[-1]} not in the table)"
+
+
+def _effective(entry: dict, scaling: dict, rope_type: str, context: Any, orig: int) -> str:
+    """The context the schedule targets, and the model card's own scaling beside it where it names one."""
     factor = scaling.get("factor") or (context / orig if rope_type == "longrope" and orig else None)
-    row["effective"] = f"{int(factor * orig):,}" if factor and rope_type != "default" else f"{context:,}"
+    effective = f"{int(factor * orig):,}" if factor and rope_type != "default" else f"{context:,}"
     if entry.get("card_rope_scaling"):
         card = entry["card_rope_scaling"]
-        row["effective"] += f" ({card['rope_type']} x{card['factor']:g}: {int(card['factor'] * orig):,})"
-    if rope_type in LENGTH_DEPENDENT:
-        row["kv_cache"] = "no (frequencies change with length)"
-    return row
+        effective += f" ({card['rope_type']} x{card['factor']:g}: {int(card['factor'] * orig):,})"
+    return effective
 
 
 def table_rows(items: list[dict] | None = None) -> list[dict]:

@@ -82,25 +82,12 @@ def retrieving_head(model, untrained, batch, heads: list[dict], last: dict[int, 
     pure kernel g(s)'s highest ratio over s in [4, L_longest)."""
     lengths = sorted(last)
     seen = [L for L in lengths if L <= Lmax] or lengths[:1]
-    ref = max(seen)
-    for r in heads:
-        p = (r["layer"], r["head"])
-        r["window_tv"] = total_variation(window_profile(last[r["length"]][p], r["length"], width),
-                                         window_profile(last[ref][p], ref, width))
+    _set_window_tv(heads, last, max(seen), width)
     a_in = np.mean([last[L][:, :, L - 1 - K] for L in seen], axis=0)  # [layers, h]
     layer, head = (int(v) for v in np.unravel_index(a_in.argmax(), a_in.shape))
     mine = sorted((r for r in heads if (r["layer"], r["head"]) == (layer, head)), key=lambda r: r["length"])
-    unseen = [r for r in mine if r["length"] > Lmax]
     out = dict(probe="member", layer=layer, head=head, head_name=f"{layer}.{head}", a_star_in=float(a_in[layer, head]),
-               window_peaks=" ".join(str(r["window_peak"]) for r in mine),
-               same_window_peak=int(len({r["window_peak"] for r in mine}) == 1),
-               window_tv_max=max(r["window_tv"] for r in mine),
-               offsets=" ".join(str(r["peak_offset"]) for r in unseen),
-               positions=" ".join(str(r["peak_position"]) for r in unseen),
-               at_minus_K=int(bool(unseen) and all(r["peak_offset"] == -K for r in unseen)),
-               pinned=int(bool(unseen) and len({r["peak_position"] for r in unseen}) == 1
-                          and unseen[0]["peak_position"] < Lmax),
-               **absolute_peak([r["length"] for r in unseen], [r["peak_position"] for r in unseen], Lmax))
+               **_peak_columns(mine, K, Lmax))
     moments = {}
     for which, m in (("", model), ("_untrained", untrained)):
         moments[which] = collect_moments(m, batch, layer=layer, chunk=chunk)
@@ -110,12 +97,42 @@ def retrieving_head(model, untrained, batch, heads: list[dict], last: dict[int, 
     enc = model.layer_encoding(layer)  # the chosen head's layer's encoding (its own under a layout)
     if enc.rotary_frequencies() is None:
         return out, []
+    return _carrier_kernel(out, model, enc, moments[""], (layer, head), max(lengths), K)
+
+
+def _set_window_tv(heads: list[dict], last: dict[int, np.ndarray], ref: int, width: int) -> None:
+    """Each head row's ``window_tv``: its window profile's total variation from that at length ``ref``."""
+    for r in heads:
+        p = (r["layer"], r["head"])
+        r["window_tv"] = total_variation(window_profile(last[r["length"]][p], r["length"], width),
+                                         window_profile(last[ref][p], ref, width))
+
+
+def _peak_columns(mine: list[dict], K: int, Lmax: int) -> dict:
+    """The member row's window peaks (every length of the head's rows ``mine``) and its last query's
+    peaks past ``Lmax``."""
+    unseen = [r for r in mine if r["length"] > Lmax]
+    return dict(window_peaks=" ".join(str(r["window_peak"]) for r in mine),
+                same_window_peak=int(len({r["window_peak"] for r in mine}) == 1),
+                window_tv_max=max(r["window_tv"] for r in mine),
+                offsets=" ".join(str(r["peak_offset"]) for r in unseen),
+                positions=" ".join(str(r["peak_position"]) for r in unseen),
+                at_minus_K=int(bool(unseen) and all(r["peak_offset"] == -K for r in unseen)),
+                pinned=int(bool(unseen) and len({r["peak_position"] for r in unseen}) == 1
+                           and unseen[0]["peak_position"] < Lmax),
+                **absolute_peak([r["length"] for r in unseen], [r["peak_position"] for r in unseen], Lmax))
+
+
+def _carrier_kernel(out: dict, model, enc, mom, where: tuple[int, int], longest: int,
+                    K: int) -> tuple[dict, list[dict]]:
+    """The member row ``out`` with a rotary head's carrier kernel columns (head ``where``: layer, head;
+    ``mom`` its layer's moments), and the kernel's normalized rows over [-(longest - 1), 0]."""
+    layer, head = where
     theta = rotary_theta(model, layer)
-    deltas = np.arange(-(max(lengths) - 1), 1)
-    mom = moments[""]
+    deltas = np.arange(-(longest - 1), 1)
     phi = carrier_profile_of(mom.m_Q[head], mom.m_K[head], theta, enc.layout, deltas)[0]
     top = secondary_peak(phi, deltas)
-    s = np.arange(4, max(lengths))
+    s = np.arange(4, longest)
     g = rotary_kernel(theta, s)
     out.update(kernel_argmax=top["argmax"], kernel_single_peak=int(top["argmax"] == -K and top["unique"]),
                kernel_second=f"{top['second']} ({top['ratio']:.2f})", kernel_ratio=top["ratio"],

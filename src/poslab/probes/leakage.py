@@ -518,33 +518,46 @@ class LeakageSums:
         if not chosen or any(not 0 <= k < n_layers for k in chosen):
             raise ConfigError("layers", chosen, f"layer indices in [0, {n_layers - 1}]")
         if self.keep is None:
-            windows = (list(self.window) if isinstance(self.window, Sequence) else [self.window] * n_layers)
-            if len(windows) != n_layers:
-                raise ConfigError("window", windows, f"one window (or None) per layer, {n_layers} of them")
-            masks: dict = {}
-            self._slots = {k: slot for slot, k in enumerate(chosen)}
-            self.slot_windows = [windows[k] for k in chosen]
-            self.keeps = [masks.setdefault(w, keep_mask(n, w)) for w in self.slot_windows]
-            self.keep = self.keeps[0]
-        if not self.sums:  # per-pair sums over every chosen layer, added to in place layer by layer
-            shapes = {(q, name): (len(chosen), h, n) + (() if name in self._per_query(q) else (n,))
-                      for q in self._quantities() for name in SUMS}
-            kept = {shape: list(self.scratch.get(shape, ())) for shape in set(shapes.values())} \
-                if self.scratch is not None else {}
-
-            def zeros(shape) -> Tensor:
-                return kept[shape].pop().zero_() if kept.get(shape) else torch.zeros(shape, dtype=torch.float64)
-
-            made = {key: zeros(shape) for key, shape in shapes.items()}
-            self.sums = {q: PairSums(*(made[q, name] for name in SUMS), 0, 0,  # type: ignore[arg-type,misc,call-arg]
-                                     per_query=self._per_query(q))  # (mypy cannot count a starred generator)
-                         for q in self._quantities()}
-            if self.scratch is not None:
-                for shape in set(shapes.values()):
-                    self.scratch[shape] = [made[key] for key, s in shapes.items() if s == shape]
-            self.log_z, self.received, self.to_key0 = (torch.zeros(len(chosen), h, n, dtype=torch.float64)
-                                                       for _ in range(3))
+            self._set_masks(chosen, n_layers, n)
+        if not self.sums:
+            self._allocate(chosen, h, n)
         self._chunk = (b, held_out_sequences(b, self.seen))
+
+    def _set_masks(self, chosen: list[int], n_layers: int, n: int) -> None:
+        """Each chosen layer's slot, window and [n, n] mask of kept keys (one mask per window)."""
+        windows = (list(self.window) if isinstance(self.window, Sequence) else [self.window] * n_layers)
+        if len(windows) != n_layers:
+            raise ConfigError("window", windows, f"one window (or None) per layer, {n_layers} of them")
+        masks: dict = {}
+        self._slots = {k: slot for slot, k in enumerate(chosen)}
+        self.slot_windows = [windows[k] for k in chosen]
+        self.keeps = [masks.setdefault(w, keep_mask(n, w)) for w in self.slot_windows]
+        self.keep = self.keeps[0]
+
+    def _allocate(self, chosen: list[int], h: int, n: int) -> None:
+        """Per-pair sums over every chosen layer, added to in place layer by layer (zeroed tensors of
+        ``scratch`` where it holds some of the shape), and the per-query sums."""
+        shapes = {(q, name): (len(chosen), h, n) + (() if name in self._per_query(q) else (n,))
+                  for q in self._quantities() for name in SUMS}
+        made = self._zeros(shapes)
+        self.sums = {q: PairSums(*(made[q, name] for name in SUMS), 0, 0,  # type: ignore[arg-type,misc,call-arg]
+                                 per_query=self._per_query(q))  # (mypy cannot count a starred generator)
+                     for q in self._quantities()}
+        if self.scratch is not None:
+            for shape in set(shapes.values()):
+                self.scratch[shape] = [made[key] for key, s in shapes.items() if s == shape]
+        self.log_z, self.received, self.to_key0 = (torch.zeros(len(chosen), h, n, dtype=torch.float64)
+                                                   for _ in range(3))
+
+    def _zeros(self, shapes: dict) -> dict:
+        """A zeroed float64 tensor per key of ``shapes``: one of ``scratch``'s where it has one left, else new."""
+        kept = {shape: list(self.scratch.get(shape, ())) for shape in set(shapes.values())} \
+            if self.scratch is not None else {}
+
+        def zeros(shape) -> Tensor:
+            return kept[shape].pop().zero_() if kept.get(shape) else torch.zeros(shape, dtype=torch.float64)
+
+        return {key: zeros(shape) for key, shape in shapes.items()}
 
     def _quantities(self) -> tuple[str, ...]:
         return QUANTITIES if self.old else tuple(LEAN)

@@ -198,7 +198,7 @@ def positionwise_loss(model, tokens: Tensor, *, chunk: int = CHUNK, key_chunk: i
     directory = tempfile.mkdtemp(prefix="poslab-lm-stream-", dir=workdir) if disk else None
     x, K, V = (_Rows(n, D, device, directory), _Rows(n, h * d, device, directory),
                _Rows(n, h * d, device, directory))
-    G = _Rows(n, h, device, directory) if cfg.energy_gate and cfg.gate_renormalize else None
+    G = _Rows(n, h, device, directory) if cfg.energy_gate and cfg.energy_gate.renormalize else None
     enc = model.encoding
     try:
         for a in range(0, n, chunk):  # the embedded stream: BOS at internal index 0, position 0
@@ -224,11 +224,19 @@ def _layer(block, enc, x: _Rows, K: _Rows, V: _Rows, G: _Rows | None, n: int, ch
            device) -> None:
     """One layer, in place on the stream ``x``; K, V (and G, log g with renormalized gating) are scratch.
     ``enc`` is this layer's encoding; its window, chunk and temperature are the block's."""
+    _keys_values(block, x, K, V, G, n, key_chunk)
+    # pass B: each query chunk against its causal (and windowed) key chunks, online softmax
+    for i0 in range(0, n, chunk):
+        i1 = min(n, i0 + chunk)
+        resid = x.read(i0, i1)  # [c, D]
+        out = _attend(block, enc, resid, (K, V, G), (i0, i1), key_chunk, device)  # [h, c, d]
+        x.write(i0, block.mix(resid[None], out[None])[0])
+
+
+def _keys_values(block, x: _Rows, K: _Rows, V: _Rows, G: _Rows | None, n: int, key_chunk: int) -> None:
+    """Pass A: this layer's keys and values (and, with energy gating, each key's gate) for every row."""
     cfg = block.cfg
-    window, chunk_size, temperature = block.window, block.chunk, block.temperature
     h, d = cfg.n_heads, cfg.d_head
-    renorm = G is not None
-    # pass A: this layer's keys and values (and, with energy gating, each key's gate) for every row
     carry = None  # running sum of e^2 over the rows so far, [1, h | 1]
     for a in range(0, n, key_chunk):
         b = min(n, a + key_chunk)
@@ -236,58 +244,80 @@ def _layer(block, enc, x: _Rows, K: _Rows, V: _Rows, G: _Rows | None, n: int, ch
         k, v = block.keys_values(ln)  # [1, h, c, d]
         if cfg.energy_gate:
             _, g, carry = block.gate(ln, start=a, carry=carry)  # [1, h, c]
-            if renorm:
-                assert G is not None
+            if G is not None:  # renormalized gating: log g joins the scores
                 G.write(a, g[0].T.log())  # [c, h]
             else:
                 v = v * g[..., None]
         K.write(a, k[0].transpose(0, 1).reshape(b - a, h * d))
         V.write(a, v[0].transpose(0, 1).reshape(b - a, h * d))
-    # pass B: each query chunk against its causal (and windowed) key chunks, online softmax
-    for i0 in range(0, n, chunk):
-        i1 = min(n, i0 + chunk)
-        resid = x.read(i0, i1)  # [c, D]
-        q = block.queries(block.ln_attn(resid)[None])  # [1, h, c, d]
-        qpos = torch.arange(i0, i1, device=device)
-        M = torch.full((h, i1 - i0), -math.inf, device=device)  # running max, [h, c]
-        Z = torch.zeros(h, i1 - i0, device=device)  # normaliser
-        acc = torch.zeros(h, i1 - i0, d, device=device)  # value sum O
-        first = 0 if window is None else max(0, i0 - window + 1)
-        if chunk_size is not None:
-            first = max(first, i0 // chunk_size * chunk_size)  # the query block's first chunk starts there
-        first = first // key_chunk * key_chunk
-        for j0 in range(first, i1, key_chunk):
-            j1 = min(n, j0 + key_chunk, i1)
-            k = K.read(j0, j1).view(-1, h, d).transpose(0, 1)[None]  # [1, h, c', d]
-            v = V.read(j0, j1).view(-1, h, d).transpose(0, 1)  # [h, c', d]
-            kpos = torch.arange(j0, j1, device=device)
-            rq, rk = enc.rotate_qk(q, k, qpos, kpos)
-            s = (rq / math.sqrt(d)) @ rk.transpose(-1, -2)  # [1, h, c, c']
-            bias = enc.score_bias(rq, rk, qpos, kpos)
-            if bias is not None:
-                s += bias
-            if temperature != 1:
-                s /= temperature
-            s = s[0]  # [h, c, c']
-            if renorm:
-                assert G is not None
-                s = s + G.read(j0, j1).T[:, None, :]  # + log g_hj
-            if (j1 - 1 > i0 or (window is not None and i1 - 1 - j0 >= window)
-                    or (chunk_size is not None and j0 // chunk_size != (i1 - 1) // chunk_size)):  # a block on an edge
-                keep = kpos[None, :] <= qpos[:, None]  # [c, c']
-                if window is not None:
-                    keep = keep & (qpos[:, None] - kpos[None, :] < window)
-                if chunk_size is not None:
-                    keep = keep & (qpos[:, None] // chunk_size == kpos[None, :] // chunk_size)
-                s = s.masked_fill(~keep, -math.inf)
-            M_new = torch.maximum(M, s.amax(-1))
-            safe = torch.where(torch.isinf(M_new), torch.zeros_like(M_new), M_new)  # rows with no key yet
-            p = s.sub_(safe[..., None]).exp_()  # [h, c, c'], in place: the block is the largest buffer
-            rescale = torch.exp(M - safe)
-            Z = Z * rescale + p.sum(-1)
-            acc = acc * rescale[..., None] + p @ v
-            M = M_new
-        x.write(i0, block.mix(resid[None], (acc / Z[..., None])[None])[0])  # acc / Z: [h, c, d]
+
+
+def _attend(block, enc, resid: Tensor, kvg: tuple[_Rows, _Rows, _Rows | None], rows: tuple[int, int],
+            key_chunk: int, device) -> Tensor:
+    """The attention output of query rows ``rows`` (i0, i1; ``resid`` their stream), [h, c, d]: an online
+    softmax over their causal (windowed, chunked) key chunks of K, V (G: log gates)."""
+    i0, i1 = rows
+    h, d = block.cfg.n_heads, block.cfg.d_head
+    q = block.queries(block.ln_attn(resid)[None])  # [1, h, c, d]
+    qpos = torch.arange(i0, i1, device=device)
+    M = torch.full((h, i1 - i0), -math.inf, device=device)  # running max, [h, c]
+    Z = torch.zeros(h, i1 - i0, device=device)  # normaliser
+    acc = torch.zeros(h, i1 - i0, d, device=device)  # value sum O
+    for j0 in range(_first_key(block, i0, key_chunk), i1, key_chunk):
+        j1 = min(j0 + key_chunk, i1)
+        s, v = _block_scores(block, enc, q, qpos, kvg, (j0, j1), rows)
+        M_new = torch.maximum(M, s.amax(-1))
+        safe = torch.where(torch.isinf(M_new), torch.zeros_like(M_new), M_new)  # rows with no key yet
+        p = s.sub_(safe[..., None]).exp_()  # [h, c, c'], in place: the block is the largest buffer
+        rescale = torch.exp(M - safe)
+        Z = Z * rescale + p.sum(-1)
+        acc = acc * rescale[..., None] + p @ v
+        M = M_new
+    return acc / Z[..., None]
+
+
+def _first_key(block, i0: int, key_chunk: int) -> int:
+    """The first key row the query block from ``i0`` can see (its window's, its chunk's), down to a key chunk."""
+    first = 0 if block.window is None else max(0, i0 - block.window + 1)
+    if block.chunk is not None:
+        first = max(first, i0 // block.chunk * block.chunk)  # the query block's first chunk starts there
+    return first // key_chunk * key_chunk
+
+
+def _block_scores(block, enc, q: Tensor, qpos: Tensor, kvg: tuple[_Rows, _Rows, _Rows | None],
+                  keys: tuple[int, int], rows: tuple[int, int]) -> tuple[Tensor, Tensor]:
+    """The scores [h, c, c'] of the queries ``q`` on key rows ``keys`` (j0, j1), masked where the block
+    crosses the causal, window or chunk edge, and those keys' values [h, c', d]."""
+    (K, V, G), (j0, j1), (i0, i1) = kvg, keys, rows
+    h, d = block.cfg.n_heads, block.cfg.d_head
+    window, chunk_size = block.window, block.chunk
+    k = K.read(j0, j1).view(-1, h, d).transpose(0, 1)[None]  # [1, h, c', d]
+    v = V.read(j0, j1).view(-1, h, d).transpose(0, 1)  # [h, c', d]
+    kpos = torch.arange(j0, j1, device=qpos.device)
+    rq, rk = enc.rotate_qk(q, k, qpos, kpos)
+    s = (rq / math.sqrt(d)) @ rk.transpose(-1, -2)  # [1, h, c, c']
+    bias = enc.score_bias(rq, rk, qpos, kpos)
+    if bias is not None:
+        s += bias
+    if block.temperature != 1:
+        s /= block.temperature
+    s = s[0]  # [h, c, c']
+    if G is not None:
+        s = s + G.read(j0, j1).T[:, None, :]  # + log g_hj
+    if (j1 - 1 > i0 or (window is not None and i1 - 1 - j0 >= window)
+            or (chunk_size is not None and j0 // chunk_size != (i1 - 1) // chunk_size)):  # a block on an edge
+        s = s.masked_fill(~_keep(qpos, kpos, window, chunk_size), -math.inf)
+    return s, v
+
+
+def _keep(qpos: Tensor, kpos: Tensor, window: int | None, chunk_size: int | None) -> Tensor:
+    """[c, c'] the keys each query sees: causal, within its window, in its chunk."""
+    keep = kpos[None, :] <= qpos[:, None]  # [c, c']
+    if window is not None:
+        keep = keep & (qpos[:, None] - kpos[None, :] < window)
+    if chunk_size is not None:
+        keep = keep & (qpos[:, None] // chunk_size == kpos[None, :] // chunk_size)
+    return keep
 
 
 def _readout(model, x: _Rows, tokens: Tensor, L: int, bos: int, chunk: int, buckets, per_position: bool,

@@ -86,19 +86,27 @@ def bend_rows(rows: list[dict], L0: int, delta: float, sharp: float) -> list[dic
     out = []
     for law in (r for r in rows if r.get("probe") == "scaling_law"):
         m, seed, bound = law["method"], law["seed"], law["extrapolation_bound"]
-        pos = sorted((r for r in rows if r.get("probe") == "positionwise" and r.get("longest") and r["method"] == m
-                      and r["seed"] == seed), key=lambda r: r["bucket_start"])
+        pos = _longest_buckets(rows, m, seed)
         in_range = [r["loss"] for r in pos if L0 // 2 <= r["bucket_start"] and r["bucket_end"] < L0]
-        if not in_range:
-            continue
-        ref = float(np.mean(in_range))
-        flat = [r["loss"] - ref for r in pos if r["bucket_start"] >= L0 and r["bucket_end"] < bound]
-        past = [r["loss"] - ref for r in pos if r["bucket_start"] >= bound]
-        rising = [r["bucket_start"] for r in pos if r["bucket_start"] >= L0 and r["loss"] - ref > delta]
-        steep = [r["bucket_start"] for r in pos if r["bucket_start"] >= L0 and r["loss"] - ref > sharp]
-        out.append(dict(probe="bend", method=m, seed=seed, bound=bound, ref=ref,
-                        flat_rise=float(np.mean(flat)) if flat else None,
-                        past_rise=float(np.mean(past)) if past else None,
-                        bend=rising[0] if rising else None, sharp_bend=steep[0] if steep else None,
-                        sharp_over_bound=steep[0] / bound if steep else None))
+        if in_range:
+            out.append(dict(probe="bend", method=m, seed=seed, bound=bound,
+                            **_bend(pos, float(np.mean(in_range)), L0, bound, delta, sharp)))
     return out
+
+
+def _longest_buckets(rows: list[dict], method, seed) -> list[dict]:
+    """The ``positionwise`` rows of one method and seed on its longest windows, by bucket start."""
+    return sorted((r for r in rows if r.get("probe") == "positionwise" and r.get("longest") and r["method"] == method
+                   and r["seed"] == seed), key=lambda r: r["bucket_start"])
+
+
+def _bend(pos: list[dict], ref: float, L0: int, bound, delta: float, sharp: float) -> dict:
+    """:func:`bend_rows`'s columns of one method and seed, from its buckets ``pos`` and reference loss ``ref``."""
+    flat = [r["loss"] - ref for r in pos if r["bucket_start"] >= L0 and r["bucket_end"] < bound]
+    past = [r["loss"] - ref for r in pos if r["bucket_start"] >= bound]
+    rising = [r["bucket_start"] for r in pos if r["bucket_start"] >= L0 and r["loss"] - ref > delta]
+    steep = [r["bucket_start"] for r in pos if r["bucket_start"] >= L0 and r["loss"] - ref > sharp]
+    return dict(ref=ref, flat_rise=float(np.mean(flat)) if flat else None,
+                past_rise=float(np.mean(past)) if past else None,
+                bend=rising[0] if rising else None, sharp_bend=steep[0] if steep else None,
+                sharp_over_bound=steep[0] / bound if steep else None)

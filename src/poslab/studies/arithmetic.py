@@ -29,15 +29,14 @@ Notation: b batch, h head, i query index, j key index, n trained operand digits,
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from poslab.errors import ConfigError
-from poslab.experiments import Experiment
-from poslab.experiments.config import EvalConfig, StudyConfig
+from poslab.experiments import Trained
+from poslab.experiments.config import QUICK, EvalConfig, StudyConfig
 from poslab.experiments.experiment import resolve_task
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_outputs
 from poslab.experiments.spec import (
@@ -75,43 +74,54 @@ BASELINES = ("nope", "rope", "learned")
 PINNED_SHARE = 0.9  # a pinned head keeps at least this share of its argmax keys off-source inside [0, T)
 
 
-@dataclasses.dataclass(frozen=True)
-class Scale:
-    """One preset: trained digits 1 .. n, evaluated at ``multiples`` of n (and n // 2), the model, trainer,
-    evaluation and the encodings' tables."""
-
-    n: int
-    multiples: tuple[int, ...]
-    model: dict
-    train: dict
-    n_sequences: int
-    seeds: int
-    abacus_offset: int  # K of Abacus's random offset
-
-    @property
-    def lengths(self) -> tuple[int, ...]:
-        return tuple(sorted({max(1, self.n // 2), *(m * self.n for m in self.multiples)}))
-
-    @property
-    def max_pos(self) -> int:
-        """Position coupling's largest id: the widest evaluated addition's ids 1 .. L + 2 (the paper: 202 for 200)."""
-        return max(self.lengths) + 2
+CPU_ABACUS_OFFSET = 20  # K of Abacus's random offset at the cpu preset (the paper: 100)
 
 
+def lengths_of(n: int, multiples: tuple[int, ...]) -> tuple[int, ...]:
+    """The evaluated digits per operand: n // 2 (at least 1) and each multiple of the trained n."""
+    return tuple(sorted({max(1, n // 2), *(m * n for m in multiples)}))
+
+
+def settings_of(lengths: tuple[int, ...], n: int, abacus_offset: int) -> dict[str, dict]:
+    """Every setting of SETTINGS: its encoding, the task's format and the positions that encoding reads, and
+    the tables of the task-position encodings sized to the widest evaluated addition (position coupling's
+    ids 1 .. L + 2: the paper's 202 for 200 digits; Abacus's places past its random offset K)."""
+    opts = {"position_coupling": {"max_pos": max(lengths) + 2},
+            "abacus": {"max_offset": abacus_offset, "max_position": max(n + 1 + abacus_offset, max(lengths) + 1)}}
+    return {name: {"encoding": enc, "task.format": fmt, "task.positions": TASK_POSITIONS.get(enc, "index"),
+                   **({"encoding_options": {enc: opts[enc]}} if enc in opts else {})}
+            for name, (enc, fmt) in SETTINGS.items()}
+
+
+def scale(n: int, multiples: tuple[int, ...], abacus_offset: int) -> dict[str, object]:
+    """A preset's digits (dotted-path changes): trained on 1 .. n, evaluated at ``lengths_of(n, multiples)``,
+    the index hints and the task-position tables sized to the widest addition."""
+    lengths = lengths_of(n, multiples)
+    return {"train.max_length": n, "eval.lengths": lengths, "task.n_hints": max(lengths) + 4,
+            "settings": settings_of(lengths, n, abacus_offset)}
+
+
+# Paper preset: Cho et al.'s addition run (their scripts/addition/run_coupling.sh): 1 layer, 4 heads, d_model
+# 512, MLP 2048, Adam lr 1e-4 without weight decay, batch 1000, 50k steps, trained on 1-30 digits, max_pos 202,
+# tested to 200 digits; Abacus's K = 100 (McLeish et al.). Not run here
+PAPER_LENGTHS = lengths_of(30, (1, 2, 4, 6))
+BASE = StudyConfig(model_type="transformer", model=dict(n_layers=1, d_model=512, n_heads=4, d_mlp=2048),
+                   task_type="digit_addition", task=dict(n_hints=max(PAPER_LENGTHS) + 4),
+                   grid={"setting": tuple(SETTINGS)}, settings=settings_of(PAPER_LENGTHS, 30, 100), seeds=4,
+                   train=TrainConfig(steps=50_000, batch_size=1000, lr=1e-4, min_length=1, max_length=30,
+                                     length_sampling="sequence"),
+                   eval=EvalConfig(lengths=PAPER_LENGTHS, n_sequences=1000, chunk=128))
 PRESETS = {
-    # Cho et al.'s addition run (their scripts/addition/run_coupling.sh): 1 layer, 4 heads, d_model 512, MLP 2048,
-    # Adam lr 1e-4 without weight decay, batch 1000, 50k steps, trained on 1-30 digits, max_pos 202, tested to
-    # 200 digits; Abacus's K = 100 (McLeish et al.). Not run here
-    "paper": Scale(n=30, multiples=(1, 2, 4, 6), model=dict(n_layers=1, d_model=512, n_heads=4, d_mlp=2048),
-                   train=dict(steps=50_000, batch_size=1000, lr=1e-4), n_sequences=1000, seeds=4, abacus_offset=100),
+    "paper": {},
+    # a few steps of a tiny model on 1 .. 3 digits, tested at 1, 3 and 6: every code path in seconds
+    "quick": {**QUICK, **scale(3, (1, 2), 4), "model": dict(n_layers=1, d_model=16, n_heads=2), "seeds": 1,
+              "train.steps": 10, "train.batch_size": 8, "train.lr": 1e-3, "eval.n_sequences": 16},
     # sized here (docs/arithmetic.md): 1 .. 5 digits (position coupling's own small run trains 1-5 and tests 10),
     # tested at 2x, 3x and 4x; two layers: in the short check (docs/arithmetic.md) position coupling learned in
     # range by step 3000 at two layers and not by step 5500 at one (the headline's depth, at d_model 512 and 50k
     # steps of batch 1000 there); 5000 steps: 21 members at ~26 ms a member-step on 2 workers, ~23 min
-    "cpu": Scale(n=5, multiples=(1, 2, 3, 4), model=dict(n_layers=2, d_model=64, n_heads=4),
-                 train=dict(steps=5000, batch_size=64, lr=2e-3), n_sequences=256, seeds=3, abacus_offset=20),
-    "quick": Scale(n=3, multiples=(1, 2), model=dict(n_layers=1, d_model=16, n_heads=2),
-                   train=dict(steps=10, batch_size=8, lr=1e-3), n_sequences=16, seeds=1, abacus_offset=4),
+    "cpu": {**scale(5, (1, 2, 3, 4), CPU_ABACUS_OFFSET), "model": dict(n_layers=2, d_model=64, n_heads=4),
+            "seeds": 3, "train.steps": 5000, "train.batch_size": 64, "train.lr": 2e-3, "eval.n_sequences": 256},
 }
 
 LENGTH, HEAD, MEMBER = probe("length"), probe("head"), probe("member")
@@ -153,7 +163,7 @@ CLAIMS = [
               paper="20 digits generalize to 100 at up to 99% (5x)", where=UNSEEN & ABACUS, per=("setting",),
               measure=minimum("exact", by=("length",)), op=">=", threshold=0.9, source=MCLEISH, setting="other",
               trained=True, note=SCALE_NOTE + f"; Abacus alone (with NoPE), K scaled from 100 to the cpu preset's "
-                                               f"{PRESETS['cpu'].abacus_offset}"),
+                                               f"{CPU_ABACUS_OFFSET}"),
     ClaimSpec(name="{setting}: exact match at 2n", paper="(index hints reach 2.5x with FIRE; Zhou et al.)",
               where=UP_TO_2_5 & is_("setting", "hints rope", "hints nope"), per=("setting",), measure=mean("exact"),
               op=">=", threshold=0.9, source=HINTS_OWN, setting="other", trained=True,
@@ -209,23 +219,6 @@ FIGURES = [
     Lines("exact.png", x="ratio", y="exact", series=("setting",), where=LENGTH, ylim=(-0.02, 1.02),
           xlabel="digits per operand / trained digits n", ylabel="exact match of the sum"),
 ]
-
-
-def study(preset: str) -> StudyConfig:
-    """Every setting of SETTINGS at this preset's scale (PRESETS): one model, one trainer."""
-    scale = PRESETS[preset]
-    lengths = scale.lengths
-    opts = {"position_coupling": {"max_pos": scale.max_pos},
-            "abacus": {"max_offset": scale.abacus_offset,
-                       "max_position": max(scale.n + 1 + scale.abacus_offset, max(lengths) + 1)}}
-    settings = {name: {"encoding": enc, "task.format": fmt, "task.positions": TASK_POSITIONS.get(enc, "index"),
-                       **({"encoding_options": {enc: opts[enc]}} if enc in opts else {})}
-                for name, (enc, fmt) in SETTINGS.items()}
-    return StudyConfig(model_type="transformer", model=dict(scale.model), task_type="digit_addition",
-                       task=dict(n_hints=max(lengths) + 4), grid={"setting": tuple(SETTINGS)}, settings=settings,
-                       seeds=scale.seeds,
-                       train=TrainConfig(**scale.train, min_length=1, max_length=scale.n, length_sampling="sequence"),
-                       eval=EvalConfig(lengths=lengths, n_sequences=scale.n_sequences, chunk=128))
 
 
 def check(cfg: StudyConfig) -> None:
@@ -365,7 +358,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          csvs={"heads.csv": "head", "members.csv": "member"})
 
 
-EXPERIMENT = Experiment(name="arithmetic", title="Next step: arithmetic, position coupling's headline at cpu scale "
-                                                 "(position coupling, Abacus, index hints, NoPE / RoPE / APE)",
-                        study=study, evaluate=evaluate, report=report, presets=tuple(PRESETS), check=check,
-                        table_length=table_length)
+EXPERIMENT = Trained(name="arithmetic", title="Next step: arithmetic, position coupling's headline at cpu scale "
+                                           "(position coupling, Abacus, index hints, NoPE / RoPE / APE)",
+                     base=BASE, presets=PRESETS, evaluate=evaluate, report=report, check=check,
+                     table_length=table_length)

@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from poslab.experiments import Experiment
-from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments import Trained
+from poslab.experiments.config import QUICK, StudyConfig
 from poslab.experiments.outputs import (
     Column,
     Lines,
@@ -90,15 +90,6 @@ def registry_settings(ks: tuple[int, ...] = KS) -> dict[str, dict]:
                if not s.get("encoding_options", {}).get(s["encoding"])}
     return {f"{setup_label(enc, {})} K={K}": {"encoding": enc, "task.K": K}
             for enc in registered() for K in ks if (enc, K) not in covered}
-
-
-def study(preset: str) -> StudyConfig:
-    """Paper preset: 3 seeds, 4000 steps; each setting fixes the encoding, its options and K. The
-    quick preset runs the encodings outside the hand settings at QUICK_KS only."""
-    settings = {**HAND, **registry_settings(QUICK_KS if preset == "quick" else KS)}
-    cfg = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20),
-                      grid={"setting": tuple(settings)}, settings=settings, seeds=3)
-    return quick(cfg) if preset == "quick" else cfg
 
 
 AT_K = share("peak_offset", "==", neg("K"), text="share of seed x length cells whose mean attention peaks at -K")
@@ -479,5 +470,21 @@ def nearest_gap(enc: PositionalEncoding, L: int) -> float:
     return float((b[:, 1] - b[:, 2:].max(-1).values).min())
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, in_run_all=True,
+# Paper preset: 3 seeds, 4000 steps; each setting fixes the encoding, its options and K. The quick preset
+# runs the encodings outside the hand settings at QUICK_KS only.
+# Both follow the encoding registry: an encoding registered later is in the grid the next time one is resolved.
+BASE = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20), seeds=3)
+
+
+def registry_grid(ks: tuple[int, ...]) -> dict:
+    """The hand settings and every registered encoding's at each K of ``ks``, as a preset's changes."""
+    settings = {**HAND, **registry_settings(ks)}
+    return {"grid.setting": tuple(settings), "settings": settings}
+
+
+PRESETS = {"paper": lambda: registry_grid(KS), "quick": lambda: {**QUICK, **registry_grid(QUICK_KS)}}
+
+
+EXPERIMENT = Trained(name=name, title=title, base=BASE, presets=PRESETS,
+                     evaluate=evaluate, report=report, in_run_all=True,
                         extrapolation=EXTRAPOLATION)

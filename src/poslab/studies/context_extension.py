@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from poslab.errors import ConfigError
-from poslab.experiments import Experiment
+from poslab.experiments import Trained
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, write_outputs
 from poslab.experiments.spec import (
@@ -306,27 +306,6 @@ FIGURES: list[Lines | Heatmap] = [
 
 # ----------------------------------------------------------------------------- grid
 
-def study(preset: str) -> StudyConfig:
-    if preset == "quick":
-        L0, model = 32, dict(d_model=32, n_layers=1, n_heads=2)
-        train = TrainConfig(steps=40, batch_size=8, lr=3e-3, optimizer="adamw", betas=(0.9, 0.99),
-                            min_length=L0, max_length=L0)
-        ev = EvalConfig(lengths=tuple(m * L0 for m in (1, 2, 4)), n_sequences=8, seed=0, chunk=8)
-        seeds = 1
-    else:
-        L0, model, train = RECIPES["paper"]["context"], dict(CPU_MODEL), recipe_train("paper")  # nanoGPT's CPU recipe
-        ev = EvalConfig(lengths=tuple(m * L0 for m in MULTIPLES), n_sequences=64, seed=0, chunk=16)
-        seeds = 2
-    variants = {k: {"where": {"encoding": "rope"},
-                    **({"encoding_options": {"rope": {"scaling": m.scaling(L0)}}} if m.scaling else {})}
-                for k, m in METHODS.items() if k != "rope"}
-    return StudyConfig(model_type="transformer", model=model, task_type="passkey",
-                       task=dict(share=PASSKEY_SHARE, answer_weight=ANSWER_WEIGHT, reasoning=list(REASONING),
-                                 reasoning_share=REASONING_SHARE, reasoning_weight=REASONING_WEIGHT),
-                       encoding="rope", grid={"encoding": ("rope",)}, seeds=seeds, variants=variants, train=train,
-                       eval=ev)
-
-
 def check(study: StudyConfig) -> None:
     """Plain RoPE trained on one length, a passkey-capable text task, lengths past L0."""
     if tuple(study.axis("encoding")) != ("rope",):
@@ -569,6 +548,31 @@ def surveyed_encoding(row: dict) -> str | None:
     return SURVEYED.get(row.get("method") or "rope")
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, fixed=FIXED, check=check,
+def _variants(L0: int) -> dict:
+    """Every extension method but plain RoPE as an evaluate-only variant of the RoPE members at context L0."""
+    return {k: {"where": {"encoding": "rope"},
+                **({"encoding_options": {"rope": {"scaling": m.scaling(L0)}}} if m.scaling else {})}
+            for k, m in METHODS.items() if k != "rope"}
+
+
+# paper: nanoGPT's CPU recipe at its context L0, evaluated at MULTIPLES of it; quick: L0 = 32, every code path
+BASE = StudyConfig(model_type="transformer", model=dict(CPU_MODEL), task_type="passkey",
+                   task=dict(share=PASSKEY_SHARE, answer_weight=ANSWER_WEIGHT, reasoning=list(REASONING),
+                             reasoning_share=REASONING_SHARE, reasoning_weight=REASONING_WEIGHT),
+                   encoding="rope", grid={"encoding": ("rope",)}, seeds=2,
+                   variants=_variants(RECIPES["paper"]["context"]), train=recipe_train("paper"),
+                   eval=EvalConfig(lengths=tuple(m * RECIPES["paper"]["context"] for m in MULTIPLES), n_sequences=64,
+                                   seed=0, chunk=16))
+PRESETS = {
+    "paper": {},
+    "quick": {"model": dict(d_model=32, n_layers=1, n_heads=2), "seeds": 1, "variants": _variants(32),
+              "train": TrainConfig(steps=40, batch_size=8, lr=3e-3, optimizer="adamw", betas=(0.9, 0.99),
+                                   min_length=32, max_length=32),
+              "eval": EvalConfig(lengths=(32, 64, 128), n_sequences=8, seed=0, chunk=8)},
+}
+
+
+EXPERIMENT = Trained(name=name, title=title, base=BASE, presets=PRESETS,
+                     evaluate=evaluate, report=report, fixed=FIXED, check=check,
                         extrapolation=Extrapolation("lm", probe("loss"), "loss", "by_ratio",
                                                     encoding=surveyed_encoding))

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from poslab import probes
-from poslab.experiments import Experiment
-from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments import Trained
+from poslab.experiments.config import QUICK, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, value_range, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -85,12 +85,17 @@ CLAIMS = [
                      "dilution places H = 2 between its H = 1 and H = 4 peaks" + extra)
       for task, setting, extra in ((CC, "seed", ""), (FIXED, "other", "; fixed offset: the content-conditioned "
                                                                       "task's numbers, a control"))],
-    *[ClaimSpec(name="{task}, H={n_heads}, d_model=64: per-head top singular-value energy of W, range {range} "
-                     f"over heads x seeds overlaps the seed's {PAPER_SV[0]}-{PAPER_SV[1]}",
+    *[ClaimSpec(name="{task}, H={n_heads}, d_model=64: per-head top singular-value energy of W, range over heads "
+                     f"x seeds overlaps the seed's {PAPER_SV[0]}-{PAPER_SV[1]}",
+                renamed_from="{task}, H={n_heads}, d_model=64: per-head top singular-value energy of W, range {range} "
+                             f"over heads x seeds overlaps the seed's {PAPER_SV[0]}-{PAPER_SV[1]}",
                 paper=f"{PAPER_SV[0]}-{PAPER_SV[1]} over heads", where=probe("sv_range") & task,
-                per=("task", "n_heads", "range"),
+                per=("task", "n_heads"),
                 measure=mean("overlap", text="length of the intersection of the two ranges"), op=">", threshold=0.0,
-                source=HEADS, setting=setting, trained=True, revised=GATED,
+                source=HEADS, setting=setting, trained=True,
+                revised=GATED + "; 2026-12-07: the measured range left the claim's name and its groups (per task x H, "
+                                "was per task x H x range): a name holding a measured number changed with every run, "
+                                "so the registry could not follow the claim; the range is in the table beside it",
                 note=f"[min, max] over heads x seeds at L = 16; overlap > 0: the measured range meets the "
                      f"seed's (the share of the seed's range it covers is in the table){extra}")
       for task, setting, extra in ((CC, "seed", ""), (FIXED, "other", "; the seed's range is the content-conditioned "
@@ -134,11 +139,10 @@ FIGURES = [Lines("peak_by_heads.png", x="n_heads", y="peak_height", series=("swe
                  where=probe("sweep"), xlabel="heads H", ylabel="peak attention, longest L (per class)")]
 
 
-def study(preset: str) -> StudyConfig:
-    """Paper preset: 3 seeds (the paper gives none for this paragraph), 4000 steps."""
-    cfg = StudyConfig(model_type="retrieval_head", task_type="content_conditioned", task=dict(m=20, K1=2),
-                      grid={"setting": tuple(SETTINGS), "task.K2": (3, 2)}, settings=SETTINGS, seeds=3)
-    return quick(cfg) if preset == "quick" else cfg
+# Paper preset: 3 seeds (the paper gives none for this paragraph), 4000 steps.
+BASE = StudyConfig(model_type="retrieval_head", task_type="content_conditioned", task=dict(m=20, K1=2),
+                   grid={"setting": tuple(SETTINGS), "task.K2": (3, 2)}, settings=SETTINGS, seeds=3)
+PRESETS = {"paper": {}, "quick": QUICK}
 
 
 def evaluate(ctx) -> list[dict]:
@@ -204,7 +208,8 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          csvs={"heads.csv": "head"})
 
 
-EXPERIMENT = Experiment(name="heads", title="Head count: H in {1, 2, 4} at fixed width and at fixed per-head width, "
-                        "on content-conditioned and fixed-offset retrieval", study=study, evaluate=evaluate,
+EXPERIMENT = Trained(name="heads", title="Head count: H in {1, 2, 4} at fixed width and at fixed per-head width, "
+                        "on content-conditioned and fixed-offset retrieval", base=BASE, presets=PRESETS,
+                     evaluate=evaluate,
                         report=report, in_run_all=True,
                         extrapolation=Extrapolation("fixed_offset", probe("length"), "accuracy"))  # every H and task

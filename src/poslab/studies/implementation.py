@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from poslab.errors import ConfigError, check_choice
-from poslab.experiments import Experiment, Job
+from poslab.experiments import EvaluateOnly, Job
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.spec import (
@@ -63,7 +63,6 @@ from poslab.experiments.spec import (
 )
 from poslab.probes import precision as pr
 
-PRESETS = ("quick", "cpu")
 CHAR, TINY = "char", "tiny-llama"
 OFFSETS = (0, 10**3, 10**4, 10**5, 10**6)  # positions offset + (0 .. n-1)
 FORMAT_STARTS = (0, 256, 512, 10**3, 10**4, 10**5, 10**6)  # windows of FORMAT_WINDOW positions
@@ -164,20 +163,18 @@ FIGURES = [
 ]
 
 
-def study(preset: str) -> StudyConfig:
-    check_choice("preset", preset, PRESETS)
-    if preset == "quick":
-        model = dict(L0=16, decode=48, factor=2.0, stride=8, pattern_tokens=12, angle_positions=32,
-                     depths=[0.5], char=dict(d_model=32, n_layers=1, n_heads=2, context=16, steps=10,
-                                             batch_size=8, windows=2))
-        checkpoints: tuple[str, ...] = (CHAR, TINY)
-    else:
-        model = dict(L0=256, decode=1024, factor=2.0, stride=64, pattern_tokens=64, angle_positions=256,
-                     depths=[0.25, 0.75], char=dict(d_model=64, n_layers=2, n_heads=4, context=64, steps=600,
-                                                    batch_size=16, windows=4))
-        checkpoints = (CHAR, "smollm2-135m", "gemma3-270m")
-    return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
-                       grid={"model.checkpoint": checkpoints}, seeds=1)
+BASE = StudyConfig(model_type="pretrained", task_type="text", task=dict(split="val"),
+                   model=dict(L0=256, decode=1024, factor=2.0, stride=64, pattern_tokens=64, angle_positions=256,
+                              depths=[0.25, 0.75], char=dict(d_model=64, n_layers=2, n_heads=4, context=64, steps=600,
+                                                             batch_size=16, windows=4)),
+                   grid={"model.checkpoint": (CHAR, "smollm2-135m", "gemma3-270m")}, seeds=1)
+PRESETS = {
+    "quick": {"model": dict(L0=16, decode=48, factor=2.0, stride=8, pattern_tokens=12, angle_positions=32,
+                            depths=[0.5], char=dict(d_model=32, n_layers=1, n_heads=2, context=16, steps=10,
+                                                    batch_size=8, windows=2)),
+              "grid.model.checkpoint": (CHAR, TINY)},
+    "cpu": {},
+}
 
 
 # ----------------------------------------------------------------------------- checks (before any work)
@@ -476,6 +473,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          tables=TABLES, figures=FIGURES)
 
 
-EXPERIMENT = Experiment(name="implementation", title="Survey: implementation considerations (RoPE precision, "
+EXPERIMENT = EvaluateOnly(name="implementation", title="Survey: implementation considerations (RoPE precision, "
                                                      "KV cache under Dynamic NTK)",
-                        study=study, jobs=jobs, run_job=run_job, report=report, presets=PRESETS, check=check)
+                        base=BASE, presets=PRESETS, jobs=jobs, run_job=run_job, report=report, check=check)

@@ -17,15 +17,14 @@ Set-up, criteria and results: docs/next-steps.md.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from poslab import probes
-from poslab.experiments import Experiment
-from poslab.experiments.config import EvalConfig, StudyConfig, quick
+from poslab.experiments import Trained
+from poslab.experiments.config import QUICK, EvalConfig, Preset, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -174,23 +173,17 @@ FIGURES = [
 ]
 
 
-def study(preset: str) -> StudyConfig:
-    """Paper preset: Section 5.2's model and recipe (d_model = 256, four heads, 2000 steps of batch 64, Adam
-    1e-3, L in [8, 16]) on induction over m = 64 tokens, 3 seeds, 512 sequences at each of 8 .. 48. ``cpu``:
-    d_model = 64 (d_head = 16, Section 5.2's control width), 2 seeds, 1000 steps, 256 sequences a length."""
-    cfg = StudyConfig(model_type="transformer", model=dict(d_model=256, n_layers=2, n_heads=4, layer_norm=True),
-                      task_type="induction", task=dict(m=64), grid={"encoding": ENCODINGS}, seeds=3,
-                      train=TrainConfig(steps=2000, batch_size=64, lr=1e-3, min_length=8, max_length=LMAX),
-                      eval=EvalConfig(lengths=(8, 12, 16, 20, 24, 32, 40, 48), n_sequences=512, chunk=256))
-    if preset == "quick":
-        return dataclasses.replace(quick(cfg, steps=30, batch_size=16, n_sequences=32), seeds=1,
-                                   model=dict(cfg.model, d_model=32), eval=dataclasses.replace(
-                                       cfg.eval, lengths=(8, 16, 24), n_sequences=32))
-    if preset == "cpu":
-        return dataclasses.replace(cfg, model=dict(cfg.model, d_model=64), seeds=2,
-                                   train=dataclasses.replace(cfg.train, steps=1000),
-                                   eval=dataclasses.replace(cfg.eval, n_sequences=256))
-    return cfg
+# Paper preset: Section 5.2's model and recipe (d_model = 256, four heads, 2000 steps of batch 64, Adam 1e-3, L in
+# [8, 16]) on induction over m = 64 tokens, 3 seeds, 512 sequences at each of 8 .. 48. ``cpu``: d_model = 64
+# (d_head = 16, Section 5.2's control width), 2 seeds, 1000 steps, 256 sequences a length.
+BASE = StudyConfig(model_type="transformer", model=dict(d_model=256, n_layers=2, n_heads=4, layer_norm=True),
+                   task_type="induction", task=dict(m=64), grid={"encoding": ENCODINGS}, seeds=3,
+                   train=TrainConfig(steps=2000, batch_size=64, lr=1e-3, min_length=8, max_length=LMAX),
+                   eval=EvalConfig(lengths=(8, 12, 16, 20, 24, 32, 40, 48), n_sequences=512, chunk=256))
+PRESETS: dict[str, Preset] = {"paper": {},
+           "quick": {**QUICK, "train.steps": 30, "train.batch_size": 16, "seeds": 1, "model.d_model": 32,
+                     "eval.lengths": (8, 16, 24), "eval.n_sequences": 32},
+           "cpu": {"model.d_model": 64, "seeds": 2, "train.steps": 1000, "eval.n_sequences": 256}}
 
 
 def scores(model, batch, Lmax: int, chunk: int) -> dict:
@@ -288,6 +281,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          csvs={"heads.csv": "head", "members.csv": "member"})
 
 
-EXPERIMENT = Experiment(name="induction", title="Next step: a two-layer induction circuit per encoding (does the "
+EXPERIMENT = Trained(name="induction", title="Next step: a two-layer induction circuit per encoding (does the "
                                                 "previous-token head transfer past the training length?)",
-                        study=study, evaluate=evaluate, report=report, presets=("paper", "quick", "cpu"))
+                        base=BASE, presets=PRESETS, evaluate=evaluate, report=report)

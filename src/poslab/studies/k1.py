@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from poslab import probes
-from poslab.experiments import Experiment
-from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments import Trained
+from poslab.experiments.config import QUICK, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, joined, select, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -89,11 +89,10 @@ PLOTTED = {"cos_0": "cos(m_Q, R_0 m_K)", "cos_target": "cos(m_Q, R_-K m_K)", "co
 FIGURES = [Lines("k1.png", x="K", y="value", series=("quantity",), where=probe("plot"), hline=0.0, ylabel="")]
 
 
-def study(preset: str) -> StudyConfig:
-    """Paper preset: the Table 2 protocol (5 seeds, 4000 steps) with K in {1, 2, 3}."""
-    cfg = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20),
-                      grid={"task.K": (1, 2, 3)}, seeds=5)
-    return quick(cfg) if preset == "quick" else cfg
+# Paper preset: the Table 2 protocol (5 seeds, 4000 steps) with K in {1, 2, 3}.
+BASE = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20), grid={"task.K": (1, 2, 3)},
+                   seeds=5)
+PRESETS = {"paper": {}, "quick": QUICK}
 
 
 def evaluate(ctx) -> list[dict]:
@@ -134,6 +133,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          csvs={"members.csv": "member"})
 
 
-EXPERIMENT = Experiment(name="k1", title="K = 1: near-parallel carriers and a suppressed self-logit, against K = 2 "
-                                         "and K = 3", study=study, evaluate=evaluate, report=report, in_run_all=True,
+EXPERIMENT = Trained(name="k1", title="K = 1: near-parallel carriers and a suppressed self-logit, against K = 2 "
+                                         "and K = 3", base=BASE, presets=PRESETS,
+                     evaluate=evaluate, report=report, in_run_all=True,
                         extrapolation=EXTRAPOLATION)

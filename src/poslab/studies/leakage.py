@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from poslab.errors import ConfigError
-from poslab.experiments import Experiment
+from poslab.experiments import Trained
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, select, write_outputs
 from poslab.experiments.spec import (
@@ -51,27 +51,6 @@ FIXED = {"model.bos": "the study is about the BOS at position 0",
          "eval.lengths": "one evaluation length, the training length (train.max_length)"}
 
 
-def study(preset: str) -> StudyConfig:
-    """``paper``: nanoGPT's shakespeare_char CPU recipe (4 layers, 4 heads, d_model 128, context
-    64, batch 12, 2000 steps, lr 1e-3 cosine to 1e-4, AdamW, no dropout), 3 seeds, window 16;
-    ``quick``: a 2-layer d_model 32 model for 40 steps, every code path in seconds. The variant
-    ``ntk_inference`` reads the standard RoPE models (no window) under the NTK base, evaluate-only."""
-    if preset == "quick":
-        model, T, window, seeds = dict(d_model=32, n_layers=2, n_heads=2, bos=True), 16, 6, 2
-        train = TrainConfig(steps=40, batch_size=16, lr=3e-3, optimizer="adamw", min_length=T, max_length=T)
-        evaluation = EvalConfig(lengths=(T,), n_sequences=16, seed=0, chunk=16)
-    else:
-        model, T, window, seeds = dict(CPU_MODEL, bos=True), 64, 16, 3
-        train = recipe_train("paper")
-        evaluation = EvalConfig(lengths=(T,), n_sequences=256, seed=0, chunk=128)
-    ntk = {"rope_type": "ntk", "factor": 4.0}  # the scaling rope_ntk is trained with (positional/__init__.py)
-    return StudyConfig(model_type="transformer", model=model, task_type="text", task={},
-                       grid={"encoding": ("rope", "rope_ntk"), "model.window": (None, window)},
-                       variants={NTK_INFERENCE: {"where": {"encoding": "rope", "window": None},
-                                                 "encoding_options": {"rope": {"scaling": ntk}}}},
-                       seeds=seeds, train=train, eval=evaluation)
-
-
 TRAINED = "as trained"  # the variant column of a trained member's rows (the NTK-at-inference variant: NTK_INFERENCE)
 NTK_INFERENCE = "ntk_inference"
 MODEL = probe("model") & is_("variant", TRAINED)  # derived: one row per model and seed, means over layers and heads
@@ -83,9 +62,7 @@ EVERY_KEY = "(b) over every key (the earlier reading): not the abstract's positi
 # claims for its three architectures (standard RoPE, NTK scaling, a sliding window) at no size: this grid of small
 # character LMs is their setting ("seed"); a reading or an architecture the abstract does not use is "other"
 CAUSALITY = derivation("position 0 sees only itself under causal attention and starts from the same BOS vector")
-# the BOS swap's 'decided only where all three replacements agree' rule lives in studies/kit/leakage_rows
-# (decided_when_agreed, the swap3 rows), outside the spec: left as it is (issue 53)
-SWAP = dataclasses.replace(lr.SWAP, source=SWAP_SOURCE, setting="seed")
+SWAP = dataclasses.replace(lr.SWAP, source=SWAP_SOURCE, setting="seed", revised=lr.AGREED)
 CLAIMS = [
     ClaimSpec(name="{model}: component (b) at key 0 present", paper="present in all three", where=MODEL,
               per=("model",), measure=lower_bound("component_b_key0", "seed mean of (b) at key 0 - 2 standard errors"),
@@ -308,11 +285,31 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"judged on (b) at key 0 (position 0 read by the queries, the abstract's mechanism), (b) over every "
              f"key as a control; present: seed mean less two standard errors over seeds above 0 (the abstract "
              f"gives no size); (a) > 0 holds by construction under a causal mask (a check).")
-    claims = lr.decided_when_agreed(judge_all(CLAIMS, every), every)
+    claims = judge_all(CLAIMS, every)
     return write_outputs(out, title=EXPERIMENT.title, rows=every, csv_rows=rows, claims=claims,
                          intro=intro, tables=TABLES, figures=FIGURES)
 
 
-EXPERIMENT = Experiment(name="leakage",
+# ``paper``: nanoGPT's shakespeare_char CPU recipe (4 layers, 4 heads, d_model 128, context 64, batch 12, 2000
+# steps, lr 1e-3 cosine to 1e-4, AdamW, no dropout), 3 seeds, window 16; ``quick``: a 2-layer d_model 32 model for
+# 40 steps, every code path in seconds. The variant ``ntk_inference`` reads the standard RoPE models (no window)
+# under the NTK base, evaluate-only.
+BASE = StudyConfig(model_type="transformer", model=dict(CPU_MODEL, bos=True), task_type="text", task={},
+                   grid={"encoding": ("rope", "rope_ntk"), "model.window": (None, 16)},
+                   variants={NTK_INFERENCE: {"where": {"encoding": "rope", "window": None},  # rope_ntk's own scaling:
+                                             "encoding_options": {"rope": {"scaling": {"rope_type": "ntk",
+                                                                                       "factor": 4.0}}}}},
+                   seeds=3, train=recipe_train("paper"), eval=EvalConfig(lengths=(64,), n_sequences=256, seed=0,
+                                                                         chunk=128))
+PRESETS = {
+    "paper": {},
+    "quick": {"model": dict(d_model=32, n_layers=2, n_heads=2, bos=True), "grid.model.window": (None, 6),
+              "seeds": 2, "train": TrainConfig(steps=40, batch_size=16, lr=3e-3, optimizer="adamw", min_length=16,
+                                               max_length=16),
+              "eval": EvalConfig(lengths=(16,), n_sequences=16, seed=0, chunk=16)},
+}
+
+
+EXPERIMENT = Trained(name="leakage",
                         title="Positional leakage in RoPE models: causal mask (a) and residual stream (b)",
-                        study=study, evaluate=evaluate, report=report, fixed=FIXED, check=check)
+                        base=BASE, presets=PRESETS, evaluate=evaluate, report=report, fixed=FIXED, check=check)

@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from poslab.experiments import Experiment, inapplicable
+from poslab.experiments import Trained, inapplicable
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.spec import NA, ClaimSpec, abs_mean, cited, is_, judge_all, mean, probe
@@ -177,18 +177,18 @@ def noise_positions(tasks: tuple[str, ...], scale: Scale, paper: bool) -> int:
     return max(NOISE_MAX_LENGTH, need) if paper else need
 
 
-def study(preset: str) -> StudyConfig:
+def _changes(preset: str) -> dict:
     """Every registered encoding (cpu: the two sources' eight, SOURCE_ENCODINGS; quick: one per kind and one
-    causal-only) x each preset's benchmark tasks
-    x randomized positions off / on; see PRESETS and docs/lengthgen.md for each preset's scale."""
+    causal-only) x each preset's benchmark tasks x randomized positions off / on; see PRESETS and
+    docs/lengthgen.md for each preset's scale."""
     scale = PRESETS[preset]
     tasks = preset_tasks(scale.tasks)
     encodings = {"all": registered, "sources": lambda: SOURCE_ENCODINGS, "quick": quick_encodings}[scale.encodings]()
     N = noise_positions(tasks, scale, preset == "paper")
-    return StudyConfig(model_type="transformer", task_type=tasks[0] if tasks else "fixed_offset",
-                       settings={t: task_setting(t, scale) for t in benchmark_tasks()},
-                       grid={"setting": tasks, "encoding": encodings, "model.random_positions": (None, N)},
-                       seeds=scale.seeds, eval=EvalConfig(n_sequences=scale.n_sequences, chunk=256, lengths=(1,)))
+    return {"task_type": tasks[0] if tasks else "fixed_offset", "seeds": scale.seeds,
+            "settings": {t: task_setting(t, scale) for t in benchmark_tasks()},
+            "grid": {"setting": tasks, "encoding": encodings, "model.random_positions": (None, N)},
+            "eval.n_sequences": scale.n_sequences}
 
 
 # ----------------------------------------------------------------------------- cells that cannot run
@@ -507,35 +507,58 @@ def kazemnejad_rows(scores: list[dict], gate: float = LEARNED_IN_RANGE) -> list[
     of their ordering. Where tasks ran with all five but none was learned in range by all five: one
     probe="kz_pair_unlearned" row per pair, ``best`` the best in-range score (:func:`best_in_range`)."""
     five = set(KAZEMNEJAD_ENCODINGS.values())
-    plain = [r for r in scores if r["benchmark"] == KAZEMNEJAD and not r["randomized"] and r["encoding"] in five]
-    complete = sorted(t for t in {r["task"] for r in plain} if {r["encoding"] for r in plain if r["task"] == t} == five)
-    entered = [t for t in complete if all(learned(r, gate) for r in plain if r["task"] == t)]
-    if complete and not entered:
+    plain = _kz_plain(scores, five)
+    complete, entered = _kz_tasks(plain, five, gate)
+    if complete and not entered:  # ran, but no task was learned in range by all five
         best = best_in_range([r for r in plain if r["task"] in complete])
-        return [dict(probe="kz_pair" + UNLEARNED, pair=_pair_label(a, b, rel), best=best) for a, b, rel in KZ_PAIRS]
+        return [dict(probe="kz_pair" + UNLEARNED, pair=label, best=best) for label in _kz_pair_labels()]
     gated = dict(ranked=", ".join(entered) or "none", left_out=len(complete) - len(entered))
     plain = [r for r in plain if r["task"] in entered]
     out = []
     for seed in sorted({r["seed"] for r in plain}):
-        tasks = sorted({r["task"] for r in plain if r["seed"] == seed})
-        ranks: dict[str, list[float]] = {}
-        for task in tasks:
-            got = {r["encoding"]: r["score"] for r in plain if r["seed"] == seed and r["task"] == task}
-            if set(got) != five:  # a task lacking one of the five ranks nothing
-                continue
-            for enc, rank in _rank(got).items():
-                ranks.setdefault(enc, []).append(rank)
-        if not ranks:
-            continue
-        mean_rank = {enc: float(np.mean(v)) for enc, v in ranks.items()}
-        out += [dict(probe="kz_rank", encoding=enc, seed=seed, mean_rank=m, tasks=len(ranks[enc]))
-                for enc, m in mean_rank.items()]
-        out += [dict(probe="kz_pair", pair=_pair_label(a, b, rel), seed=seed, gap=mean_rank[b] - mean_rank[a],
-                     **gated) for a, b, rel in KZ_PAIRS]
+        ranks = _seed_ranks([r for r in plain if r["seed"] == seed], five)
+        if ranks:
+            out += _kz_seed_rows(ranks, seed, gated)
     if not out:  # not run: the claims say so (n.a., nothing measured) instead of vanishing
-        out = [dict(probe="kz_pair", pair=_pair_label(a, b, rel), gap=None, ranked="none", left_out=0)
-               for a, b, rel in KZ_PAIRS]
+        out = [dict(probe="kz_pair", pair=label, gap=None, ranked="none", left_out=0) for label in _kz_pair_labels()]
     return out
+
+
+def _kz_pair_labels() -> list[str]:
+    return [_pair_label(a, b, rel) for a, b, rel in KZ_PAIRS]
+
+
+def _kz_plain(scores: list[dict], five: set[str]) -> list[dict]:
+    """The score rows of the five encodings on Kazemnejad et al.'s tasks, positions not randomized."""
+    return [r for r in scores if r["benchmark"] == KAZEMNEJAD and not r["randomized"] and r["encoding"] in five]
+
+
+def _kz_tasks(plain: list[dict], five: set[str], gate: float) -> tuple[list[str], list[str]]:
+    """The tasks run with all five encodings, and those of them that all five learned in range."""
+    complete = sorted(t for t in {r["task"] for r in plain} if {r["encoding"] for r in plain if r["task"] == t} == five)
+    entered = [t for t in complete if all(learned(r, gate) for r in plain if r["task"] == t)]
+    return complete, entered
+
+
+def _seed_ranks(rows: list[dict], five: set[str]) -> dict[str, list[float]]:
+    """Per encoding, its rank among the five on each task of one seed's ``rows`` that has all five."""
+    ranks: dict[str, list[float]] = {}
+    for task in sorted({r["task"] for r in rows}):
+        got = {r["encoding"]: r["score"] for r in rows if r["task"] == task}
+        if set(got) != five:  # a task lacking one of the five ranks nothing
+            continue
+        for enc, rank in _rank(got).items():
+            ranks.setdefault(enc, []).append(rank)
+    return ranks
+
+
+def _kz_seed_rows(ranks: dict[str, list[float]], seed, gated: dict) -> list[dict]:
+    """One seed's kz_rank rows (mean rank per encoding) and kz_pair rows (gap per pair of the ordering)."""
+    mean_rank = {enc: float(np.mean(v)) for enc, v in ranks.items()}
+    return [*(dict(probe="kz_rank", encoding=enc, seed=seed, mean_rank=m, tasks=len(ranks[enc]))
+              for enc, m in mean_rank.items()),
+            *(dict(probe="kz_pair", pair=_pair_label(a, b, rel), seed=seed, gap=mean_rank[b] - mean_rank[a], **gated)
+              for a, b, rel in KZ_PAIRS)]
 
 
 def gain_rows(scores: list[dict], gate: float = LEARNED_IN_RANGE) -> list[dict]:
@@ -570,24 +593,33 @@ def published_rows(lengths: list[dict], scores: list[dict], numbers: dict | None
     encoding, the source's scale stated with it. Where the source gives a number per length, it is also read at
     the lengths this run measured past training (``published_at``: the mean of the source's numbers at those
     lengths, the same average the run's score takes), and ``gap`` = measured - published_at."""
-    out = []
     names = {**{(RUOSS, k): v for k, v in RUOSS_ENCODINGS.items()},
              **{(KAZEMNEJAD, k): v for k, v in KAZEMNEJAD_ENCODINGS.items()}}
+    out = []
     for (bench, task, their), pub in (PUBLISHED if numbers is None else numbers).items():
         cell = names[(bench, their.removesuffix(RANDOMIZED))] + (RANDOMIZED if their.endswith(RANDOMIZED) else "")
-        mine = [r for r in scores if r["task"] == task and r["cell"] == cell]
-        measured_at = sorted({int(r["length"]) for r in lengths
-                              if r["task"] == task and r["cell"] == cell and not r["in_range"]})
-        shared = [n for n in measured_at if n in pub.by_length]
-        published_at = float(np.mean([pub.by_length[n] for n in shared])) if shared else None
-        measured = float(np.mean([r["score"] for r in mine])) if mine else None
-        out.append({"probe": "published", "task": task, "source encoding": f"{their} ({cell})",
-                    "published": pub.value, "published_exact": pub.other, "published_at": published_at,
-                    "lengths": ", ".join(map(str, shared)) if shared else None, "scale": pub.scale,
-                    "source": pub.source, "measured": measured,
-                    "in_range_score": mine[0]["in_range_score"] if mine else None,
-                    "gap": measured - published_at if measured is not None and published_at is not None else None})
+        out.append(_published_row(lengths, scores, task, their, cell, pub))
     return out
+
+
+def _published_row(lengths: list[dict], scores: list[dict], task: str, their: str, cell: str, pub) -> dict:
+    """One published number ``pub`` (the source's encoding ``their``) beside this run's ``cell`` on ``task``."""
+    mine = [r for r in scores if r["task"] == task and r["cell"] == cell]
+    measured_at = sorted({int(r["length"]) for r in lengths
+                          if r["task"] == task and r["cell"] == cell and not r["in_range"]})
+    shared = [n for n in measured_at if n in pub.by_length]
+    published_at = float(np.mean([pub.by_length[n] for n in shared])) if shared else None
+    measured = float(np.mean([r["score"] for r in mine])) if mine else None
+    return {"probe": "published", "task": task, "source encoding": f"{their} ({cell})",
+            "published": pub.value, "published_exact": pub.other, "published_at": published_at,
+            "lengths": ", ".join(map(str, shared)) if shared else None, "scale": pub.scale,
+            "source": pub.source, "measured": measured,
+            "in_range_score": mine[0]["in_range_score"] if mine else None,
+            "gap": _gap(measured, published_at)}
+
+
+def _gap(measured: float | None, published_at: float | None) -> float | None:
+    return measured - published_at if measured is not None and published_at is not None else None
 
 
 def na_rows(study: StudyConfig) -> list[dict]:
@@ -628,5 +660,11 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          csvs={"scores.csv": "score"})
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report,
-                        presets=tuple(PRESETS), check=check, table_length=table_length, not_applicable=not_applicable)
+BASE = StudyConfig(model_type="transformer", task_type="fixed_offset", eval=EvalConfig(chunk=256, lengths=(1,)))
+# each preset's scale as the settings it changes, read from the task and encoding registries when resolved
+PRESET_CHANGES = {name: functools.partial(_changes, name) for name in PRESETS}
+
+
+EXPERIMENT = Trained(name=name, title=title, base=BASE, presets=PRESET_CHANGES,
+                     evaluate=evaluate, report=report, check=check, table_length=table_length,
+                     not_applicable=not_applicable)

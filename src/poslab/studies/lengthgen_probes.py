@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from poslab.experiments import Experiment
+from poslab.experiments import Trained
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_outputs
 from poslab.experiments.spec import (
@@ -203,15 +203,13 @@ FIGURES = [
 ]
 
 
-def study(preset: str) -> StudyConfig:
-    """Copy and addition x RoPE, learned APE, NoPE, causal decoder; each task's lengths and model from
-    :func:`poslab.studies.kit.benchmarks.task_setting` at this study's scale (PRESETS); APE also clamp-to-last."""
-    scale = PRESETS[preset]
-    return StudyConfig(model_type="transformer", task_type=TASKS_RUN[0],
-                       settings={t: lg.task_setting(t, scale) for t in TASKS_RUN},
-                       grid={"setting": TASKS_RUN, "encoding": ENCODINGS}, seeds=scale.seeds,
-                       variants={"clamp": {"where": {"encoding": "learned"}}},
-                       eval=EvalConfig(n_sequences=scale.n_sequences, chunk=128, lengths=(1,)))
+# Copy and addition x RoPE, learned APE, NoPE, causal decoder; each task's lengths and model from
+# :func:`poslab.studies.kit.benchmarks.task_setting` at this study's scale (PRESETS); APE also clamp-to-last.
+BASE = StudyConfig(model_type="transformer", task_type=TASKS_RUN[0], grid={"setting": TASKS_RUN, "encoding": ENCODINGS},
+                   variants={"clamp": {"where": {"encoding": "learned"}}},
+                   eval=EvalConfig(chunk=128, lengths=(1,)))
+PRESET_CHANGES = {name: {"settings": {t: lg.task_setting(t, scale) for t in TASKS_RUN}, "seeds": scale.seeds,
+                         "eval.n_sequences": scale.n_sequences} for name, scale in PRESETS.items()}
 
 
 # ----------------------------------------------------------------------------- sources
@@ -341,29 +339,39 @@ def evaluate(ctx) -> list[dict]:
 
 def member_row(heads: list[dict], Lmax: int, ids: dict) -> dict:
     """The copy head (most source hits over the trained lengths) and its numbers past training; tags its rows."""
-    trained = [r for r in heads if r["in_range"] and r["hit"] is not None]
-    names = sorted({(r["layer"], r["head"]) for r in heads})
-    best = max(names, key=lambda p: np.mean([r["hit"] for r in trained if (r["layer"], r["head"]) == p] or [-1]))
+    best = _copy_head(heads)
     mine = sorted((r for r in heads if (r["layer"], r["head"]) == best), key=lambda r: r["length"])
     for r in heads:
         r["copy_head"] = (r["layer"], r["head"]) == best
     unseen = [r for r in mine if not r["in_range"]]
+    return dict(ids, probe="member", head_name=f"{best[0]}.{best[1]}", layer=best[0], head=best[1],
+                hit_trained=_avg([r for r in mine if r["in_range"]], "hit"), hit_unseen=_avg(unseen, "hit"),
+                hit_out=_avg(unseen, "hit_out"), slope_out=_avg(unseen, "slope_out"),
+                in_trained_out=_avg(unseen, "in_trained_out"), pinned=_pinned(unseen),
+                src_offsets=" ".join(_fmt(r["src_offset"]) for r in unseen),
+                peak_offsets=" ".join(_fmt(r["peak_offset"]) for r in unseen))
 
-    def avg(rs: list[dict], col: str) -> float | None:
-        vals = [r[col] for r in rs if r[col] is not None]
-        return float(np.mean(vals)) if vals else None
 
+def _copy_head(heads: list[dict]) -> tuple[int, int]:
+    """(layer, head) with the most source hits on average over the trained lengths (the first of a tie)."""
+    trained = [r for r in heads if r["in_range"] and r["hit"] is not None]
+    names = sorted({(r["layer"], r["head"]) for r in heads})
+    return max(names, key=lambda p: np.mean([r["hit"] for r in trained if (r["layer"], r["head"]) == p] or [-1]))
+
+
+def _avg(rs: list[dict], col: str) -> float | None:
+    vals = [r[col] for r in rs if r[col] is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _pinned(unseen: list[dict]) -> bool:
+    """Whether the copy head's peak stays in the trained range, flat, at every unseen length that has a
+    query past T."""
     # an unseen length whose sequences end at or before T has no query past T (copy at L = 21: 43 tokens,
     # T = 43): nothing to measure there, so pinning is judged on the unseen lengths that have one
     measured = [r for r in unseen if r["slope_out"] is not None]
-    pinned = bool(measured) and all(abs(r["slope_out"]) < SLOPE_MAX and r["in_trained_out"] >= PINNED_SHARE
-                                    for r in measured)
-    return dict(ids, probe="member", head_name=f"{best[0]}.{best[1]}", layer=best[0], head=best[1],
-                hit_trained=avg([r for r in mine if r["in_range"]], "hit"), hit_unseen=avg(unseen, "hit"),
-                hit_out=avg(unseen, "hit_out"), slope_out=avg(unseen, "slope_out"),
-                in_trained_out=avg(unseen, "in_trained_out"), pinned=pinned,
-                src_offsets=" ".join(_fmt(r["src_offset"]) for r in unseen),
-                peak_offsets=" ".join(_fmt(r["peak_offset"]) for r in unseen))
+    return bool(measured) and all(abs(r["slope_out"]) < SLOPE_MAX and r["in_trained_out"] >= PINNED_SHARE
+                                  for r in measured)
 
 
 def _fmt(v: float | None) -> str:
@@ -388,7 +396,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          csvs={"heads.csv": "head", "members.csv": "member"})
 
 
-EXPERIMENT = Experiment(name="lengthgen-probes", title="Next step: the seed's probes on copy and addition (source "
+EXPERIMENT = Trained(name="lengthgen-probes", title="Next step: the seed's probes on copy and addition (source "
                                                        "hits, peak offsets and APE pinning past the training length)",
-                        study=study, evaluate=evaluate, report=report, presets=tuple(PRESETS), check=lg.check,
+                        base=BASE, presets=PRESET_CHANGES, evaluate=evaluate, report=report, check=lg.check,
                         table_length=lg.table_length)

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from poslab.experiments import Experiment
+from poslab.experiments import Trained
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Table, write_outputs
 from poslab.experiments.spec import ClaimSpec, Extrapolation, cited, comparison_only, is_, judge_all, mean, probe
 from poslab.studies.kit import charlm
-from poslab.studies.kit.charlm import NANOGPT, PRESETS, lm_study, table_length, validation_loss
+from poslab.studies.kit.charlm import NANOGPT, RECIPES, lm_study, recipe_train, table_length, validation_loss
 
 name = "lm"
 title = "Character-level LM on TinyShakespeare (nanoGPT shakespeare_char recipe)"
@@ -32,8 +32,13 @@ COLUMNS = ["probe", "encoding", "seed", "context", "val_loss", "val_accuracy", "
            "bucket_start", "bucket_end", "scale", "loss", "positions", "windows", "source", "seconds", "storage"]
 
 
-def study(preset: str) -> StudyConfig:
-    return lm_study(preset)
+# every preset is nanoGPT's shakespeare_char recipe at its scale (kit.charlm.RECIPES): its model, its
+# training and one evaluation length, its context; two seeds, one at the quick preset
+BASE = lm_study("paper")
+PRESETS = {name: {"model": dict(RECIPES[name]["model"]), "train": recipe_train(name),
+                  "eval.lengths": (RECIPES[name]["context"],), "seeds": 1 if name == "quick" else 2,
+                  "eval.n_sequences": 64 if name == "quick" else 1 << 20}
+           for name in charlm.PRESETS}
 
 
 def check(study: StudyConfig) -> None:
@@ -154,7 +159,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          intro=intro, tables=TABLES, figures=FIGURES, csv_rows=kept, columns=COLUMNS)
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, presets=PRESETS,
+EXPERIMENT = Trained(name=name, title=title, base=BASE, presets=PRESETS, evaluate=evaluate, report=report,
                         check=check, table_length=table_length,
                         checks_eval_lengths=True,  # check() validates eval.lengths: past the split, the whole corpus
                         training_rows=True,  # its curve rows are the training loss curve

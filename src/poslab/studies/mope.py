@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from poslab.errors import ConfigError, check_choice
-from poslab.experiments import Experiment
-from poslab.experiments.config import StudyConfig
+from poslab.errors import ConfigError
+from poslab.experiments import Trained
+from poslab.experiments.config import StudyConfig, as_preset
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, save, select, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -42,7 +42,7 @@ from poslab.experiments.spec import (
     share,
     undecidable,
 )
-from poslab.models.transformer import gate_parameter_count
+from poslab.models.energy_gate import gate_parameter_count
 from poslab.probes.mope import gate_rows, trajectory_rows
 from poslab.studies.kit.charlm import RECIPES, context_loss_rows, lm_study, validation_loss
 from poslab.train import group_names
@@ -50,7 +50,6 @@ from poslab.train import group_names
 name = "mope"
 title = "MoPE x energy-gated attention on TinyShakespeare (2 x 2 ablation)"
 
-PRESETS = ("quick", "paper", "gpu")
 FIXED = {"model.energy_gate": "the grid axis of the ablation",
          "task_type": "the character-level language model (text)"}
 # Improvement in validation loss (nats per character, assumed) over standard attention: MoPE + EGA's is the
@@ -86,9 +85,8 @@ SNAPSHOTS = 10  # recorded points of the (omega, sigma) trajectories, evenly ove
 MOPE_PARAMETERS = ["log_omega_scale", "log_sigma_scale"]
 
 
-def study(preset: str) -> StudyConfig:
+def _study(preset: str) -> StudyConfig:
     """The LM study of ``preset`` over the 2 x 2 grid; MoPE's free width starts at the context T."""
-    check_choice("preset", preset, PRESETS)
     T, steps = (16, 8) if preset == "quick" else (RECIPES[preset]["context"], RECIPES[preset]["steps"])
     changes = dict(seeds=3, grid={"encoding": ENCODINGS, "model.energy_gate": (False, True)},
                    eval=dict(lengths=(T, 2 * T, 4 * T), n_sequences=256, chunk=32 if preset == "gpu" else 64))
@@ -106,6 +104,7 @@ def study(preset: str) -> StudyConfig:
     changes["encoding_options"] = {"mope": dict(admissibility="hard", admissibility_c=C, per_head=True,
                                                 init_sigma=float(T))}
     return lm_study(preset, encodings=ENCODINGS, train=train, **changes)
+
 
 
 def snapshot_steps(steps: int) -> tuple[int, ...]:
@@ -385,7 +384,12 @@ def pairs_figure(rows: list[dict], out: Path, near: float = 0.05) -> list[Path]:
     return [save(fig, out / "pairs.png")]
 
 
-EXPERIMENT = Experiment(name=name, title=title, study=study, evaluate=evaluate, report=report, presets=PRESETS,
+# every preset is the char LM's recipe at its scale with MoPE's changes (_study), the whole config
+BASE = _study("paper")
+PRESETS = {name: {} if name == "paper" else as_preset(_study(name)) for name in ("quick", "paper", "gpu")}
+
+
+EXPERIMENT = Trained(name=name, title=title, base=BASE, evaluate=evaluate, report=report, presets=PRESETS,
                         fixed=FIXED, check=check,
                         extrapolation=Extrapolation("lm", probe("loss") & is_("energy_gate", False), "loss",
                                                     "by_ratio"))

@@ -13,13 +13,12 @@ docs/next-steps.md.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 
-from poslab.experiments import Experiment
-from poslab.experiments.config import EvalConfig, StudyConfig, quick
+from poslab.experiments import Trained
+from poslab.experiments.config import QUICK, EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, save, select, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -140,22 +139,18 @@ FIGURES = [Lines("accuracy.png", x="length", y="accuracy", series=("encoding",),
                  xlabel="evaluation length L", ylabel="accuracy (mean over K and seeds)")]
 
 
-def study(preset: str) -> StudyConfig:
-    """Paper preset: Table 1's protocol (8 seeds, 4000 steps of batch 256, lengths U[8, 16], K in {1, 2, 3},
-    4096 sequences at each of 12 .. 48) on a causal transformer at 1, 2 and 4 layers. ``cpu``: 2 seeds,
-    K = 2, 1200 steps of batch 64, 1024 sequences (see docs/next-steps.md for its measured time)."""
-    cfg = StudyConfig(model_type="transformer", model=dict(d_model=64, n_heads=1, causal=True),
-                      task_type="fixed_offset", task=dict(m=20),
-                      grid={"encoding": ENCODINGS, "model.n_layers": DEPTHS, "task.K": (1, 2, 3)}, seeds=8,
-                      train=TrainConfig(), eval=EvalConfig())
-    if preset == "quick":
-        return dataclasses.replace(quick(cfg, steps=40, batch_size=32, n_sequences=64), seeds=1,
-                                   grid={"encoding": ENCODINGS, "model.n_layers": (1, 2), "task.K": (2,)})
-    if preset == "cpu":
-        return dataclasses.replace(cfg, grid={"encoding": ENCODINGS, "model.n_layers": DEPTHS, "task.K": (2,)},
-                                   seeds=2, train=TrainConfig(steps=1200, batch_size=64),
-                                   eval=EvalConfig(n_sequences=1024))
-    return cfg
+# Paper preset: Table 1's protocol (8 seeds, 4000 steps of batch 256, lengths U[8, 16], K in {1, 2, 3}, 4096
+# sequences at each of 12 .. 48) on a causal transformer at 1, 2 and 4 layers. ``cpu``: 2 seeds, K = 2, 1200
+# steps of batch 64, 1024 sequences (see docs/next-steps.md for its measured time).
+BASE = StudyConfig(model_type="transformer", model=dict(d_model=64, n_heads=1, causal=True),
+                   task_type="fixed_offset", task=dict(m=20),
+                   grid={"encoding": ENCODINGS, "model.n_layers": DEPTHS, "task.K": (1, 2, 3)}, seeds=8,
+                   train=TrainConfig(), eval=EvalConfig())
+PRESETS = {"paper": {},
+           "quick": {**QUICK, "train.steps": 40, "train.batch_size": 32, "eval.n_sequences": 64, "seeds": 1,
+                     "grid": {"encoding": ENCODINGS, "model.n_layers": (1, 2), "task.K": (2,)}},
+           "cpu": {"grid": {"encoding": ENCODINGS, "model.n_layers": DEPTHS, "task.K": (2,)}, "seeds": 2,
+                   "train": TrainConfig(steps=1200, batch_size=64), "eval": EvalConfig(n_sequences=1024)}}
 
 
 def evaluate(ctx) -> list[dict]:
@@ -252,6 +247,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          more_figures=profile_figure, csvs={"heads.csv": "head", "members.csv": "member"})
 
 
-EXPERIMENT = Experiment(name="nope-depth", title="Next step: NoPE at depth on fixed-offset retrieval (does the causal "
+EXPERIMENT = Trained(name="nope-depth", title="Next step: NoPE at depth on fixed-offset retrieval (does the causal "
                                                  "mask give a length-invariant peak offset?)",
-                        study=study, evaluate=evaluate, report=report, presets=("paper", "quick", "cpu"))
+                        base=BASE, presets=PRESETS, evaluate=evaluate, report=report)

@@ -8,15 +8,14 @@ The set-up, controls and pinning criteria are told in docs/table1-k1-controls.md
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from poslab.experiments import Experiment
-from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments import Trained
+from poslab.experiments.config import QUICK, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, select, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -128,16 +127,15 @@ FIGURES = [Lines("fig1_accuracy.png", x="length", y="accuracy", series=("conditi
                  vline=lambda rows: rows[0]["max_length"], hline=lambda rows: rows[0]["chance"])]
 
 
-def study(preset: str) -> StudyConfig:
-    """The paper preset trains both APE initialisations (RoPE runs twice, identically: the grid
-    is a product); the quick preset trains the headline one only (add the control with
-    ``--set grid.encoding_options.learned.init_std=[0.02,1.0]``)."""
-    encodings, Ks = ("rope", "learned"), (1, 2, 3)
-    cfg = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20),
-                      grid={"encoding": encodings, "task.K": Ks}, seeds=8,
-                      variants={"clamp": {"where": {"encoding": "learned"}}})
-    return quick(cfg) if preset == "quick" else dataclasses.replace(cfg, grid={
-        "encoding": encodings, "encoding_options.learned.init_std": (HEADLINE_INIT, 1.0), "task.K": Ks})
+# The paper preset trains both APE initialisations (RoPE runs twice, identically: the grid is a product);
+# the quick preset trains the headline one only (add the control with
+# ``--set grid.encoding_options.learned.init_std=[0.02,1.0]``).
+BASE = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20),
+                   grid={"encoding": ("rope", "learned"), "task.K": (1, 2, 3)}, seeds=8,
+                   variants={"clamp": {"where": {"encoding": "learned"}}})
+PRESETS = {"paper": {"grid": {"encoding": ("rope", "learned"),
+                              "encoding_options.learned.init_std": (HEADLINE_INIT, 1.0), "task.K": (1, 2, 3)}},
+           "quick": QUICK}
 
 
 def evaluate(ctx) -> list[dict]:
@@ -171,5 +169,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          csvs={"pinning.csv": "head"})
 
 
-EXPERIMENT = Experiment(name="phenomenon", title="Table 1 / Fig. 1: RoPE generalizes, APE memorizes", study=study,
-                        evaluate=evaluate, report=report, in_run_all=True, extrapolation=fo.EXTRAPOLATION)
+EXPERIMENT = Trained(name="phenomenon", title="Table 1 / Fig. 1: RoPE generalizes, APE memorizes",
+                     base=BASE, presets=PRESETS,
+                     evaluate=evaluate, report=report, in_run_all=True, extrapolation=fo.EXTRAPOLATION)

@@ -51,7 +51,7 @@ seconds), ``search`` (best objective per generation) and ``factors`` (lambda_i p
 
 Members are keyed by the checkpoint's content hash and the schedule's config (plus length,
 windows, passkey grid, corpus; for longrope the search budget), stored and resumed like trained
-members: the study declares them as jobs (``Experiment.jobs``, :func:`jobs`, :func:`run_job`; the
+members: the study declares them as jobs (an ``EvaluateOnly`` study: :func:`jobs`, :func:`run_job`; the
 search runs first in :func:`prepare`).
 
 Presets: quick = a tiny random Llama built in code (context 64, seconds; its numbers mean nothing),
@@ -78,7 +78,7 @@ from pathlib import Path
 import torch
 
 from poslab.errors import ConfigError, check_choice
-from poslab.experiments import Experiment, Job
+from poslab.experiments import EvaluateOnly, Job
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
 from poslab.experiments.spec import (
@@ -113,7 +113,6 @@ SEARCHED = ("longrope",)  # methods whose schedule is searched on the checkpoint
 # LongRoPE's n-hat candidates (the paper: {0, 1, 2, 4, ..., 256} at L0 = 4096), cut at L0 / 4
 N_HATS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
 SEARCH_KEYS = ("population", "generations", "survivors", "windows", "seed")
-PRESETS = ("quick", "cpu", "gpu")
 FIRST_BUCKET = 16  # positions [0, 16) form the first bucket, then powers of two
 REASONING = ("multikey", "multivalue", "vartrack", "brackets", "code")  # poslab.tasks.reasoning.TASKS
 
@@ -250,28 +249,25 @@ FIGURES = [Lines("reasoning.png", x="scale", y="exact", series=("method",), pane
                  xlabel="position (bucket upper edge)", ylabel="loss (nats/token)")]
 
 
-def study(preset: str) -> StudyConfig:
-    check_choice("preset", preset, PRESETS)
-    common = dict(dtype="float32", digits=5)
-    if preset == "quick":
-        # context_cap: L0 at most 128 tokens, so windows of 128 and 256 whatever the model (--model)
-        model = dict(common, checkpoint=TINY, factor=2.0, windows=2, depths=[0.1, 0.5, 0.9], trials=2, context_cap=128,
-                     reasoning=list(REASONING), capability=dict(length=64, trials=2),
-                     search=dict(population=6, generations=3, survivors=2, windows=2, seed=0))
-        scales = (1, 2)
-    elif preset == "cpu":
-        model = dict(common, checkpoint="smollm2-135m", factor=2.0, windows=1, depths=[0.5], trials=1,
-                     reasoning=[],  # five more forwards of 8k / 16k tokens per member: --set model.reasoning=[...]
-                     capability=dict(length=2048, trials=4),  # run with the reasoning tasks: 20 forwards of 2k
-                     search=dict(population=4, generations=1, survivors=2, windows=1, seed=0))
-        scales = (1, 2)
-    else:
-        model = dict(common, checkpoint="smollm2-135m", factor=4.0, windows=4, depths=[0.1, 0.5, 0.9], trials=3,
-                     reasoning=list(REASONING), capability=dict(length=4096, trials=8),
-                     search=dict(population=16, generations=8, survivors=4, windows=2, seed=0))
-        scales = (2, 4)
-    return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
-                       grid={"model.method": METHODS, "model.scale": scales}, seeds=1)
+_COMMON = dict(dtype="float32", digits=5)
+BASE = StudyConfig(model_type="pretrained", task_type="text", task=dict(split="val"),
+                   model=dict(_COMMON, checkpoint="smollm2-135m", factor=4.0, windows=4, depths=[0.1, 0.5, 0.9],
+                              trials=3, reasoning=list(REASONING), capability=dict(length=4096, trials=8),
+                              search=dict(population=16, generations=8, survivors=4, windows=2, seed=0)),
+                   grid={"model.method": METHODS, "model.scale": (2, 4)}, seeds=1)
+PRESETS = {
+    # context_cap: L0 at most 128 tokens, so windows of 128 and 256 whatever the model (--model)
+    "quick": {"model": dict(_COMMON, checkpoint=TINY, factor=2.0, windows=2, depths=[0.1, 0.5, 0.9], trials=2,
+                            context_cap=128, reasoning=list(REASONING), capability=dict(length=64, trials=2),
+                            search=dict(population=6, generations=3, survivors=2, windows=2, seed=0)),
+              "grid.model.scale": (1, 2)},
+    "cpu": {"model": dict(_COMMON, checkpoint="smollm2-135m", factor=2.0, windows=1, depths=[0.5], trials=1,
+                          reasoning=[],  # five more forwards of 8k / 16k tokens per member: --set model.reasoning=[...]
+                          capability=dict(length=2048, trials=4),  # run with the reasoning tasks: 20 forwards of 2k
+                          search=dict(population=4, generations=1, survivors=2, windows=1, seed=0)),
+            "grid.model.scale": (1, 2)},
+    "gpu": {},
+}
 
 
 def method_scaling(method: str, factor: float, context: int) -> dict | None:
@@ -294,7 +290,24 @@ def method_scaling(method: str, factor: float, context: int) -> dict | None:
 # ----------------------------------------------------------------------------- checks (before any work)
 
 def settings(study: StudyConfig) -> dict:
-    m = dict(study.model)
+    """The study's model settings, defaults filled in, each checked (ConfigError naming the first bad one)."""
+    m = _model_settings(dict(study.model))
+    _check_layers(m)
+    check_capability(m["capability"])
+    if any(x in SEARCHED for x in study.axis("model.method")):
+        check_search(m["search"])
+    _check_reasoning(m["reasoning"])
+    _check_sizes(m)
+    for method in study.axis("model.method"):
+        check_choice("model.method", method, METHODS)
+    for scale in study.axis("model.scale"):
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0:
+            raise ConfigError("model.scale", scale, "positive numbers (window length = scale x the context)")
+    return m
+
+
+def _model_settings(m: dict) -> dict:
+    """``m`` with the keys a preset must set present, the optional ones defaulted, and no other key."""
     for key in ("checkpoint", "factor", "windows", "depths", "trials", "digits", "dtype"):
         if key not in m:
             raise ConfigError(f"model.{key}", None, "set by the preset")
@@ -309,6 +322,11 @@ def settings(study: StudyConfig) -> dict:
             raise ConfigError(f"model.{key}", key, "checkpoint, factor, windows, depths, trials, digits, dtype, "
                                                    "method, scale, reasoning, search, capability, context_cap, "
                                                    "schedule_layers")
+    return m
+
+
+def _check_layers(m: dict) -> None:
+    """context_cap (null or an integer >= 16) and schedule_layers ("all" or a list of layer types)."""
     cap = m["context_cap"]
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 16):
         raise ConfigError("model.context_cap", cap, "null or an integer >= 16 (the quick preset's L0 at most)")
@@ -316,15 +334,20 @@ def settings(study: StudyConfig) -> dict:
     if layers != "all" and (not isinstance(layers, (list, tuple)) or not layers
                             or not all(isinstance(t, str) for t in layers)):
         raise ConfigError("model.schedule_layers", layers, '"all" or a list of layer types, e.g. ["full_attention"]')
-    check_capability(m["capability"])
-    if any(x in SEARCHED for x in study.axis("model.method")):
-        check_search(m["search"])
+
+
+def _check_reasoning(reasoning) -> None:
+    """A list of poslab.tasks.reasoning's tasks."""
     from poslab.tasks.reasoning import TASKS
 
-    if not isinstance(m["reasoning"], (list, tuple)):
-        raise ConfigError("model.reasoning", m["reasoning"], f"a list of tasks among {', '.join(TASKS)}")
-    for task in m["reasoning"]:
+    if not isinstance(reasoning, (list, tuple)):
+        raise ConfigError("model.reasoning", reasoning, f"a list of tasks among {', '.join(TASKS)}")
+    for task in reasoning:
         check_choice("model.reasoning", task, tuple(TASKS))
+
+
+def _check_sizes(m: dict) -> None:
+    """factor >= 1; windows, trials, digits positive integers; depths a non-empty list in [0, 1]."""
     if not (isinstance(m["factor"], (int, float)) and m["factor"] >= 1):
         raise ConfigError("model.factor", m["factor"], "a number >= 1 (the target extension factor)")
     for key in ("windows", "trials", "digits"):
@@ -334,12 +357,6 @@ def settings(study: StudyConfig) -> dict:
     if not isinstance(depths, (list, tuple)) or not depths or not all(isinstance(d, (int, float)) and 0 <= d <= 1
                                                                        for d in depths):
         raise ConfigError("model.depths", depths, "a non-empty list of depths in [0, 1]")
-    for method in study.axis("model.method"):
-        check_choice("model.method", method, METHODS)
-    for scale in study.axis("model.scale"):
-        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0:
-            raise ConfigError("model.scale", scale, "positive numbers (window length = scale x the context)")
-    return m
 
 
 def check_capability(capability) -> None:
@@ -758,6 +775,6 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          figures=FIGURES)
 
 
-EXPERIMENT = Experiment(name="pretrained-extension", title="Context extension on a pretrained model (survey)",
-                        study=study, jobs=jobs, run_job=run_job, prepare=prepare, report=report, presets=PRESETS,
+EXPERIMENT = EvaluateOnly(name="pretrained-extension", title="Context extension on a pretrained model (survey)",
+                        base=BASE, presets=PRESETS, jobs=jobs, run_job=run_job, prepare=prepare, report=report,
                         check=check)

@@ -94,7 +94,7 @@ import numpy as np
 import torch
 
 from poslab.errors import ConfigError, check_choice
-from poslab.experiments import Experiment, Job
+from poslab.experiments import EvaluateOnly, Job
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, write_outputs
 from poslab.experiments.spec import (
@@ -125,7 +125,6 @@ from poslab.studies.kit.leakage_rows import (
     SWAP_SOURCE,
 )
 
-PRESETS = ("quick", "cpu")
 MODES = ("with BOS", "without BOS")
 SETTINGS = ("checkpoint", "length", "windows", "groups", "first_query", "dtype", "ntk_factor", "window",
             "schedule_layers")
@@ -163,11 +162,11 @@ SWAP_NOTE = ("the abstract names no replacement: most frequent token, mean embed
              "each the mean change over the window groups; decided only where all three agree")
 SWAP = dataclasses.replace(
     lr.SWAP, name="{label}, with BOS, its own set-up: BOS swap changes early (b), all three replacements",
-    where=probe("swap3") & OWN, per=("label",), source=SWAP_SOURCE, setting="seed",
+    where=probe("swap3") & OWN, per=("label",), source=SWAP_SOURCE, setting="seed", revised=lr.AGREED,
     note="the tokenizer prepends BOS; " + SWAP_NOTE)
 SWAP_OTHER = dataclasses.replace(
     lr.SWAP, name="{label}, with BOS, not its set-up: BOS swap changes early (b), all three replacements",
-    where=probe("swap3") & OTHER, per=("label",), source=SWAP_SOURCE, setting="other",
+    where=probe("swap3") & OTHER, per=("label",), source=SWAP_SOURCE, setting="other", revised=lr.AGREED,
     note=OTHER_WHY + "; " + SWAP_NOTE)
 CLAIMS = [
     *[ClaimSpec(name=f"{{label}}, {mode}: sink heads exist", paper="sinks read downstream by sink-reading heads",
@@ -321,18 +320,18 @@ FIGURES = [Lines(f"fig_{y}_by_layer.png", x="layer", y=y, series=("label", "bos"
                             ("component_b", "(b) key position and interactions"))]
 
 
-def study(preset: str) -> StudyConfig:
-    check_choice("preset", preset, PRESETS)
-    if preset == "quick":
-        model = dict(checkpoint=TINY, length=48, windows=8, groups=2, first_query=16, dtype="float32",
-                     ntk_factor=4.0, window=8, schedule_layers=[FULL])
-        return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
-                           grid={"model.bos": MODES}, seeds=1)
-    # checkpoint None: the grid axis decides (``--model`` sets one checkpoint instead)
-    model = dict(checkpoint=None, length={"smollm2-135m": 512, "gemma3-270m": 640}, windows=16, groups=4,
-                 first_query=16, dtype="float32", ntk_factor=4.0, window=64, schedule_layers=[FULL])
-    return StudyConfig(model_type="pretrained", model=model, task_type="text", task=dict(split="val"),
-                       grid={"model.checkpoint": ("smollm2-135m", "gemma3-270m"), "model.bos": MODES}, seeds=1)
+# cpu: both checkpoints side by side (checkpoint None: the grid axis decides; ``--model`` sets one instead);
+# quick: the tiny random checkpoint, every code path
+BASE = StudyConfig(model_type="pretrained", task_type="text", task=dict(split="val"),
+                   model=dict(checkpoint=None, length={"smollm2-135m": 512, "gemma3-270m": 640}, windows=16, groups=4,
+                              first_query=16, dtype="float32", ntk_factor=4.0, window=64, schedule_layers=[FULL]),
+                   grid={"model.checkpoint": ("smollm2-135m", "gemma3-270m"), "model.bos": MODES}, seeds=1)
+PRESETS = {
+    "quick": {"model": dict(checkpoint=TINY, length=48, windows=8, groups=2, first_query=16, dtype="float32",
+                            ntk_factor=4.0, window=8, schedule_layers=[FULL]),
+              "grid": {"model.bos": MODES}},
+    "cpu": {},
+}
 
 
 # ----------------------------------------------------------------------------- checks (before any work)
@@ -774,13 +773,9 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"{m.get('ntk_factor')}) on the layers of type {layers if layers == 'all' else ', '.join(layers or [])}.")
     specs = claims_for(study)
     claims = judge_all(specs, all_rows)
-    for spec in (s for s in specs if s.name in (SWAP.name, SWAP_OTHER.name)):
-        for label in sorted({r["label"] for r in all_rows if r.get("probe") == "swap3" and spec.where(r)}):
-            claims = lr.decided_when_agreed(claims, all_rows, dataclasses.replace(
-                spec, name=spec.name.format(label=label), where=spec.where & is_("label", label), per=()))
     return write_outputs(out, title=EXPERIMENT.title, rows=all_rows, claims=claims, intro=intro, tables=TABLES,
                          figures=FIGURES)
 
 
-EXPERIMENT = Experiment(name="pretrained-leakage", title="Positional leakage on pretrained models (seed 001)",
-                        study=study, jobs=jobs, run_job=run_job, report=report, presets=PRESETS, check=check)
+EXPERIMENT = EvaluateOnly(name="pretrained-leakage", title="Positional leakage on pretrained models (seed 001)",
+                        base=BASE, presets=PRESETS, jobs=jobs, run_job=run_job, report=report, check=check)

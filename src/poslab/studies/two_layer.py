@@ -10,8 +10,8 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from poslab.experiments import Experiment
-from poslab.experiments.config import EvalConfig, StudyConfig, quick
+from poslab.experiments import Trained
+from poslab.experiments.config import QUICK, EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -182,14 +182,13 @@ FIGURES = [
 ]
 
 
-def study(preset: str) -> StudyConfig:
-    """Paper preset: 3 seeds x {rope, learned} x {d_head 64, 16}, 2000 steps of batch 64."""
-    cfg = StudyConfig(model_type="transformer", model=dict(d_model=256, n_layers=2, n_heads=4, layer_norm=True),
-                      task_type="shift", task=dict(m=20, K=2),
-                      grid={"encoding": ("rope", "learned"), "setting": tuple(WIDTHS)}, settings=WIDTHS, seeds=3,
-                      train=TrainConfig(steps=2000, batch_size=64, lr=1e-3, min_length=8, max_length=LMAX),
-                      eval=EvalConfig(lengths=(8, 12, 16, 20, 24, 32, 40, 48), n_sequences=512, chunk=256))
-    return quick(cfg, steps=100, n_sequences=64) if preset == "quick" else cfg
+# Paper preset: 3 seeds x {rope, learned} x {d_head 64, 16}, 2000 steps of batch 64.
+BASE = StudyConfig(model_type="transformer", model=dict(d_model=256, n_layers=2, n_heads=4, layer_norm=True),
+                   task_type="shift", task=dict(m=20, K=2),
+                   grid={"encoding": ("rope", "learned"), "setting": tuple(WIDTHS)}, settings=WIDTHS, seeds=3,
+                   train=TrainConfig(steps=2000, batch_size=64, lr=1e-3, min_length=8, max_length=LMAX),
+                   eval=EvalConfig(lengths=(8, 12, 16, 20, 24, 32, 40, 48), n_sequences=512, chunk=256))
+PRESETS = {"paper": {}, "quick": {**QUICK, "train.steps": 100, "eval.n_sequences": 64}}
 
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
@@ -206,7 +205,8 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          csvs={"heads.csv": "head", "members.csv": "member"})
 
 
-EXPERIMENT = Experiment(name="two-layer", title="Section 5.2: two layers, four heads, MLP and LayerNorm on the "
-                        "full-sequence shift task", study=study, evaluate=shift_rows, report=report, in_run_all=True,
+EXPERIMENT = Trained(name="two-layer", title="Section 5.2: two layers, four heads, MLP and LayerNorm on the "
+                        "full-sequence shift task", base=BASE, presets=PRESETS,
+                     evaluate=shift_rows, report=report, in_run_all=True,
                         # the shift task's positions past the training range, at each evaluation length
                         extrapolation=Extrapolation("fixed_offset", probe("length"), "accuracy_out"))

@@ -14,8 +14,8 @@ from typing import TypedDict
 import numpy as np
 
 from poslab import probes
-from poslab.experiments import Experiment
-from poslab.experiments.config import StudyConfig, quick
+from poslab.experiments import Trained
+from poslab.experiments.config import QUICK, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, groups, means, select, write_outputs
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -167,11 +167,10 @@ FIGURES = [
 ]
 
 
-def study(preset: str) -> StudyConfig:
-    cfg = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20),
-                      grid={"encoding": ("rope",), "task.K": (2, 3), "train.length_sampling": ("batch", "sequence")},
-                      seeds=5)
-    return quick(cfg) if preset == "quick" else cfg
+BASE = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", task=dict(m=20),
+                   grid={"encoding": ("rope",), "task.K": (2, 3), "train.length_sampling": ("batch", "sequence")},
+                   seeds=5)
+PRESETS = {"paper": {}, "quick": QUICK}
 
 
 def evaluate(ctx) -> list[dict]:
@@ -240,6 +239,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                          csvs={"members.csv": "member", "profiles.csv": "profile"})
 
 
-EXPERIMENT = Experiment(name="validation", title="Table 2 / Figs. 2-3: target-aligned carrier and dilution",
-                        study=study, evaluate=evaluate, report=report, check=require_rotary, in_run_all=True,
+EXPERIMENT = Trained(name="validation", title="Table 2 / Figs. 2-3: target-aligned carrier and dilution",
+                        base=BASE, presets=PRESETS,
+                     evaluate=evaluate, report=report, check=require_rotary, in_run_all=True,
                         extrapolation=EXTRAPOLATION)

@@ -19,6 +19,7 @@ import torch
 from poslab.errors import ConfigError
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.experiment import resolve_task
+from poslab.models.random_positions import RandomPositions
 from poslab.tasks import TASKS, build_task
 
 RUOSS, KAZEMNEJAD = "ruoss", "kazemnejad"
@@ -127,7 +128,8 @@ def table_length(cfg: StudyConfig) -> int:
     positions (a learned table is read at every sampled position)."""
     task = resolve_task(cfg)
     tokens = task.max_tokens(max((*cfg.eval.lengths, cfg.train.max_length)))  # type: ignore[attr-defined]
-    return max(tokens, cfg.model.get("random_positions") or 0)
+    sampled = RandomPositions.setting(cfg.model.get("random_positions"), "model.random_positions")
+    return max(tokens, 0 if sampled is None else sampled.N)
 
 
 def check(cfg: StudyConfig) -> None:

@@ -3,19 +3,17 @@ intervention of :func:`interventions` and the closed-system check (:func:`leakag
 trained model); per model and seed (:func:`model_rows`), per BOS swap (:func:`swap_change_rows`,
 :func:`three_swaps`) and per key-0 ablation (:func:`pathway_rows`) derived from them; and the BOS
 swap's claim as the abstract states it (:data:`SWAP`), decided only where the three replacements
-agree (:func:`decided_when_agreed`). Used by ``leakage`` and ``pretrained-leakage``.
+agree (its ``agree=``, part of what judges it). Used by ``leakage`` and ``pretrained-leakage``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import replace
 
 import numpy as np
 import torch
 
-from poslab.experiments.claims import Claim
-from poslab.experiments.spec import ClaimSpec, derivation, is_, mean, probe, seed_states
+from poslab.experiments.spec import Agreement, ClaimSpec, derivation, is_, mean, probe, seed_states
 from poslab.models.intervention import Intervention
 from poslab.probes.common import CHUNK
 from poslab.probes.leakage import bos_replacements, closed_system, leakage, log_z_fit
@@ -188,6 +186,9 @@ def pathway_rows(rows: list[dict]) -> list[dict]:
 
 # ----------------------------------------------------------------------------- the BOS swap's claim
 
+# the revision that brought the agreement rule into the spec (both leakage studies' swap claims)
+AGREED = ("2026-12-07: the 'decided only where all three replacements agree' rule (f193f74) moved into the spec "
+          "(agree=), where the fingerprint sees it; it was applied after judging, outside it; the same verdicts")
 # the abstract's claim on trained RoPE models (pretrained-leakage: the same with its own where and role)
 SWAP = ClaimSpec(
     name="standard RoPE: BOS swap changes early (b), all three replacements", paper="-40%",
@@ -195,20 +196,8 @@ SWAP = ClaimSpec(
     measure=mean("swap_decisive", "the deciding replacement's change (mean over seeds): farthest from -40% if all "
                                   "are within, nearest if all are outside"),
     op="~", threshold=BOS_SWAP, tol=BOS_SWAP_TOL, percent=True,
+    agree=Agreement("swap_agree", "swap_min", "swap_max",
+                    f"the three replacements disagree, {{lo}} to {{hi}}, some within {100 * BOS_SWAP_TOL:g} points of "
+                    f"{100 * BOS_SWAP:g}% and some outside, and the abstract names none"),
     note="the abstract names no replacement: most frequent token, mean embedding, random vector of the BOS norm; "
          "decided only where all three agree; each a mean over the seeds whose early (b) is >= PRESENT = 0.01")
-
-
-def decided_when_agreed(claims: list[Claim], rows: list[dict], spec: ClaimSpec = SWAP) -> list[Claim]:
-    """``spec``'s claims left without a value because its three replacements disagree become n.a.
-    (undecidable) with the range of the three, the reason in the note; every other claim as is."""
-    group = [r for r in rows if spec.where(r) and r.get("swap_agree") is False]
-    if spec.op is None or not group:  # n.a. by declaration: its own reason stands
-        return claims
-    lo, hi = min(r["swap_min"] for r in group), max(r["swap_max"] for r in group)
-    why = (f"n.a. (the task cannot decide it: the three replacements disagree, {100 * lo:+.1f}% to {100 * hi:+.1f}%, "
-           f"some within {100 * BOS_SWAP_TOL:g} points of {100 * BOS_SWAP:g}% and some outside, and the "
-           "abstract names none)")
-    return [dataclasses.replace(c, na_kind="undecidable", measured=f"{100 * lo:+.1f}% to {100 * hi:+.1f}%",
-                                note=f"{why}; {c.note.split('; ', 1)[-1]}")
-            if c.name == spec.name and c.holds is None else c for c in claims]

@@ -102,23 +102,34 @@ def ranking_rows(rows: list[dict], L0: int) -> list[dict]:
     the rows give their examples, each method's exact match is k of n pooled over depths with its
     Wilson interval, and methods the task cannot tell apart (intervals overlap) are tied."""
     loss = {(r["method"], r["seed"], r["length"]): r["loss"] for r in rows if r.get("probe") == "loss"}
+    cells, counts = _reasoning_cells(rows, L0)
+    out = []
+    for (seed, task, L), exact in sorted(cells.items()):
+        got = rank_agreement({m: float(np.mean(v)) for m, v in exact.items()},
+                             {m: v for (m, s, length), v in loss.items() if s == seed and length == L},
+                             _intervals(counts[(seed, task, L)]))
+        if got is not None:
+            out.append(dict(probe="ranking", seed=seed, task=task, length=L, multiple=L / L0, **got))
+    return out
+
+
+def _reasoning_cells(rows: list[dict], L0: int) -> tuple[dict, dict]:
+    """Per (seed, task, length > L0) and method, the exact matches of its reasoning rows and their (k, n)
+    (:func:`correct`)."""
     cells: dict[tuple, dict[str, list[float]]] = {}
     counts: dict[tuple, dict[str, list[tuple[int, int] | None]]] = {}
     for r in rows:
         if r.get("probe") == "reasoning" and r["length"] > L0 and r.get("exact") is not None:
             cells.setdefault((r["seed"], r["task"], r["length"]), {}).setdefault(r["method"], []).append(r["exact"])
             counts.setdefault((r["seed"], r["task"], r["length"]), {}).setdefault(r["method"], []).append(correct(r))
-    out = []
-    for (seed, task, L), exact in sorted(cells.items()):
-        kn = counts[(seed, task, L)]
-        known = all(c is not None for v in kn.values() for c in v)
-        intervals = {m: wilson(sum(c[0] for c in v if c), sum(c[1] for c in v if c)) for m, v in kn.items()} \
-            if known else None
-        got = rank_agreement({m: float(np.mean(v)) for m, v in exact.items()},
-                             {m: v for (m, s, length), v in loss.items() if s == seed and length == L}, intervals)
-        if got is not None:
-            out.append(dict(probe="ranking", seed=seed, task=task, length=L, multiple=L / L0, **got))
-    return out
+    return cells, counts
+
+
+def _intervals(kn: dict[str, list[tuple[int, int] | None]]) -> dict | None:
+    """Each method's Wilson interval of its k of n pooled over depths; None where a row lacks its examples."""
+    if not all(c is not None for v in kn.values() for c in v):
+        return None
+    return {m: wilson(sum(c[0] for c in v if c), sum(c[1] for c in v if c)) for m, v in kn.items()}
 
 
 def exact_rows(rows: list[dict], L0: int) -> list[dict]:

@@ -1,0 +1,82 @@
+"""Randomized positional encodings (Ruoss et al. 2023, "Randomized Positional Encodings Boost Length
+Generalization of Transformers"), an extension of a model's embedding step: the positions of a
+sequence of s tokens are a sorted sample without replacement from [0, N)::
+
+    positions = sort(sample_s([0, N)))        per sequence; BOS keeps 0 and the sample shifts by 1
+
+instead of 0 .. s - 1, so a model trained on short sequences has seen every position up to N. N must
+exceed every training and evaluation length (``Transformer.check_length``). The authors' code
+(google-deepmind/randomized_positional_encodings) samples at evaluation too; ``at_eval=False``
+evaluates at 0 .. s - 1.
+
+A model turns it on with ``TransformerConfig(random_positions=RandomPositions(N=...))`` (an integer N
+stands for ``RandomPositions(N=N)``). A run's config records it under the flat names it had before it
+was an extension (``random_positions`` N, ``random_positions_eval``), so every stored run key still
+names its run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from poslab.errors import ConfigError, require_positive_int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomPositions:
+    N: int  # positions are sampled from [0, N)
+    at_eval: bool = True  # sample at evaluation too (the authors' code); False: 0 .. s - 1 in eval mode
+
+    def __post_init__(self):
+        require_positive_int("random_positions.N", self.N)
+        if not isinstance(self.at_eval, bool):
+            raise ConfigError("random_positions.at_eval", self.at_eval, "True, False")
+
+    @classmethod
+    def setting(cls, value, path: str = "random_positions") -> RandomPositions | None:
+        """The extension a config value stands for: None (off), an integer N, a mapping of this
+        class's fields, or a RandomPositions."""
+        if isinstance(value, cls) or value is None:
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            require_positive_int(path, value)
+            return cls(N=value)
+        if isinstance(value, dict):
+            unknown = sorted(set(value) - set(cls.__dataclass_fields__))
+            if unknown:
+                raise ConfigError(f"{path}.{unknown[0]}", unknown[0], sorted(cls.__dataclass_fields__))
+            if "N" not in value:
+                raise ConfigError(f"{path}.N", None, "a positive integer (the positions' range [0, N))")
+            return cls(**value)
+        raise ConfigError(path, value, f"null, a positive integer N or an object of {sorted(cls.__dataclass_fields__)}")
+
+    def record(self) -> dict:
+        """As a run's config records it (see the module docstring)."""
+        return dict(random_positions=self.N, random_positions_eval=self.at_eval)
+
+    def sample(self, b: int, s: int, device=None) -> Tensor:
+        """[b, s] positions for b sequences of s tokens (see :func:`random_positions`)."""
+        return random_positions(b, s, self.N, device)
+
+
+def recorded(extension: RandomPositions | None) -> dict:
+    """``extension`` as a run's config records it (off: N None, sampled at evaluation)."""
+    return dict(random_positions=None, random_positions_eval=True) if extension is None else extension.record()
+
+
+def from_recorded(fields: dict) -> RandomPositions | None:
+    """The extension of a run's recorded model config (:func:`recorded`'s inverse)."""
+    if fields.get("random_positions") is None:
+        return None
+    return RandomPositions(N=fields["random_positions"], at_eval=fields.get("random_positions_eval", True))
+
+
+def random_positions(b: int, s: int, N: int, device=None) -> Tensor:
+    """Ruoss et al. (2023): for each of b sequences, s positions drawn without replacement from
+    [0, N) and sorted, [b, s] long. The s smallest of N uniform keys are a uniform s-subset; drawn
+    from torch's generator (under the ensemble's vmap, randomness="different": each member its own)."""
+    keys = torch.rand(b, N, device=device)  # [b, N]
+    return keys.argsort(dim=-1)[:, :s].sort(dim=-1).values
