@@ -7,11 +7,11 @@ from click.testing import CliRunner
 
 from poslab import survey
 from poslab.cli import main
-from poslab.positional import ENCODINGS, small_encoding
+from poslab.positional import registered, small_encoding
 from poslab.store import Store
 
 
-@pytest.mark.parametrize("name", list(ENCODINGS))
+@pytest.mark.parametrize("name", registered())
 def test_kv_cache_column_is_prefix_consistency(name):
     """With a KV cache, the keys (and outputs) of the first P positions are computed once and
     reused as the sequence grows: valid exactly when the output at a prefix equals the prefix of

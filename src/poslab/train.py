@@ -245,7 +245,8 @@ def cropped(batch: Batch, width: int) -> Batch:
         return x[..., :width] if x is not None and per_position else x
     return Batch(tokens=batch.tokens[..., :width], targets=cast(Tensor, cut(batch.targets)),
                  loss_mask=cast(Tensor, cut(batch.loss_mask)), lengths=batch.lengths, first_query=batch.first_query,
-                 n_queries=batch.n_queries, loss_weight=cut(batch.loss_weight))
+                 n_queries=batch.n_queries, loss_weight=cut(batch.loss_weight),
+                 positions=None if batch.positions is None else batch.positions[..., :width])
 
 
 def crops(model: nn.Module, cfg: TrainConfig) -> bool:
@@ -266,7 +267,8 @@ def _pad_steps(chunk: Batch, width: int) -> Batch:
     weight = chunk.loss_weight
     return Batch(tokens=pad(chunk.tokens, 0), lengths=chunk.lengths, first_query=chunk.first_query,
                  n_queries=chunk.n_queries, targets=pad(chunk.targets, 0), loss_mask=pad(chunk.loss_mask, False),
-                 loss_weight=None if weight is None else pad(weight, 0.0))
+                 loss_weight=None if weight is None else pad(weight, 0.0),
+                 positions=None if chunk.positions is None else torch.nn.functional.pad(chunk.positions, (0, extra)))
 
 
 def build_member(make_model, seed: int) -> nn.Module:

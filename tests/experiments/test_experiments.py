@@ -101,16 +101,19 @@ def test_validation_refuses_a_non_rotary_encoding_before_any_work(tmp_path):
 
 
 def test_every_registry_encoding_runs_the_phenomenon_protocol(tmp_path):
-    from poslab.positional import ENCODINGS
+    from poslab.positional import registered
 
+    # every entry on the model's own positions (position coupling and Abacus read the task's, which the
+    # retrieval head refuses: tests/positional/test_task_positions.py)
+    encodings = registered()
     exp = get_experiment("phenomenon")
     study = apply_overrides(exp.study("quick"), ["seeds=1", "grid.task.K=[2]", "train.steps=3", "eval.n_sequences=8",
                                                  "eval.lengths=[12,24]",
-                                                 f"grid.encoding={list(ENCODINGS)}".replace("'", '"')])
+                                                 f"grid.encoding={list(encodings)}".replace("'", '"')])
     with Store(tmp_path / "s.sqlite") as store:
         summary = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
-        assert summary["trained"] == len(ENCODINGS)
-        assert {r["encoding"] for r in store.rows()} == set(ENCODINGS)
+        assert summary["trained"] == len(encodings)
+        assert {r["encoding"] for r in store.rows()} == set(encodings)
 
 
 def test_unknown_experiment():

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from poslab.errors import ConfigError
 from poslab.models.retrieval_head import RetrievalHead, RetrievalHeadConfig
-from poslab.positional import ENCODINGS
+from poslab.positional import registered
 from poslab.tasks import Batch
 
 torch.manual_seed(0)
@@ -61,7 +61,7 @@ def test_direct_forward_equals_naive_ape_formula_with_linear_attention():
         torch.testing.assert_close(out[b].double(), W["U"] @ (logits @ (z @ W["W_V"].T)), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", list(ENCODINGS))
+@pytest.mark.parametrize("name", registered())
 @pytest.mark.parametrize("n_heads", [1, 2])
 def test_grid_fast_path_equals_direct_forward(name, n_heads):
     model = head(name, n_heads=n_heads)
@@ -73,7 +73,7 @@ def test_grid_fast_path_equals_direct_forward(name, n_heads):
     torch.testing.assert_close(model.forward_table(tokens, same, 8, 1), model(tokens, same), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", list(ENCODINGS))
+@pytest.mark.parametrize("name", registered())
 def test_every_encoding_forward_backward_and_intermediates(name):
     model = head(name)
     tokens, lengths = batch()

@@ -10,7 +10,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from poslab.errors import ConfigError
 from poslab.models.energy_gate import EnergyGate
 from poslab.models.transformer import Transformer, TransformerConfig
-from poslab.positional import ENCODINGS
+from poslab.positional import registered
 
 M, S = 7, 6  # vocab, sequence length: tiny so the whole file runs in seconds
 
@@ -27,7 +27,8 @@ def tokens(b=3, s=S, seed=1):
 
 # ----------------------------------------------------------------------------- every encoding
 
-@pytest.mark.parametrize("name", list(ENCODINGS))  # iterated at collection: new encodings join in
+# iterated at collection: new encodings join in (those reading task positions: tests/positional/test_task_positions)
+@pytest.mark.parametrize("name", registered())
 @pytest.mark.parametrize("intermediates", [False, True])
 def test_forward_backward_reaches_every_parameter(name, intermediates):
     model = make(encoding=name, bos=True, energy_gate=True)
@@ -42,7 +43,7 @@ def test_forward_backward_reaches_every_parameter(name, intermediates):
         assert torch.isfinite(g).all() and g.abs().sum() > 0, f"{name}: {pname}"
 
 
-@pytest.mark.parametrize("name", list(ENCODINGS))
+@pytest.mark.parametrize("name", registered())
 def test_causal_mask(name):
     model, x = make(encoding=name), tokens()
     y = x.clone()
@@ -52,7 +53,7 @@ def test_causal_mask(name):
     assert not torch.allclose(a[:, 4:], b[:, 4:])
 
 
-@pytest.mark.parametrize("name, gate", [(name, False) for name in ENCODINGS] + [("rope", True)])
+@pytest.mark.parametrize("name, gate", [(name, False) for name in registered()] + [("rope", True)])
 def test_vmap_over_members_equals_separate_calls(name, gate):
     """The trainer's pattern: stacked members, one vmapped forward, one backward of the summed loss."""
     members = [make(seed=i, encoding=name, energy_gate=gate) for i in range(3)]
@@ -132,7 +133,7 @@ def test_padding_equals_the_unpadded_sequence(causal, bos):
 
 # ----------------------------------------------------------------------------- positions and BOS
 
-@pytest.mark.parametrize("name", list(ENCODINGS))
+@pytest.mark.parametrize("name", registered())
 @pytest.mark.parametrize("bos", [False, True])
 def test_explicit_positions_equal_default(name, bos):
     model, x = make(encoding=name, bos=bos), tokens()

@@ -14,8 +14,8 @@ from poslab.positional.base import KINDS
 
 
 def test_every_entry_in_registry_order_and_each_kind_partitions_them():
-    assert registered() == tuple(ENCODINGS)
-    by_kind = [name for k in KINDS for name in registered(k)]
+    assert registered(task_positions=True) == tuple(ENCODINGS)
+    by_kind = [name for k in KINDS for name in registered(k, task_positions=True)]
     assert sorted(by_kind) == sorted(ENCODINGS)  # each name under exactly one kind
     for k in KINDS:
         assert all(encoding_class(name).kind == k for name in registered(k))
@@ -23,10 +23,17 @@ def test_every_entry_in_registry_order_and_each_kind_partitions_them():
                                                     or n in registered("none"))
 
 
+def test_entries_reading_task_positions_join_only_on_request():
+    task = {name for name in ENCODINGS if encoding_class(name).task_positions}
+    assert task == {"position_coupling", "abacus"}
+    assert registered() == tuple(n for n in ENCODINGS if n not in task)
+    assert registered("absolute", task_positions=True)[-2:] == ("position_coupling", "abacus")
+
+
 def test_bidirectional_callers_lose_the_causal_only_entries():
     causal_only = {name for name in ENCODINGS if encoding_class(name).causal_only}
     assert {"xpos", "fire", "cope", "fox"} <= causal_only
-    assert set(registered(causal=False)) == set(ENCODINGS) - causal_only
+    assert set(registered(causal=False, task_positions=True)) == set(ENCODINGS) - causal_only
     assert registered(causal=True) == registered() == registered(causal=None)
     assert "xpos" in registered("rotary") and "xpos" not in registered("rotary", causal=False)
 

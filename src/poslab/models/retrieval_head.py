@@ -72,6 +72,9 @@ class RetrievalHead(nn.Module):
         h, d, D, m = cfg.n_heads, self.d_head, cfg.d_model, cfg.vocab_size
         self.encoding = build_encoding(cfg.encoding, d_model=D, n_heads=h, d_head=d, max_len=cfg.max_len,
                                        d_head_from="d_model" if d * h == D else "d_head", **cfg.encoding_options)
+        if self.encoding.task_positions:  # the head reads its own 0 .. L - 1, never a task's positions
+            raise ConfigError("encoding", cfg.encoding, "an encoding on the model's own positions (the retrieval "
+                                                        "head takes no task positions; see registered())")
         self.W_E = nn.Parameter(torch.randn(m, D))
         bound = 1 / math.sqrt(D)
         self.W_Q = nn.Parameter(torch.empty(h * d, D).uniform_(-bound, bound))

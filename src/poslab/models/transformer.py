@@ -357,7 +357,7 @@ class Transformer(nn.Module):
         A causal model needs no key padding: every key past a sequence's end is also after each
         of its real queries, so the mask is the plain causal one and the fused kernel applies.
         """
-        logits = self(batch.tokens, lengths=None if self.cfg.causal else batch.lengths)
+        logits = self(batch.tokens, batch.positions, lengths=None if self.cfg.causal else batch.lengths)
         loss = masked_cross_entropy(logits, batch)
         for enc in self.encodings():
             penalty = enc.penalty()  # a training-only term (MoPE's admissibility penalty)
@@ -392,6 +392,9 @@ class Transformer(nn.Module):
         at index 0: ``bos`` [b, 1, D], default W_bos), and every index's position pos [n] | [b, n]."""
         cfg = self.cfg
         b, s = tokens.shape
+        if positions is None and self.encoding.task_positions:  # position coupling, Abacus: ids from the task
+            raise ConfigError("positions", None, f"per-token positions [b, s] from the task for encoding "
+                                                 f"{cfg.encoding!r} (a task that hands Batch.positions)")
         sampled = cfg.random_positions
         if positions is None and sampled is not None and (self.training or sampled.at_eval):
             positions = sampled.sample(b, s, tokens.device) + int(cfg.bos)  # [b, s]
@@ -449,7 +452,8 @@ class Transformer(nn.Module):
         ``intervention``, those of :func:`~poslab.models.intervention.forward_with`."""
         with torch.no_grad():
             if intervention is None:
-                logits, inter = self.forward(batch.tokens, lengths=batch.lengths, return_intermediates=True)
+                logits, inter = self.forward(batch.tokens, batch.positions, lengths=batch.lengths,
+                                             return_intermediates=True)
             else:
                 logits, inter = forward_with(self, batch.tokens, intervention, lengths=batch.lengths)
         inter.logits, inter.lengths, inter.prefix = logits, batch.lengths, int(self.cfg.bos)

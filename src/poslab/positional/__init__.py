@@ -26,9 +26,11 @@ import torch
 
 from poslab import plugins
 from poslab.errors import ConfigError
+from poslab.positional.abacus import Abacus
 from poslab.positional.alibi import ALiBi, alibi_slopes
 from poslab.positional.base import KINDS, SITES, Metadata, PositionalEncoding, overridden_hooks
 from poslab.positional.cope import CoPE
+from poslab.positional.coupling import PositionCoupling
 from poslab.positional.dynamic_bias import DynamicPositionBias
 from poslab.positional.fire import FIRE
 from poslab.positional.fox import ForgetGate
@@ -83,6 +85,9 @@ ENCODINGS: dict[str, type[PositionalEncoding] | partial] = {
     # rotated width (GPT-NeoX, Phi-2, GLM / ChatGLM) and over the full head width (transformers' proportional)
     "rope_partial": partial(RoPE, rotary_fraction=0.25),
     "rope_partial_full": partial(RoPE, rotary_fraction=0.25, scaling={"rope_type": "proportional"}),
+    # positions from the task's structure (Batch.positions: digit significance), arithmetic length generalization
+    "position_coupling": PositionCoupling,  # Cho et al. 2024
+    "abacus": Abacus,  # McLeish et al. 2024
 }
 
 
@@ -151,18 +156,23 @@ def small_encoding(name: str, **options) -> PositionalEncoding:
         return build_encoding(name, **SMALL_GEOMETRY, **options)
 
 
-def registered(kind: str | tuple[str, ...] | None = None, causal: bool | None = None) -> tuple[str, ...]:
+def registered(kind: str | tuple[str, ...] | None = None, causal: bool | None = None,
+               task_positions: bool = False) -> tuple[str, ...]:
     """Names of every registered encoding, plugins' included, in registry order, optionally filtered.
 
     ``kind`` keeps the entries whose class ``kind`` is that one (or one of those, given a tuple) of
     ``KINDS``; ``causal`` is the attention of the model that will use them: ``False`` (bidirectional)
-    drops the ``causal_only`` entries, ``True`` (causal) and ``None`` keep every entry. Read from the
-    classes, nothing is built. A study that takes encodings by kind calls this, so an encoding added to
-    ``ENCODINGS`` or by an installed plugin joins it without a line changed in the study::
+    drops the ``causal_only`` entries, ``True`` (causal) and ``None`` keep every entry. The entries that
+    read their positions from the task (``task_positions``: position coupling, Abacus) run only on a task
+    that hands them, so they are left out unless ``task_positions=True``. Read from the classes, nothing
+    is built. A study that takes encodings by kind calls this, so an encoding added to ``ENCODINGS`` or by
+    an installed plugin joins it without a line changed in the study::
 
         >>> registered("none")
         ('nope',)
         >>> "xpos" in registered("rotary") and "xpos" not in registered("rotary", causal=False)
+        True
+        >>> "abacus" in registered(task_positions=True) and "abacus" not in registered()
         True
     """
     kinds = (kind,) if isinstance(kind, str) else kind
@@ -171,7 +181,8 @@ def registered(kind: str | tuple[str, ...] | None = None, causal: bool | None = 
             raise ConfigError("kind", k, KINDS)
     return tuple(name for name in ENCODINGS
                  if (kinds is None or encoding_class(name).kind in kinds)
-                 and (causal is not False or not encoding_class(name).causal_only))
+                 and (causal is not False or not encoding_class(name).causal_only)
+                 and (task_positions or not encoding_class(name).task_positions))
 
 
 def rotary_encodings() -> list[str]:

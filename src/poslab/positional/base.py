@@ -88,6 +88,9 @@ class PositionalEncoding(nn.Module):
     reads_stream: ClassVar[bool] = False  # score_bias also takes x= the layer's input [b, j, D] (module docstring)
     contextual: ClassVar[bool] = False  # a pair's bias depends on other tokens: no per-pair fast path
     causal_only: ClassVar[bool] = False  # defined for causal attention only: a bidirectional model refuses it
+    # positions must come from the task (Batch.positions: digit significance for position coupling and Abacus);
+    # a model refuses to fall back on its own 0 .. s - 1
+    task_positions: ClassVar[bool] = False
 
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int):
         super().__init__()

@@ -66,6 +66,9 @@ STUDIES: tuple[Entry, ...] = (
     Entry("hybrid", "issue 57: rope / no-rope layouts (RNoPE, SWAN, iRoPE) on the char LM and fixed-offset retrieval, "
           "probes per layer type", "[hybrid](docs/hybrid.md)", table="next",
           unrun="no stored run yet (its cpu preset)"),
+    Entry("arithmetic", "next step: arithmetic, position coupling (Cho et al. 2024), Abacus, index hints vs NoPE / "
+          "RoPE / APE on addition, 1..n digits to 4n", "[arithmetic](docs/arithmetic.md)", table="next",
+          unrun="no stored run yet (its cpu preset is sized, not run)"),
 )
 
 

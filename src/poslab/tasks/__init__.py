@@ -18,6 +18,7 @@ from poslab.tasks.base import Batch, Length, Task, eval_batch, eval_seed, length
 from poslab.tasks.chomsky import context_free as cf
 from poslab.tasks.chomsky import context_sensitive as cs
 from poslab.tasks.chomsky import regular as rg
+from poslab.tasks.digit_addition import DigitAddition
 from poslab.tasks.induction import Induction
 from poslab.tasks.passkey import PasskeyText
 from poslab.tasks.retrieval import ContentConditioned, FixedOffset
@@ -55,6 +56,7 @@ TASKS: dict[str, type] = {
     "binary_multiplication": cs.BinaryMultiplication,
     "compute_sqrt": cs.ComputeSqrt,
     "bucket_sort": cs.BucketSort,
+    "digit_addition": DigitAddition,  # position coupling / Abacus / index hints formats (Batch.positions)
 }
 
 

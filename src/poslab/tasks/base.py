@@ -43,8 +43,12 @@ class Batch:
     # Optional per-target weights in the training loss (float, shape of targets): the loss is then
     # sum(w ce) / sum(w) over the loss mask. None: every target counts once (the plain mean).
     loss_weight: Tensor | None = None
+    # Optional per-token position ids from the task's structure, [b, s] int64 (digit significance for
+    # position coupling and Abacus, :mod:`poslab.tasks.digit_addition`); the model reads them instead of
+    # its own 0 .. s - 1. None: the model's own positions.
+    positions: Tensor | None = None
 
-    TENSORS = ("tokens", "targets", "loss_mask", "lengths", "first_query", "loss_weight")
+    TENSORS = ("tokens", "targets", "loss_mask", "lengths", "first_query", "loss_weight", "positions")
 
     def to(self, device: torch.device | str) -> Batch:
         return self.map(lambda x: x.to(device))
@@ -59,7 +63,8 @@ class Batch:
         """Sequences ``index`` (a slice or index tensor over the batch axis), hint kept."""
         return Batch(tokens=self.tokens[index], targets=self.targets[index], loss_mask=self.loss_mask[index],
                      lengths=self.lengths[index], first_query=self.first_query, n_queries=self.n_queries,
-                     loss_weight=None if self.loss_weight is None else self.loss_weight[index])
+                     loss_weight=None if self.loss_weight is None else self.loss_weight[index],
+                     positions=None if self.positions is None else self.positions[index])
 
     @property
     def size(self) -> int:
@@ -135,7 +140,8 @@ def _pad(batch: Batch, width: int) -> Batch:
     return Batch(tokens=pad(batch.tokens, 0), lengths=batch.lengths,
                  targets=pad(batch.targets, 0) if per_position else batch.targets,
                  loss_mask=pad(batch.loss_mask, False) if per_position else batch.loss_mask,
-                 loss_weight=pad(weight, 0.0) if per_position and weight is not None else weight)
+                 loss_weight=pad(weight, 0.0) if per_position and weight is not None else weight,
+                 positions=None if batch.positions is None else pad(batch.positions, 0))
 
 
 class UniformTokens:
