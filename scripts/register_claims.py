@@ -374,9 +374,10 @@ def _typed(value: str):
 # studies judged again by today's report since their last revision: their stored claims are that report's own
 # (judged by the specs that wrote them), so --restate only annotates them
 RERUN = {"phenomenon": "2026-12-07, paper preset rerun, 4 min 21 s",
-         "heads": "2026-12-07, paper preset rerun, 1 min 59 s",
+         "heads": "2026-12-07, paper preset rerun, 1 min 59 s; again after the singular-value rename, 1 min 15 s",
          "bias-comparison": "2026-12-07, paper preset rerun, 9 min 22 s (303 members)",
-         "controls": "2026-12-07, paper preset rerun, 75 s", "linear-control": "2026-12-07, paper preset rerun, 39 s",
+         "controls": "2026-12-07, paper preset rerun, 75 s",
+         "linear-control": "2026-12-07, paper preset rerun, 39 s; again with one claim per width, 40 s",
          "k1": "2026-12-07, paper preset rerun, 25 s", "validation": "2026-12-07, paper preset rerun, 39 s",
          "lengthgen": "2026-12-07, cpu preset's report re-rendered from its stored rows.csv (nothing retrained)"}
 UNDECIDED: list[str] = []  # stored claims whose spec their name cannot pick among several: restated by a rerun
