@@ -416,7 +416,8 @@ def recompute(study: str, claims: list, folder: Path) -> list:
         c = _rejudged(dataclasses.replace(c, role=spec.role), spec)
         # the gate, as the engine applies it: it takes a verdict whose models did not learn in range, and gives
         # its reason to a claim today's spec judges that has nothing measured (stored as n.a. of another kind)
-        unmeasured = c.holds is None and spec.na is None and _stored_value(c, spec) is None
+        unmeasured = (c.holds is None and spec.na is None and c.na_kind != "not-learned"
+                      and _stored_value(c, spec) is None)
         if spec.trained and gate is not None and (c.holds is not None or unmeasured) and rows:
             m = template_pattern(spec.name).match(c.name)
             group = [{k: _typed(v) for k, v in zip(template_fields(spec.name), m.groups(), strict=False)}] if m else []
