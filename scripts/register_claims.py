@@ -74,7 +74,7 @@ HISTORY_RENAMES = {
     "leakage": [(r"(standard RoPE): BOS swap changes early \(b\), all three replacements",
                  r"\1: BOS swap (most frequent token) changes early (b)")],
     # c7831de: W's top singular-value energy judged as an overlap of intervals (its name carries the range)
-    "heads": [(r"(.*), H=(\d+), d_model=64: per-head top singular-value energy of W, range .*",
+    "heads": [(r"(.*), H=(\d+), d_model=64: per-head top singular-value energy of W, range \[.*",
                r"\1, H=\2, d_model=64: highest per-head top singular-value energy of W")],
 }
 DECLARED_NA = ("undecidable", "comparison")  # n.a. kinds a declaration (or a rule) gives, not the data

@@ -18,7 +18,7 @@ from poslab.studies import mope as exp
 
 
 def test_quick_preset_end_to_end(tmp_path):
-    study = exp.study("quick")
+    study = exp.EXPERIMENT.study("quick")
     assert get_experiment("mope") is exp.EXPERIMENT
     groups = {m.group_key() for m in members("mope", study)}
     assert len(groups) == 6  # one ensemble per cell: its seeds train together
@@ -66,7 +66,7 @@ def test_quick_preset_end_to_end(tmp_path):
 @pytest.mark.parametrize("override", [['grid.encoding=["rope","alibi"]'], ['grid.model.energy_gate=[true]'],
                                       ["train.min_length=8"], ["eval.lengths=[32]"]])
 def test_refuses_before_any_work(override, tmp_path):
-    study = apply_overrides(exp.study("quick"), override)
+    study = apply_overrides(exp.EXPERIMENT.study("quick"), override)
     with Store(tmp_path / "s.sqlite") as store:
         with pytest.raises(ConfigError):
             run_study(exp.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
@@ -75,14 +75,14 @@ def test_refuses_before_any_work(override, tmp_path):
 
 def test_unknown_preset():
     with pytest.raises(ConfigError):
-        exp.study("large")
+        exp.EXPERIMENT.study("large")
 
 
 def test_gpu_preset_is_near_the_published_scale():
     from poslab.experiments.experiment import resolve_model_config, resolve_task
     from poslab.models.transformer import Transformer
 
-    study = exp.study("gpu")
+    study = exp.EXPERIMENT.study("gpu")
     point = next(m.study for m in members("mope", study) if m.study.encoding == "mope" and m.study.model["energy_gate"])
     model = Transformer(resolve_model_config(point, resolve_task(point)))
     n = sum(p.numel() for p in model.parameters())
