@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from poslab.experiments.claims import Claim, claims_markdown, markdown_table, write_claims
-from poslab.experiments.spec import EVERY, Measure, Where, _sort_key
+from poslab.experiments.rows import sort_key
+from poslab.experiments.spec import EVERY, Measure, Where
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
@@ -43,7 +44,7 @@ def groups(rows: list[Row], by: Sequence[str], where: Where = EVERY) -> dict[tup
     for r in rows:
         if where(r):
             out.setdefault(tuple(r.get(c) for c in by), []).append(r)
-    return {k: out[k] for k in sorted(out, key=_sort_key)}
+    return {k: out[k] for k in sorted(out, key=sort_key)}
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class Table:
         keys = []
         if self.pivot is not None:
             keys = sorted({r[self.pivot.column] for g in grouped.values() for r in g
-                           if r.get(self.pivot.column) is not None}, key=lambda v: _sort_key((v,)))
+                           if r.get(self.pivot.column) is not None}, key=lambda v: sort_key((v,)))
             header += [self.pivot.label.format(k) for k in keys]
         header += [c.label for c in self.columns]
         body = []

@@ -107,7 +107,7 @@ def column(df: pd.DataFrame, name: str, default: object = None) -> pd.Series:
     """Column ``name``, ``default`` where a row lacks it (``row.get(name, default)`` for every row)."""
     if name not in df.columns:
         return pd.Series([default] * len(df), index=df.index, dtype=object)
-    return df[name].map(lambda v: default if v is None else v)
+    return pd.Series([default if v is None else v for v in df[name]], index=df.index, dtype=object)
 
 
 def where_is(df: pd.DataFrame, name: str, value: object, default: object = None) -> pd.DataFrame:
@@ -137,9 +137,14 @@ def values(df: pd.DataFrame, column: str) -> np.ndarray:
     return df.loc[has(df, column), column].to_numpy(dtype=float)
 
 
-def groups(df: pd.DataFrame, by: Iterable[str]) -> list[tuple[tuple, pd.DataFrame]]:
+def sort_key(key: tuple) -> tuple:
+    """A group key's place in sorted order: numbers first (by value), then everything else by its text."""
+    return tuple((0, v) if isinstance(v, (int, float)) else (1, str(v)) for v in key)
+
+
+def groups(df: pd.DataFrame, by: Iterable[str], sort: bool = False) -> list[tuple[tuple, pd.DataFrame]]:
     """The rows grouped by the values of ``by`` (a missing column reads ``None``), in order of each
-    group's first row; each group keeps its rows' order."""
+    group's first row (``sort``: in :func:`sort_key` order of the keys); each group keeps its rows' order."""
     by = list(by)
     if df.empty:
         return []
@@ -148,7 +153,8 @@ def groups(df: pd.DataFrame, by: Iterable[str]) -> list[tuple[tuple, pd.DataFram
     keys = list(zip(*(df[c] if c in df.columns else [None] * len(df) for c in by), strict=True))
     code = {key: k for k, key in enumerate(dict.fromkeys(keys))}  # a group per distinct key, as a dict keys them
     parts = dict(iter(df.groupby(pd.Series([code[k] for k in keys], index=df.index), sort=True)))
-    return [(key, parts[k]) for key, k in code.items()]
+    out = [(key, parts[k]) for key, k in code.items()]
+    return sorted(out, key=lambda key_part: sort_key(key_part[0])) if sort else out
 
 
 def records(df: pd.DataFrame) -> list[dict]:

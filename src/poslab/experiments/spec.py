@@ -32,7 +32,7 @@ import pandas as pd
 from poslab.experiments import registry
 from poslab.experiments.claims import NA_KINDS, ROLES, Claim
 from poslab.experiments.fingerprint import canonical, digest
-from poslab.experiments.rows import frame, groups, has, values
+from poslab.experiments.rows import frame, groups, has, sort_key, values
 
 Row = dict
 Rows: TypeAlias = "list[Row] | pd.DataFrame"  # a run's rows, as records or as a frame (poslab.experiments.rows)
@@ -582,7 +582,7 @@ class ClaimSpec:
         the groups' ``per`` values (numbers first)."""
         df = _frame(rows)
         chosen = groups(self.where.select(df), self.per)
-        return [self._claim(key, group, df, gate) for key, group in sorted(chosen, key=lambda kg: _sort_key(kg[0]))]
+        return [self._claim(key, group, df, gate) for key, group in sorted(chosen, key=lambda kg: sort_key(kg[0]))]
 
     def _claim(self, key: tuple, group: pd.DataFrame, rows: pd.DataFrame, gate: InRange | None) -> Claim:
         """The claim on one group: its measured value, verdict and note."""
@@ -642,10 +642,6 @@ def _not_learned(holds: bool | None, learned: float | None, threshold: float) ->
     if holds is not None:
         return learned is None or learned < threshold
     return learned is not None and learned < threshold
-
-
-def _sort_key(key: tuple) -> tuple:
-    return tuple((0, v) if isinstance(v, (int, float)) else (1, str(v)) for v in key)
 
 
 def judge_all(specs: Iterable[ClaimSpec], rows: list[Row], gate: InRange | None = None) -> list[Claim]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TypedDict
 
 import numpy as np
+import pandas as pd
 
 from poslab.experiments import Trained
 from poslab.experiments.config import QUICK, EvalConfig, StudyConfig
@@ -18,12 +19,12 @@ from poslab.experiments.outputs import (
     Lines,
     Pivot,
     Table,
-    groups,
     joined,
     mean_std_where,
     select,
     write_outputs,
 )
+from poslab.experiments.rows import RowKind, frame, groups, has, of_kind, pick, values, where_is
 from poslab.experiments.spec import (
     ClaimSpec,
     Extrapolation,
@@ -272,41 +273,66 @@ def evaluate(ctx) -> list[dict]:
     return margin_length_rows(ctx) + carrier_rows(ctx)
 
 
+WIDTH_SETTINGS = ("d=32", "base", "d=128")  # the head widths whose dilution slopes c make the width trend
+WIDTH_TREND = RowKind("width_trend", {"setting": str, "min_drop": float})
+MARGIN_RANGE = RowKind("margin_range", {"setting": str, "mu_range": float, "mu_mean_range": float | None,
+                                        "mu_profile_range": float | None})
+KERNEL_ROW = RowKind("kernel", {"d": int, "base": float, "g0": float, "max_g_ratio_s_ge_1": float,
+                            "unique_max_at_0": bool, "ratio": float})
+
+
 def derived_rows(rows: list[dict], study: StudyConfig) -> list[dict]:
     """The rows the claims and tables read: length rows with their K, policy, rotary base, longest
-    flag and bound check; member rows; dilution fits per member; the width trend of c; margin
-    ranges per setting; co-emergence per quantity; the kernel rows."""
-    K, longest = study.task.get("K", 2), max(study.eval.lengths)
-    out = []
-    for r in rows:
-        r = {**r, "variant": r.get("variant"), "trained": r.get("variant") is None, "K": K}
-        if r["probe"] == "length":
-            r.update(longest=r["length"] == longest, rope_base=ROTARY_BASE.get(r["setting"]),
-                     policy=r["variant"] or "clamp (trained policy)", bound_valid=r["bound"] <= r["a_star"] + 1e-9,
-                     bound_gap=r["a_star"] - r["bound"])
-        out.append(r)
-    cells = [r for r in out if r["probe"] == "length" and r["variant"] is None]
-    for mine in groups([r for r in out if r["probe"] == "length"], ("setting", "policy")).values():
-        learned = bool(np.mean([r["accuracy"] for r in mine if r["in_range"]] or [0.0]) >= LEARNED)
-        for r in mine:
+    flag, bound check and learned-in-range flag; member rows; dilution fits per member; the width
+    trend of c; margin ranges per setting; co-emergence per quantity; the kernel rows."""
+    out = [tagged(r, study.task.get("K", 2), max(study.eval.lengths)) for r in rows]
+    df = frame(out)
+    lengths = of_kind(df, "length")
+    for _, mine in groups(lengths, ("setting", "policy")):
+        in_range = mine[mine["in_range"].map(bool).astype(bool)]
+        learned = bool((np.mean(values(in_range, "accuracy")) if len(in_range) else 0.0) >= LEARNED)
+        for r in pick(out, mine):
             r["learned_in_range"] = learned
+    cells = pick(out, lengths[~has(lengths, "variant")])
     fits = dilution_rows(cells, ("setting", "seed"), trained=True)
-    out += fits
-    c = [np.mean([f["slope"] for f in fits if f["setting"] == s]) for s in ("d=32", "base", "d=128")
-         if any(f["setting"] == s for f in fits)]
-    if len(c) >= 2:
-        # one row per width it reads (the same number): the learned-in-range gate reads those three settings
-        drop = float(-np.diff(c).max())
-        out += [dict(probe="width_trend", setting=s, min_drop=drop) for s in ("d=32", "base", "d=128")
-                if any(f["setting"] == s for f in fits)]
-    for (s,), mine in groups(cells, ("setting",)).items():
-        mu_range, mu_mean, mu_profile = (range_over(mine, col) for col in ("margin", "margin_mean", "margin_profile"))
-        if mu_range is not None:
-            out.append(dict(probe="margin_range", setting=s, mu_range=mu_range, mu_mean_range=mu_mean,
-                            mu_profile_range=mu_profile))
-    snaps = [r for r in out if r["probe"] == "snapshot" and r["setting"] == "base" and r["variant"] is None]
-    out += emergence_rows(snaps, ("carrier_k", "carrier_q", "rank_concentration"), FEW_HUNDRED, setting="base")
-    return out + [dict(probe="kernel", **k) for k in rotary_kernel_rows(WIDTHS, BASES)]
+    snapshots = where_is(of_kind(df, "snapshot"), "setting", "base")
+    snaps = pick(out, snapshots[~has(snapshots, "variant")])
+    return (out + fits + width_trend_rows(frame(fits)) + margin_range_rows(cells)
+            + emergence_rows(snaps, ("carrier_k", "carrier_q", "rank_concentration"), FEW_HUNDRED, setting="base")
+            + [KERNEL_ROW(**k) for k in rotary_kernel_rows(WIDTHS, BASES)])
+
+
+def tagged(row: dict, K: int, longest: int) -> dict:
+    """A row with its variant (None: trained), ``trained`` and K; a length row also with its longest
+    flag, rotary base, APE policy and the bound's check against a*."""
+    r = {**row, "variant": row.get("variant"), "trained": row.get("variant") is None, "K": K}
+    if r["probe"] == "length":
+        r.update(longest=r["length"] == longest, rope_base=ROTARY_BASE.get(r["setting"]),
+                 policy=r["variant"] or "clamp (trained policy)", bound_valid=r["bound"] <= r["a_star"] + 1e-9,
+                 bound_gap=r["a_star"] - r["bound"])
+    return r
+
+
+def width_trend_rows(fits: pd.DataFrame) -> list[dict]:
+    """The smallest drop of the dilution slope c between neighbouring widths (d = 32 -> 64 -> 128), one
+    row per width it reads (the same number: the learned-in-range gate reads those three settings)."""
+    present = [s for s in WIDTH_SETTINGS if len(where_is(fits, "setting", s))]
+    if len(present) < 2:
+        return []
+    c = [np.mean(values(where_is(fits, "setting", s), "slope")) for s in present]
+    return [WIDTH_TREND(setting=s, min_drop=float(-np.diff(c).max())) for s in present]
+
+
+def margin_range_rows(cells: list[dict]) -> list[dict]:
+    """Per setting, the relative range over lengths of the seed-mean margins (the bound's mu, mu against
+    the mean competitor, the kernel's), where the margin has one at all."""
+    out = []
+    for (s,), mine in groups(frame(cells), ("setting",), sort=True):
+        mu, mu_mean, mu_profile = (range_over(pick(cells, mine), col)
+                                   for col in ("margin", "margin_mean", "margin_profile"))
+        if mu is not None:
+            out.append(MARGIN_RANGE(setting=s, mu_range=mu, mu_mean_range=mu_mean, mu_profile_range=mu_profile))
+    return out
 
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:

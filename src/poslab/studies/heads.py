@@ -10,10 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from poslab import probes
 from poslab.experiments import Trained
 from poslab.experiments.config import QUICK, StudyConfig
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, value_range, write_outputs
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, select, value_range, write_outputs
+from poslab.experiments.rows import RowKind, column, frame, groups, lookup, of_kind, pick, where_is
 from poslab.experiments.spec import (
     ClaimSpec,
     Extrapolation,
@@ -159,40 +162,54 @@ def evaluate(ctx) -> list[dict]:
     return rows + [dict(probe="head", head=h, **shape, **s) for h, s in enumerate(head_summaries(model, batch))]
 
 
+SWEEP = RowKind("sweep", {"sweep": str, "task": str, "seed": int, "n_heads": int, "peak_height": float})
+RESOURCE = RowKind("resource", {"task": str, "K2": int | None, "seed": int, "peak_h1": float, "peak_h4": float,
+                                "peak_h4_wide": float, "recovered": float})
+SV_RANGE = RowKind("sv_range", {"task": str, "K2": int | None, "n_heads": int, "d_model": int, "lo": float,
+                                "hi": float, "range": str, "overlap": float, "covered": float, "seeds": int})
+
+
 def derived_rows(rows: list[dict]) -> list[dict]:
     """``sweep`` rows (the peak at the longest length, 48 in the presets, in each sweep: H=1 belongs to
     both) and per (task, seed) a ``resource`` row: the share of the H=1 -> H=4 drop at d_model=64 that
     d_head=64 undoes (only where that drop is at least ``MIN_DROP``: a smaller one makes the share noise);
     and the ``sv_range`` rows (:func:`sv_range_rows`)."""
-    lengths = [r["length"] for r in rows if r.get("probe") == "length"]
-    at = [r for r in rows if r.get("probe") == "length" and r["length"] == max(lengths)]
-    out = [dict(probe="sweep", sweep=f"{name} = {WIDTH}", task=r["task"], seed=r["seed"], n_heads=r["n_heads"],
-                peak_height=r["peak_height"]) for r in at for name in ("d_model", "d_head") if r[name] == WIDTH]
-    peak = {(r["task"], r["seed"], r["n_heads"], r["d_head"]): r["peak_height"] for r in at}
-    k2 = {r["task"]: r.get("K2") for r in at}
-    for task, seed in sorted({(r["task"], r["seed"]) for r in at}):
+    df = frame(rows)
+    lengths = of_kind(df, "length")
+    at = where_is(lengths, "length", max(column(lengths, "length"), default=None))
+    out = [SWEEP(sweep=f"{name} = {WIDTH}", task=r["task"], seed=r["seed"], n_heads=r["n_heads"],
+                 peak_height=r["peak_height"]) for r in pick(rows, at) for name in ("d_model", "d_head")
+           if r[name] == WIDTH]
+    return out + resource_rows(at) + sv_range_rows(rows)
+
+
+def resource_rows(at: pd.DataFrame) -> list[dict]:
+    """Per (task, seed), the share of the H=1 -> H=4 peak drop at d_model = 64 that d_head = 64 undoes,
+    where the drop is at least ``MIN_DROP``."""
+    peak = lookup(at, ("task", "seed", "n_heads", "d_head"), "peak_height")
+    k2 = lookup(at, ("task",), "K2")
+    out = []
+    for task, seed in sorted(set(zip(column(at, "task"), column(at, "seed"), strict=True))):
         h1, h4, wide = (peak.get((task, seed, H, d)) for H, d in ((1, WIDTH), (4, WIDTH // 4), (4, WIDTH)))
         if h1 is not None and h4 is not None and wide is not None and h1 - h4 >= MIN_DROP:
-            out.append(dict(probe="resource", task=task, K2=k2[task], seed=seed, peak_h1=h1, peak_h4=h4,
-                            peak_h4_wide=wide,
-                            recovered=(wide - h4) / (h1 - h4)))
-    return out + sv_range_rows(rows)
+            out.append(RESOURCE(task=task, K2=k2[(task,)], seed=seed, peak_h1=h1, peak_h4=h4, peak_h4_wide=wide,
+                                recovered=(wide - h4) / (h1 - h4)))
+    return out
 
 
 def sv_range_rows(rows: list[dict]) -> list[dict]:
     """Per (task, H >= 2) at d_model = 64 an ``sv_range`` row: the [lo, hi] of the heads' top
     singular-value energy over heads x seeds, its ``overlap`` with the seed's :data:`PAPER_SV` (0 when
     they do not meet) and the share of the seed's range it ``covered``."""
-    heads = [r for r in rows if r.get("probe") == "head" and r.get("d_model") == WIDTH and r.get("n_heads", 0) >= 2]
+    heads = where_is(of_kind(frame(rows), "head"), "d_model", WIDTH)
+    heads = heads[column(heads, "n_heads", 0).map(lambda h: h >= 2).astype(bool)]
     out = []
-    for task, H in sorted({(r["task"], r["n_heads"]) for r in heads}):
-        mine = [r for r in heads if (r["task"], r["n_heads"]) == (task, H)]
-        vals = [r["rank_concentration"] for r in mine]
-        lo, hi = min(vals), max(vals)
+    for (task, H), mine in groups(heads, ("task", "n_heads"), sort=True):
+        lo, hi = min(mine["rank_concentration"]), max(mine["rank_concentration"])
         overlap = max(0.0, min(hi, PAPER_SV[1]) - max(lo, PAPER_SV[0]))
-        out.append(dict(probe="sv_range", task=task, K2=mine[0].get("K2"), n_heads=H, d_model=WIDTH, lo=lo, hi=hi,
-                        range=f"[{lo:.3f}, {hi:.3f}]", overlap=overlap,
-                        covered=overlap / (PAPER_SV[1] - PAPER_SV[0]), seeds=len({r["seed"] for r in mine})))
+        out.append(SV_RANGE(task=task, K2=column(mine, "K2").iloc[0], n_heads=H, d_model=WIDTH, lo=lo, hi=hi,
+                            range=f"[{lo:.3f}, {hi:.3f}]", overlap=overlap,
+                            covered=overlap / (PAPER_SV[1] - PAPER_SV[0]), seeds=len(set(mine["seed"]))))
     return out
 
 
@@ -204,7 +221,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              "and at d_head = 64 (d_model = 64 H). Carrier energies and W's top singular-value energy per head at "
              "L = 16.")
     return write_outputs(out, title=EXPERIMENT.title, rows=rows, claims=judge_all(CLAIMS, rows, GATE), intro=intro,
-                         tables=TABLES, figures=FIGURES, csv_rows=[r for r in rows if r.get("probe") == "length"],
+                         tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length"),
                          csvs={"heads.csv": "head"})
 
 

@@ -27,11 +27,13 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from poslab.errors import ConfigError
 from poslab.experiments import Trained
 from poslab.experiments.config import QUICK, EvalConfig, StudyConfig, apply_point
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_outputs
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, write_outputs
+from poslab.experiments.rows import RowKind, column, frame, groups, has, lookup, of_kind, pick, values
 from poslab.experiments.spec import (
     ClaimSpec,
     InRange,
@@ -266,63 +268,77 @@ def _excess(rows: list[dict], column: str) -> float:
     return float(np.mean([r[column] - r[f"uniform_{column}"] for r in rows]))
 
 
+PAIR_KIND = RowKind("pair", {"task": str, "layout": str, "seed": int, "schedule": str, "length": int,
+                       "minus_rope_long": float | None, "long_over_context": float | None,
+                       "minus_rope_val": float}, optional=("minus_rope_val",))
+SCHEDULE_KIND = RowKind("schedule", {"task": str, "layout": str, "seed": int, "length": int, "yarn_minus_none": float})
+LABOUR_KIND = RowKind("labour", {"task": str, "layout": str, "seed": int, "rope_minus_nope_recent": float,
+                            "nope_minus_rope_key0": float})
+LEAK_KIND = RowKind("leak", {"task": str, "layout": str, "seed": int, "kind": str, "component_b": float,
+                        "component_b_key0": float})
+
+
 def pair_rows(rows: list[dict]) -> list[dict]:
     """At the longest length: ``pair`` rows (each layout against uniform RoPE, same seed and schedule; its
     loss over its loss at the context) and ``schedule`` rows (YaRN against as trained)."""
-    long = {(r["task"], r["layout"], r["seed"], r["schedule"], r["length"]): r["loss"] for r in select(rows, "long")}
-    val = {(r["layout"], r["seed"], r["schedule"]): r["val_loss"] for r in select(rows, "lm")}
-    out = []
+    df = frame(rows)
+    long = lookup(of_kind(df, "long"), ("task", "layout", "seed", "schedule", "length"), "loss")
+    val = lookup(of_kind(df, "lm"), ("layout", "seed", "schedule"), "val_loss")
     longest = max((k[-1] for k in long), default=None)
+    out = []
     for (task, layout, seed, schedule, L), loss in long.items():
         if L != longest:
             continue
         base = long.get((task, "rope", seed, schedule, L))
         context = val.get((layout, seed, schedule))
-        row = dict(probe="pair", task=task, layout=layout, seed=seed, schedule=schedule, length=L,
-                   minus_rope_long=None if base is None or layout == "rope" else loss - base,
-                   long_over_context=None if context is None else loss / context)
+        versus = {}
         if layout != "rope" and (base_val := val.get(("rope", seed, schedule))) is not None and context is not None:
-            row["minus_rope_val"] = context - base_val
+            versus["minus_rope_val"] = context - base_val
         if schedule == "yarn" and (trained := long.get((task, layout, seed, "none", L))) is not None:
-            out.append(dict(probe="schedule", task=task, layout=layout, seed=seed, length=L,
-                            yarn_minus_none=loss - trained))
-        out.append(row)
+            out.append(SCHEDULE_KIND(task=task, layout=layout, seed=seed, length=L, yarn_minus_none=loss - trained))
+        out.append(PAIR_KIND(task=task, layout=layout, seed=seed, schedule=schedule, length=L,
+                        minus_rope_long=None if base is None or layout == "rope" else loss - base,
+                        long_over_context=None if context is None else loss / context, **versus))
     return out
+
+
+def _by_member(df: pd.DataFrame, *more: str) -> list[tuple[tuple, pd.DataFrame]]:
+    """The rows grouped per member (task, layout, seed) and ``more``, the keys in order of their text."""
+    return sorted(groups(df, ("task", "layout", "seed", *more)), key=lambda key_part: str(key_part[0]))
 
 
 def labour_rows(rows: list[dict]) -> list[dict]:
     """``labour`` rows: per member with layers of both kinds, no-rope layers against rope layers, each
     layer's mass beyond a content-blind head's (:func:`_excess`)."""
-    targets = select(rows, "targets")
     out = []
-    for key in sorted({(r["task"], r["layout"], r["seed"]) for r in targets}, key=str):
-        mine = [r for r in targets if (r["task"], r["layout"], r["seed"]) == key]
-        rope = [r for r in mine if r["rotary"]]
-        nope = [r for r in mine if not r["rotary"]]
+    for (task, layout, seed), mine in _by_member(of_kind(frame(rows), "targets")):
+        rotary = mine["rotary"].map(bool).astype(bool)
+        rope, nope = pick(rows, mine[rotary]), pick(rows, mine[~rotary])
         if rope and nope:
-            out.append(dict(probe="labour", task=key[0], layout=key[1], seed=key[2],
-                            rope_minus_nope_recent=_excess(rope, "recent") - _excess(nope, "recent"),
-                            nope_minus_rope_key0=_excess(nope, "key0") - _excess(rope, "key0")))
+            out.append(LABOUR_KIND(task=task, layout=layout, seed=seed,
+                              rope_minus_nope_recent=_excess(rope, "recent") - _excess(nope, "recent"),
+                              nope_minus_rope_key0=_excess(nope, "key0") - _excess(rope, "key0")))
     return out
 
 
 def leak_rows(rows: list[dict]) -> list[dict]:
     """``leak`` rows: a member's mean (b), and (b) at key 0, per layer type (layers with a key-0 value)."""
-    leaks = [r for r in select(rows, "layer_leakage") if r.get("component_b_key0") is not None]
+    leaks = of_kind(frame(rows), "layer_leakage")
     out = []
-    for key in sorted({(r["task"], r["layout"], r["seed"], r["rotary"]) for r in leaks}, key=str):
-        mine = [r for r in leaks if (r["task"], r["layout"], r["seed"], r["rotary"]) == key]
-        out.append(dict(probe="leak", task=key[0], layout=key[1], seed=key[2], kind="rope" if key[3] else "nope",
-                        component_b=float(np.mean([r["component_b"] for r in mine])),
-                        component_b_key0=float(np.mean([r["component_b_key0"] for r in mine]))))
+    for (task, layout, seed, rotary), mine in _by_member(leaks[has(leaks, "component_b_key0")], "rotary"):
+        out.append(LEAK_KIND(task=task, layout=layout, seed=seed, kind="rope" if rotary else "nope",
+                        component_b=float(np.mean(values(mine, "component_b"))),
+                        component_b_key0=float(np.mean(values(mine, "component_b_key0")))))
     return out
 
 
 def derived_rows(rows: list[dict]) -> list[dict]:
     """``pair`` and ``schedule`` rows (:func:`pair_rows`), ``labour`` rows (:func:`labour_rows`), ``leak``
     rows (:func:`leak_rows`) and ``fit`` rows (the dilution fit per member)."""
-    dilution = [dict(r, probe="length") for r in select(rows, "dilution")]
-    lmax = max((r["length"] for r in select(rows, "length") if r.get("in_range")), default=0)
+    df = frame(rows)
+    lengths = of_kind(df, "length")
+    lmax = max(column(lengths[column(lengths, "in_range").map(bool).astype(bool)], "length"), default=0)
+    dilution = [dict(r, probe="length") for r in pick(rows, of_kind(df, "dilution"))]
     fits = [dict(r, task="retrieval") for r in dilution_fit_rows(dilution, lmax, ("layout", "seed"))]
     return pair_rows(rows) + labour_rows(rows) + leak_rows(rows) + fits
 

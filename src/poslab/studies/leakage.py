@@ -18,6 +18,7 @@ from poslab.errors import ConfigError
 from poslab.experiments import Trained
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, select, write_outputs
+from poslab.experiments.rows import frame, groups, values, where_is
 from poslab.experiments.spec import (
     ClaimSpec,
     above,
@@ -255,12 +256,11 @@ def three_swap_rows(swaps: list[dict]) -> list[dict]:
     where it is defined (``swap_token``, ``swap_mean``, ``swap_random``, and ``_pct``), with
     :func:`poslab.probes.leakage.three_swaps` over them."""
     out = []
-    for m in sorted({r["model"] for r in swaps}):
+    for (m,), mine in groups(frame(swaps), ("model",), sort=True):
         changes = {}
         for name in ("token", "mean", "random"):
-            got = [r["change"] for r in swaps if r["model"] == m and r["intervention"] == f"bos_{name}"
-                   and r["change"] is not None]
-            changes[name] = float(np.mean(got)) if got else None
+            got = values(where_is(mine, "intervention", f"bos_{name}"), "change")
+            changes[name] = float(np.mean(got)) if len(got) else None
         out.append(dict(probe="swap3", model=m, seed=None, **lr.three_swaps(changes),
                         **{f"swap_{k}": v for k, v in changes.items()},
                         **{f"swap_{k}_pct": None if v is None else 100 * v for k, v in changes.items()}))

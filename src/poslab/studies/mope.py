@@ -25,6 +25,7 @@ from poslab.errors import ConfigError
 from poslab.experiments import Trained
 from poslab.experiments.config import StudyConfig, as_preset
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, save, select, write_outputs
+from poslab.experiments.rows import RowKind, column, frame, groups, of_kind, pick, values
 from poslab.experiments.spec import (
     ClaimSpec,
     Extrapolation,
@@ -279,28 +280,35 @@ def evaluate(ctx) -> list[dict]:
 
 # ----------------------------------------------------------------------------- derived rows and report
 
+GAIN = RowKind("gain", {"encoding": str, "energy_gate": bool, "seed": int, "baseline": str, "gain": float})
+GATE_SHARE = RowKind("gate_share", {"encoding": str, "seed": int, "share": float})
+BEATS = RowKind("beats", {"component": str, "seed": int, "diff": float})
+MOVE = RowKind("move", {"energy_gate": bool, "seed": int, "head": int, "pair": int, "sigma_init": str,
+                        "initial_gap": float, "final_gap": float, "initial_spread_gap": float,
+                        "final_spread_gap": float, "log_sigma_change": float, "log_omega_change": float})
+
+
 def derived_rows(rows: list[dict]) -> list[dict]:
     """``gain`` (per cell, seed and ``baseline`` of BASELINES: loss(baseline without a gate) - loss(cell)),
     ``beats`` (per component of COMPONENTS and seed: loss(component) - loss(MoPE + EGA)), ``move`` (per
     model, head and pair: initial and final gap to the boundary, with the run's sigma0 start),
     ``gate_share`` (gate parameters / the same encoding's standard model's)."""
-    loss = {(r["encoding"], bool(r["energy_gate"]), r["seed"]): r for r in select(rows, "member")}
+    members = of_kind(frame(rows), "member")
+    loss = dict(zip(zip(column(members, "encoding"), column(members, "energy_gate").map(bool), column(members, "seed"),
+                        strict=True), pick(rows, members), strict=True))
     out = []
     for (enc, gate, seed), r in loss.items():
         for baseline in BASELINES:
             base = loss.get((baseline, False, seed))
             if base is not None and (enc, gate) != (baseline, False):
-                out.append(dict(probe="gain", encoding=enc, energy_gate=gate, seed=seed, baseline=baseline,
+                out.append(GAIN(encoding=enc, energy_gate=gate, seed=seed, baseline=baseline,
                                 gain=base["val_loss"] - r["val_loss"]))
         base = loss.get((enc, False, seed))
         if base is not None and r["gate_parameters"]:
-            out.append(dict(probe="gate_share", encoding=enc, seed=seed,
-                            share=r["gate_parameters"] / base["parameters"]))
+            out.append(GATE_SHARE(encoding=enc, seed=seed, share=r["gate_parameters"] / base["parameters"]))
         if (enc, gate) == SEED_CELL:
-            for label, cell in COMPONENTS.items():
-                if (*cell, seed) in loss:
-                    out.append(dict(probe="beats", component=label, seed=seed,
-                                    diff=loss[(*cell, seed)]["val_loss"] - r["val_loss"]))
+            out += [BEATS(component=label, seed=seed, diff=loss[(*cell, seed)]["val_loss"] - r["val_loss"])
+                    for label, cell in COMPONENTS.items() if (*cell, seed) in loss]
     return out + move_rows(rows, _sigma0)
 
 
@@ -332,24 +340,23 @@ def move_rows(rows: list[dict], start: Callable[[dict], str]) -> list[dict]:
     its ``spread_gap`` to the model's median omega sigma c' (the common boundary, no c assumed) at
     the first and last recorded step, the log-changes of sigma and omega, and ``sigma_init`` =
     ``start(first row)``."""
-    pairs: dict[tuple, list[dict]] = {}
-    products: dict[tuple, list[float]] = {}  # (gate, seed, step) -> omega sigma of the model's pairs
-    for p in select(rows, "pair"):
-        pairs.setdefault((p["energy_gate"], p["seed"], p["head"], p["pair"]), []).append(p)
-        products.setdefault((p["energy_gate"], p["seed"], p["step"]), []).append(p["omega"] * p["sigma"])
-    common = {key: float(np.median(v)) for key, v in products.items()}
+    pairs = of_kind(frame(rows), "pair")
+    if pairs.empty:
+        return []
+    pairs = pairs.assign(product=pairs["omega"] * pairs["sigma"])  # omega sigma of each pair
+    common = {key: float(np.median(values(part, "product")))  # the model's median omega sigma at each step
+              for key, part in groups(pairs, ("energy_gate", "seed", "step"))}
 
     def spread_gap(p: dict) -> float:
         return abs(p["omega"] * p["sigma"] / common[(p["energy_gate"], p["seed"], p["step"])] - 1)
 
     out = []
-    for (gate, seed, head, pair), track in pairs.items():
-        track = sorted(track, key=lambda p: p["step"])
+    for (gate, seed, head, pair), part in groups(pairs, ("energy_gate", "seed", "head", "pair")):
+        track = sorted(pick(rows, part), key=lambda p: p["step"])
         first, last = track[0], track[-1]
-        out.append(dict(probe="move", energy_gate=gate, seed=seed, head=head, pair=pair, sigma_init=start(first),
+        out.append(MOVE(energy_gate=gate, seed=seed, head=head, pair=pair, sigma_init=start(first),
                         initial_gap=first["gap"], final_gap=last["gap"], initial_spread_gap=spread_gap(first),
-                        final_spread_gap=spread_gap(last),
-                        log_sigma_change=math.log(last["sigma"] / first["sigma"]),
+                        final_spread_gap=spread_gap(last), log_sigma_change=math.log(last["sigma"] / first["sigma"]),
                         log_omega_change=math.log(last["omega"] / first["omega"])))
     return out
 

@@ -357,12 +357,7 @@ def of(m: dict, key: str, name: str):
 def settings(study: StudyConfig, name: str | None = None) -> dict:
     """The model settings, checked; with ``name``, those of that checkpoint (per-checkpoint values resolved)."""
     m = dict(study.model)
-    for key in m:
-        if key not in (*SETTINGS, "bos"):
-            raise ConfigError(f"model.{key}", key, ", ".join(SETTINGS))
-    for key in SETTINGS:
-        if key not in m:
-            raise ConfigError(f"model.{key}", None, "set by the preset")
+    _check_keys(m)
     names = checkpoints(study)
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ConfigError("model.checkpoint", m["checkpoint"], "a checkpoint name or path (--model), or a grid axis "
@@ -378,6 +373,16 @@ def settings(study: StudyConfig, name: str | None = None) -> dict:
     if name is None:
         return m
     return dict(m, checkpoint=name, **{k: of(m, k, name) for k in PER_CHECKPOINT})
+
+
+def _check_keys(m: dict) -> None:
+    """Every setting present, and no other key than the settings and ``bos``."""
+    for key in m:
+        if key not in (*SETTINGS, "bos"):
+            raise ConfigError(f"model.{key}", key, ", ".join(SETTINGS))
+    for key in SETTINGS:
+        if key not in m:
+            raise ConfigError(f"model.{key}", None, "set by the preset")
 
 
 def _is_int(value, lo: int) -> bool:

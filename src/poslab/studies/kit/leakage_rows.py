@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from poslab.experiments.rows import frame, groups, of_kind, pick
 from poslab.experiments.spec import Agreement, ClaimSpec, derivation, is_, mean, probe, seed_states
 from poslab.models.intervention import Intervention
 from poslab.probes.common import CHUNK
@@ -92,11 +93,8 @@ def leakage_rows(model, batch: Batch, *, early: int, chunk: int = CHUNK, interve
 
 
 def _by(rows: list[dict], probe: str, by: tuple[str, ...]) -> dict[tuple, list[dict]]:
-    out: dict[tuple, list[dict]] = {}
-    for r in rows:
-        if r["probe"] == probe:
-            out.setdefault(tuple(r[k] for k in by), []).append(r)
-    return out
+    """The rows of kind ``probe`` grouped by the ``by`` columns, in order of each group's first row."""
+    return {key: pick(rows, part) for key, part in groups(of_kind(frame(rows), probe), by)}
 
 
 def _mean(rows: list[dict], column: str) -> float:
@@ -114,15 +112,16 @@ def model_rows(rows: list[dict]) -> list[dict]:
     """One row per model and seed (probe "model") from :func:`leakage_rows` labelled by ``model``:
     head-row means, the slope of the layer-mean (b) (and of its key-0 part) on the layer, the
     member's validation loss and sink-reading head count (from its ``member`` row)."""
+    members = {key: part.iloc[0] for key, part in groups(of_kind(frame(rows), "member"), ("model", "seed"))}
     out = []
     for (m, seed), heads in _by(rows, "head", ("model", "seed")).items():
-        member = [r for r in rows if r["probe"] == "member" and r["model"] == m and r["seed"] == seed]
+        member = members.get((m, seed))
         out.append(dict(probe="model", model=m, encoding=heads[0]["encoding"], window=heads[0].get("window"),
                         variant=heads[0].get("variant"), seed=seed, **{k: _mean(heads, k) for k in HEAD_KEYS},
                         depth_slope=_depth_slope(heads, "component_b"),
                         depth_slope_key0=_depth_slope(heads, "component_b_key0"),
-                        val_loss=member[0]["val_loss"] if member else None,
-                        sink_heads=member[0]["sink_heads"] if member else None))
+                        val_loss=None if member is None else member["val_loss"],
+                        sink_heads=None if member is None else member["sink_heads"]))
     return out
 
 
