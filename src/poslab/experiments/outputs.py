@@ -320,8 +320,10 @@ def _tick_labels(values: list) -> list[str]:
     return [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
 
 
-def select(rows: list[dict], probe: str, **where) -> list[dict]:
-    return [r for r in rows if r.get("probe") == probe and all(r.get(k) == v for k, v in where.items())]
+def select(rows: list[dict], probe: str | tuple[str, ...], **where) -> list[dict]:
+    """The rows of kind ``probe`` (or of any of several kinds) whose ``where`` columns hold these values, in order."""
+    kinds = (probe,) if isinstance(probe, str) else probe
+    return [r for r in rows if r.get("probe") in kinds and all(r.get(k) == v for k, v in where.items())]
 
 
 def group_stats(rows: list[dict], by: tuple[str, ...], value: str) -> dict[tuple, tuple[float, float, int]]:

@@ -50,7 +50,8 @@ from poslab.tasks import build_task, task_options
 from poslab.train import PhaseTimer, spans
 
 
-def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: Path,
+# one keyword-only argument per option of a run (the command line's, less those run() resolves first)
+def run_study(experiment: Experiment, study: StudyConfig, *, store: Store, out: Path,  # noqa: PLR0913
               device: str = "cpu", force: bool = False, progress: bool = True, workers: int = 1,
               executor: Executor | str | None = None, timer: PhaseTimer | None = None,
               validated: list[Member] | None = None, reevaluate: bool = False) -> dict:
@@ -254,7 +255,8 @@ def out_folder(out: Path | None, name: str, studies: int) -> Path:
     return (out or Path("results")) / name if (out is None or studies > 1) else out
 
 
-def run(experiments: Sequence[Experiment], preset: str = "paper", *, store: Path | str = "runs/poslab.sqlite",
+# ``poslab run`` callable from a notebook: one keyword-only argument per option of the command, as cli.run
+def run(experiments: Sequence[Experiment], preset: str = "paper", *, store: Path | str = "runs/poslab.sqlite",  # noqa: PLR0913
         out: Path | None = None, seeds: int | None = None, overrides: Sequence[str] = (), device: str = "cpu",
         executor: str = "auto", address: str | None = None, task_cpus: int = 1, workers: int | None = None,
         force: bool = False, reevaluate: bool = False, progress: bool = True, corpus: Path | None = None,

@@ -30,6 +30,7 @@ from poslab.experiments.outputs import (
     at_largest,
     mean_std_where,
     most_common,
+    select,
     write_outputs,
 )
 from poslab.experiments.spec import (
@@ -343,12 +344,10 @@ def evaluate(ctx) -> list[dict]:
         extra["slope"] = float(enc.slopes.detach()[0])
     if extra["prediction"] == "nearest-first":
         extra["gap"] = nearest_gap(enc, lengths[1])
-    rows = []
-    for r in length_rows(ctx):
-        r = {**r, **extra}
-        if enc_name == "t5" and r["probe"] == "length":
+    rows = [{**r, **extra} for r in length_rows(ctx)]
+    if enc_name == "t5":
+        for r in select(rows, "length"):
             r["coverage"] = bucket_coverage_at(enc, ctx.study.train.max_length, r["length"])
-        rows.append(r)
     return rows
 
 
@@ -362,13 +361,13 @@ def options_of(encoding: str, setup: str) -> dict:
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     lengths = (min(study.eval.lengths), max(study.eval.lengths))
-    for r in rows:  # rows stored before the registry settings existed lack these columns
-        if r.get("probe") == "length" and "prediction" not in r:
+    for r in select(rows, "length"):  # rows stored before the registry settings existed lack these columns
+        if "prediction" not in r:
             r["by_kind"] = r["encoding"] not in SEED_FAMILIES
             r["prediction"] = prediction(r["encoding"], json.dumps(options_of(r["encoding"], r["setup"])), *lengths)
     rows = rows + ordering_rows(rows)
     return write_outputs(out, title=title, rows=rows, claims=judge_all(CLAIMS, rows, GATE), intro=INTRO,
-                         tables=TABLES, figures=FIGURES, csv_rows=[r for r in rows if r.get("probe") == "length"],
+                         tables=TABLES, figures=FIGURES, csv_rows=select(rows, "length"),
                          columns=["setup", "encoding", "kind", "prediction", "K", "seed", "length", "in_range",
                                   "accuracy", "peak_offset", "peak_position", "peak_height", "a_star", "slope", "gap",
                                   "coverage", "chance"])
@@ -381,8 +380,8 @@ def ordering_rows(rows: list[dict]) -> list[dict]:
     reads, each with the same ``gap``, so that the learned-in-range gate reads those setups' models."""
     acc: dict[tuple, list[float]] = {}
     side: dict[tuple, str] = {}
-    for r in rows:
-        if r.get("probe") != "length" or r.get("in_range") is not False or r.get("accuracy") is None:
+    for r in select(rows, "length"):
+        if r.get("in_range") is not False or r.get("accuracy") is None:
             continue
         which = "relative" if r.get("prediction") == "offset" else "absolute" if r.get("kind") == "absolute" else None
         if which is not None:

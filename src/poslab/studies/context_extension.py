@@ -22,7 +22,7 @@ import pandas as pd
 from poslab.errors import ConfigError
 from poslab.experiments import Trained
 from poslab.experiments.config import EvalConfig, StudyConfig
-from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, write_outputs
+from poslab.experiments.outputs import Column, Heatmap, Lines, Pivot, Table, select, write_outputs
 from poslab.experiments.rows import RowKind, column, frame, groups, has, lookup, of_kind, values
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -497,12 +497,12 @@ def annotate(rows: list[dict], L0: int, loss: dict[tuple, float]) -> None:
         r["fine_tuning_method"] = method in FINE_TUNING_METHODS
         if r.get("length"):
             r["multiple"], r["longest"] = r["length"] / L0, r["length"] == longest
-        if r.get("probe") == "loss":
-            rope, here = loss.get(("rope", r["seed"], r["length"])), loss.get((method, r["seed"], L0))
-            r["delta_rope"] = None if rope is None else r["loss"] - rope
-            r["delta_L0"] = None if here is None else r["loss"] - here
-        if r.get("probe") == "positionwise":
-            r["bound"] = law.get(("rope" if method != "base2x+ft" else method, r["seed"]))
+    for r in select(rows, "loss"):
+        rope, here = loss.get(("rope", r["seed"], r["length"])), loss.get((r["method"], r["seed"], L0))
+        r["delta_rope"] = None if rope is None else r["loss"] - rope
+        r["delta_L0"] = None if here is None else r["loss"] - here
+    for r in select(rows, "positionwise"):
+        r["bound"] = law.get(("rope" if r["method"] != "base2x+ft" else r["method"], r["seed"]))
 
 
 def vs_rows(seeds: list, L0: int, loss: dict[tuple, float], digit: dict[tuple, float]) -> list[dict]:
@@ -535,10 +535,10 @@ def unused_rows(rows: list[dict], L0: int) -> list[dict]:
     the method lowers the loss at L_t and keeps the passkey at L0 (>= CEILING) but retrieves less
     than CEILING x that at L_t: it computes positions past L0 without using them, else 0)."""
     Lt = int(FACTOR * L0)
-    loss = {(r["method"], r["seed"]): r["loss"] for r in rows if r.get("probe") == "loss" and r["length"] == Lt}
+    loss = {(r["method"], r["seed"]): r["loss"] for r in select(rows, "loss") if r["length"] == Lt}
     keys: dict[tuple, list[float]] = {}
-    for r in rows:
-        if r.get("probe") == "passkey" and r["length"] in (L0, Lt):
+    for r in select(rows, "passkey"):
+        if r["length"] in (L0, Lt):
             keys.setdefault((r["method"], r["seed"], r["length"]), []).append(r["accuracy"])
     out = []
     for (method, seed), here in sorted(loss.items(), key=lambda kv: str(kv[0])):
@@ -555,7 +555,7 @@ def unused_rows(rows: list[dict], L0: int) -> list[dict]:
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
     L0 = study.train.max_length
     rows = rows + derived_rows(rows, L0)
-    missing = [m for m in METHODS if not any(r.get("method") == m and r.get("probe") == "loss" for r in rows)]
+    missing = [m for m in METHODS if not select(rows, "loss", method=m)]
     sections = [f"Methods without rows in this store: {', '.join(missing)}."] if missing else []
     intro = (f"Character-level RoPE LM trained at L0 = {L0}, extended by s = {FACTOR:g} to L_t = {int(FACTOR * L0)}. "
              f"Search budget: population {SEARCH.population} x {SEARCH.generations} generations "

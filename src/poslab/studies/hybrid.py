@@ -32,7 +32,7 @@ import pandas as pd
 from poslab.errors import ConfigError
 from poslab.experiments import Trained
 from poslab.experiments.config import QUICK, EvalConfig, StudyConfig, apply_point
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, write_outputs
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, joined, select, write_outputs
 from poslab.experiments.rows import RowKind, column, frame, groups, has, lookup, of_kind, pick, values
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -472,7 +472,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              "docs/hybrid.md.")
     return write_outputs(out, title=EXPERIMENT.title, rows=every, claims=judge_all(CLAIMS, every, GATE), intro=intro,
                          tables=TABLES, figures=FIGURES,
-                         csv_rows=[r for r in rows if r.get("probe") in ("lm", "long", "length", "member")],
+                         csv_rows=select(rows, ("lm", "long", "length", "member")),
                          csvs={"layers.csv": "targets", "leakage.csv": "layer_leakage", "carriers.csv": "carrier",
                                "heads.csv": "head"})
 

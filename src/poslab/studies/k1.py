@@ -103,7 +103,7 @@ def evaluate(ctx) -> list[dict]:
     offsets = np.arange(-(Lmax - 1), 1)
     profile = probes.carrier_profile(model, batch, offsets)
     cos = probes.carrier_profile(model, batch, [0, -K], normalize=True)
-    at = {r["offset"]: r["weight"] for r in rows if r["probe"] == "attention" and r["length"] == Lmax}
+    at = {r["offset"]: r["weight"] for r in select(rows, "attention", length=Lmax)}
     rows.append(dict(probe="member", cos_0=float(cos[0]), cos_target=float(cos[1]),
                      profile_peak=int(offsets[int(np.argmax(profile))]), self_weight=at.get(0, float("nan")),
                      target_weight=at.get(-K, float("nan")), uniform=1 / Lmax,

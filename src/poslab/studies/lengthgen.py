@@ -58,7 +58,7 @@ import torch
 
 from poslab.experiments import Trained, inapplicable
 from poslab.experiments.config import EvalConfig, StudyConfig
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, select, write_outputs
 from poslab.experiments.spec import NA, ClaimSpec, abs_mean, cited, is_, judge_all, mean, probe
 from poslab.positional import encoding_class, registered, small_encoding
 from poslab.studies.kit import published
@@ -435,8 +435,8 @@ def in_range_per_seed(rows: list[dict]) -> dict[tuple, float]:
     """(task, cell, seed) -> the source's score (``score``) averaged over the evaluation lengths inside the
     training range (L <= L_train)."""
     per_seed: dict[tuple, list[float]] = {}
-    for r in rows:
-        if r.get("probe") == "length" and r["in_range"] and r.get("score") is not None:
+    for r in select(rows, "length"):
+        if r["in_range"] and r.get("score") is not None:
             per_seed.setdefault((r["task"], r["cell"], r["seed"]), []).append(float(r["score"]))
     return {k: float(np.nanmean(v)) for k, v in per_seed.items()}
 
@@ -472,8 +472,8 @@ def score_rows(rows: list[dict], gate: float = LEARNED_IN_RANGE) -> list[dict]:
     gate (``learned``)."""
     past: dict[tuple, list[dict]] = {}
     inside, inside_seed = in_range_scores(rows), in_range_per_seed(rows)
-    for r in rows:
-        if r.get("probe") == "length" and not r["in_range"]:
+    for r in select(rows, "length"):
+        if not r["in_range"]:
             past.setdefault((r["task"], r["cell"], r["seed"]), []).append(r)
     out = []
     for (task, cell, seed), group in past.items():
@@ -634,7 +634,7 @@ def na_rows(study: StudyConfig) -> list[dict]:
 
 
 def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
-    lengths = [dict(r, score=r[SCORE[r["benchmark"]]]) for r in rows if r.get("probe") == "length"]
+    lengths = [dict(r, score=r[SCORE[r["benchmark"]]]) for r in select(rows, "length")]
     scores = score_rows(lengths)
     nas = na_rows(study)
     derived = [*lengths, *scores, *nas, *kazemnejad_rows(scores), *gain_rows(scores), *published_rows(lengths, scores)]

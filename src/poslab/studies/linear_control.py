@@ -182,8 +182,8 @@ def evaluate(ctx) -> list[dict]:
                   baseline_k=base["carrier_k"], carrier_cos=cos, profile_length=longest, **fits), *scores]
     for r in rows:
         r.update(ids)
-        if r["probe"] == "length":
-            r["longest"] = r["length"] == longest
+    for r in select(rows, "length"):
+        r["longest"] = r["length"] == longest
     return rows
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from poslab.experiments import Trained
 from poslab.experiments.config import StudyConfig
-from poslab.experiments.outputs import Column, Lines, Table, write_outputs
+from poslab.experiments.outputs import Column, Lines, Table, select, write_outputs
 from poslab.experiments.spec import ClaimSpec, Extrapolation, cited, comparison_only, is_, judge_all, mean, probe
 from poslab.studies.kit import charlm
 from poslab.studies.kit.charlm import NANOGPT, RECIPES, lm_study, recipe_train, table_length, validation_loss
@@ -137,7 +137,7 @@ def derived(rows: list[dict], study: StudyConfig) -> list[dict]:
     """Rows with the ``paper_preset`` flag the claims read, and one ``pair`` row (RoPE - learned APE)."""
     paper = study.train.steps == 2000 and study.train.max_length == 64 and study.model.get("d_model") == 128
     out = [{**r, "paper_preset": paper} for r in rows]
-    lm = [r for r in rows if r.get("probe") == "lm"]
+    lm = select(rows, "lm")
     by = {e: [r["val_loss"] for r in lm if r["encoding"] == e] for e in ("learned", "rope")}
     if by["learned"] and by["rope"]:
         out.append(dict(probe="pair", rope_minus_learned=float(np.mean(by["rope"]) - np.mean(by["learned"])),
@@ -154,7 +154,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
              f"its members (its group's cores, not the machine, in rows.csv: train_threads of cores); timings depend "
              f"on the machine's load. nanoGPT (paper preset recipe): {NANOGPT['paper']['val_loss']} in "
              f"{NANOGPT['paper']['seconds']} s; gpu recipe: {NANOGPT['gpu']['val_loss']}.")
-    kept = [r for r in rows if r.get("probe") in ("lm", "long", "positionwise")]
+    kept = select(rows, ("lm", "long", "positionwise"))
     return write_outputs(out, title=title, rows=rows, claims=judge_all(CLAIMS, derived(rows, study)),
                          intro=intro, tables=TABLES, figures=FIGURES, csv_rows=kept, columns=COLUMNS)
 

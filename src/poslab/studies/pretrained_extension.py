@@ -81,7 +81,7 @@ import torch
 from poslab.errors import ConfigError, check_choice
 from poslab.experiments import EvaluateOnly, Job
 from poslab.experiments.config import StudyConfig
-from poslab.experiments.outputs import Column, Lines, Pivot, Table, write_outputs
+from poslab.experiments.outputs import Column, Lines, Pivot, Table, select, write_outputs
 from poslab.experiments.rows import TAG, RowKind, column, frame, groups, has, lookup, of_kind, pick
 from poslab.experiments.spec import (
     ClaimSpec,
@@ -580,8 +580,8 @@ def searched_scaling(rows: list[dict], context: int) -> dict:
     """The longrope dict of a stored search: its factors rows (per pair) and n-hat."""
     from poslab.studies.kit.longrope_search import longrope
 
-    result = next(r for r in rows if r.get("probe") == "search_result")
-    factors = [r["factor"] for r in sorted((r for r in rows if r.get("probe") == "factors"), key=lambda r: r["pair"])]
+    result = select(rows, "search_result")[0]
+    factors = [r["factor"] for r in sorted(select(rows, "factors"), key=lambda r: r["pair"])]
     return longrope(context, [1.0] * len(factors), factors, result["s"], result["n_hat"])
 
 

@@ -177,10 +177,9 @@ def evaluate(ctx) -> list[dict]:
     study, model, K = ctx.study, ctx.model, ctx.task.K
     Lmax, longest = study.train.max_length, max(study.eval.lengths)
     rows = length_rows(ctx)
-    for r in rows:
-        if r["probe"] == "length":
-            r.update(longest=r["length"] == longest, L_minus_1=r["length"] - 1,
-                     inv_a_star=1 / r["a_star"] if r.get("a_star", 0) > 0 else None)
+    for r in select(rows, "length"):
+        r.update(longest=r["length"] == longest, L_minus_1=r["length"] - 1,
+                 inv_a_star=1 / r["a_star"] if r.get("a_star", 0) > 0 else None)
     batch = eval_batch(ctx.task, Lmax, study.eval.n_sequences, study.eval.seed, device=ctx.device)
     offsets = np.arange(-(Lmax - 1), 1)  # the offsets the task has: delta <= 0
     profile = probes.carrier_profile(model, batch, offsets)
@@ -202,7 +201,7 @@ def exponent_rows(rows: list[dict], Lmax: int) -> list[dict]:
     length, or those above L_max): :func:`poslab.probes.carriers.dilution_exponent` over the seeds' a*,
     with ``one_inside`` (>= 0 when the interval holds 1) and ``half_outside`` (> 0 when it excludes 0.5)."""
     out = []
-    for key, mine in groups([r for r in rows if r.get("probe") == "length"], BY).items():
+    for key, mine in groups(select(rows, "length"), BY).items():
         a = {(r["seed"], r["length"]): r.get("a_star") or np.nan for r in mine}
         seeds, lengths = sorted({s for s, _ in a}), sorted({L for _, L in a})
         for span, Ls in (("all", lengths), ("unseen", [L for L in lengths if L > Lmax])):

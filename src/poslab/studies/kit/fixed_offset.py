@@ -18,7 +18,7 @@ import numpy as np
 
 from poslab import probes
 from poslab.experiments import MemberContext
-from poslab.experiments.outputs import group_stats, save
+from poslab.experiments.outputs import group_stats, save, select
 from poslab.experiments.spec import Extrapolation, is_, probe
 from poslab.positional import encoding_class
 from poslab.studies.kit.members import poslab_model, retrieval_head, task_offset
@@ -72,9 +72,9 @@ def tag(rows: list[dict], **columns) -> list[dict]:
 
 def add_in_range_mass(rows: list[dict], Lmax: int) -> list[dict]:
     """Give each ``length`` row ``in_range_mass``: its attention rows' weight on keys at positions < L_max."""
-    by_length = {r["length"]: r for r in rows if r["probe"] == "length"}
-    for r in rows:
-        if r["probe"] == "attention" and r["offset"] + r["length"] - 1 < Lmax:
+    by_length = {r["length"]: r for r in select(rows, "length")}
+    for r in select(rows, "attention"):
+        if r["offset"] + r["length"] - 1 < Lmax:
             by_length[r["length"]]["in_range_mass"] = by_length[r["length"]].get("in_range_mass", 0.0) + r["weight"]
     return rows
 
@@ -108,7 +108,7 @@ def dilution_fit_rows(rows: list[dict], Lmax: int, key: tuple[str, ...]) -> list
     """Derived rows (probe "fit"): the dilution fit of 1/a* on L - 1 per member (the ``key``
     columns), over every evaluation length with a* > 0 (span "all") and over those above L_max
     (span "unseen"), with the largest absolute residual relative to the mean 1/a*."""
-    cells = [r for r in rows if r.get("probe") == "length"]
+    cells = select(rows, "length")
     out = []
     for k in sorted({tuple(r[c] for c in key) for r in cells}, key=str):
         mine = sorted((r["length"], r["a_star"]) for r in cells
@@ -133,7 +133,7 @@ def attention_figure(rows: list[dict], lengths: set[int], path: Path, by: str = 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    attn = [r for r in rows if r.get("probe") == "attention"]
+    attn = select(rows, "attention")
     conds = sorted({r[by] for r in attn})
     Ks = sorted({r["K"] for r in attn})
     show = sorted(set(lengths) & {r["length"] for r in attn})
@@ -217,7 +217,7 @@ def score_profile_fits(ctx: MemberContext, rows: list[dict], rcond: float) -> tu
     from poslab.probes.interpolant import interpolant_fits
 
     longest = max(ctx.study.eval.lengths)
-    attn = {r["offset"]: r["weight"] for r in rows if r["probe"] == "attention" and r["length"] == longest}
+    attn = {r["offset"]: r["weight"] for r in select(rows, "attention", length=longest)}
     offsets = np.array(sorted(attn))
     f = np.array([attn[d] for d in offsets])
     theta = probes.rotary_theta(poslab_model(ctx.model)).detach().cpu().numpy()

@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from poslab.experiments.outputs import select
+
 Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
 
 
@@ -101,7 +103,7 @@ def ranking_rows(rows: list[dict], L0: int) -> list[dict]:
     mean exact match over depths (higher first) and by loss at that length (lower first). Where
     the rows give their examples, each method's exact match is k of n pooled over depths with its
     Wilson interval, and methods the task cannot tell apart (intervals overlap) are tied."""
-    loss = {(r["method"], r["seed"], r["length"]): r["loss"] for r in rows if r.get("probe") == "loss"}
+    loss = {(r["method"], r["seed"], r["length"]): r["loss"] for r in select(rows, "loss")}
     cells, counts = _reasoning_cells(rows, L0)
     out = []
     for (seed, task, L), exact in sorted(cells.items()):
@@ -118,8 +120,8 @@ def _reasoning_cells(rows: list[dict], L0: int) -> tuple[dict, dict]:
     (:func:`correct`)."""
     cells: dict[tuple, dict[str, list[float]]] = {}
     counts: dict[tuple, dict[str, list[tuple[int, int] | None]]] = {}
-    for r in rows:
-        if r.get("probe") == "reasoning" and r["length"] > L0 and r.get("exact") is not None:
+    for r in select(rows, "reasoning"):
+        if r["length"] > L0 and r.get("exact") is not None:
             cells.setdefault((r["seed"], r["task"], r["length"]), {}).setdefault(r["method"], []).append(r["exact"])
             counts.setdefault((r["seed"], r["task"], r["length"]), {}).setdefault(r["method"], []).append(correct(r))
     return cells, counts
@@ -137,8 +139,8 @@ def exact_rows(rows: list[dict], L0: int) -> list[dict]:
     correct of n examples (``correct``, ``examples``), ``exact`` = k / n, its Wilson interval
     (``lo``, ``hi``) and L / L0 (``multiple``). Rows without their examples are left out."""
     cells: dict[tuple, list[int]] = {}
-    for r in rows:
-        if r.get("probe") == "reasoning" and (kn := correct(r)) is not None:
+    for r in select(rows, "reasoning"):
+        if (kn := correct(r)) is not None:
             cell = cells.setdefault((r["method"], r["task"], r["length"], r["seed"]), [0, 0])
             cell[0], cell[1] = cell[0] + kn[0], cell[1] + kn[1]
     out = []
