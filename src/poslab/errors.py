@@ -32,7 +32,13 @@ def check_choice(field: str, value: object, allowed: Iterable[object]) -> None:
         raise ConfigError(field, value, allowed)
 
 
+def require_int(field: str, value: object, lo: int, allowed: str | None = None) -> None:
+    """Raise ConfigError unless ``value`` is an int (not a bool) >= ``lo``; ``allowed`` says what is (default:
+    "an integer >= lo")."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+        raise ConfigError(field, value, allowed or f"an integer >= {lo}")
+
+
 def require_positive_int(field: str, value: object) -> None:
     """Raise ConfigError unless ``value`` is an int (not a bool) >= 1."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(field, value, "a positive integer")
+    require_int(field, value, 1, "a positive integer")

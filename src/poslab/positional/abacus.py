@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, require_int
 from poslab.positional.base import PositionalEncoding
 
 
@@ -37,10 +37,8 @@ class Abacus(PositionalEncoding):
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, max_offset: int = 100,
                  max_position: int = 256, init_std: float = 0.02):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)
-        if not isinstance(max_offset, int) or isinstance(max_offset, bool) or max_offset < 0:
-            raise ConfigError("max_offset", max_offset, "an integer >= 0 (K; 0: no random offset)")
-        if not isinstance(max_position, int) or isinstance(max_position, bool) or max_position < 1:
-            raise ConfigError("max_position", max_position, "a positive integer (the largest digit id)")
+        require_int("max_offset", max_offset, 0, "an integer >= 0 (K; 0: no random offset)")
+        require_int("max_position", max_position, 1, "a positive integer (the largest digit id)")
         self.max_offset, self.max_position = max_offset, max_position
         self.W_pos = nn.Parameter(torch.randn(max_position + 1, d_model) * init_std)  # row 0 is never read
 

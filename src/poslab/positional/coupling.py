@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, require_int
 from poslab.positional.base import PositionalEncoding
 
 
@@ -40,8 +40,7 @@ class PositionCoupling(PositionalEncoding):
     def __init__(self, *, d_model: int, n_heads: int, d_head: int, max_len: int, max_pos: int = 202,
                  random_start: bool = True, init_std: float = 0.02):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)
-        if not isinstance(max_pos, int) or isinstance(max_pos, bool) or max_pos < 3:
-            raise ConfigError("max_pos", max_pos, "an integer >= 3 (the largest position id; >= digits + 2)")
+        require_int("max_pos", max_pos, 3, "an integer >= 3 (the largest position id; >= digits + 2)")
         if not isinstance(random_start, bool):
             raise ConfigError("random_start", random_start, "True, False")
         self.max_pos, self.random_start = max_pos, random_start

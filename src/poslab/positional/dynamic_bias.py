@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from poslab.errors import ConfigError, require_positive_int
+from poslab.errors import ConfigError, require_int, require_positive_int
 from poslab.positional.base import PositionalEncoding, heads_first, relative_positions
 
 
@@ -35,8 +35,7 @@ class DynamicPositionBias(PositionalEncoding):
                  depth: int = 2, log_distance: bool = False):
         super().__init__(d_model=d_model, n_heads=n_heads, d_head=d_head, max_len=max_len)
         require_positive_int("mlp_width", mlp_width)
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 2:
-            raise ConfigError("depth", depth, "an integer >= 2 (linear layers)")
+        require_int("depth", depth, 2, "an integer >= 2 (linear layers)")
         if not isinstance(log_distance, bool):
             raise ConfigError("log_distance", log_distance, "True, False")
         self.log_distance = log_distance

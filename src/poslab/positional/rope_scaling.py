@@ -98,7 +98,7 @@ from typing import Any, Protocol, cast
 import torch
 from torch import Tensor
 
-from poslab.errors import ConfigError, check_choice
+from poslab.errors import ConfigError, check_choice, require_int
 
 KEYS = ("rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
         "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate",
@@ -160,8 +160,7 @@ def unscaled_positions(scaling: dict | None) -> int:
     rope_type = cfg.get("rope_type", cfg.get("type", "default"))
     if rope_type != "longrope":
         raise ConfigError(f"{_FIELD}.n_hat", value, f"only with rope_type='longrope' (got {rope_type!r})")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{_FIELD}.n_hat", value, "a non-negative integer (positions left unscaled)")
+    require_int(f"{_FIELD}.n_hat", value, 0, "a non-negative integer (positions left unscaled)")
     return value
 
 
