@@ -278,7 +278,7 @@ WIDTH_TREND = RowKind("width_trend", {"setting": str, "min_drop": float})
 MARGIN_RANGE = RowKind("margin_range", {"setting": str, "mu_range": float, "mu_mean_range": float | None,
                                         "mu_profile_range": float | None})
 KERNEL_ROW = RowKind("kernel", {"d": int, "base": float, "g0": float, "max_g_ratio_s_ge_1": float,
-                            "unique_max_at_0": bool, "ratio": float})
+                                "unique_max_at_0": bool, "ratio": float})
 
 
 def derived_rows(rows: list[dict], study: StudyConfig) -> list[dict]:

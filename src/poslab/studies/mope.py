@@ -25,7 +25,7 @@ from poslab.errors import ConfigError
 from poslab.experiments import Trained
 from poslab.experiments.config import StudyConfig, as_preset
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, save, select, write_outputs
-from poslab.experiments.rows import RowKind, column, frame, groups, of_kind, pick, values
+from poslab.experiments.rows import RowKind, frame, groups, of_kind, pick, values
 from poslab.experiments.spec import (
     ClaimSpec,
     Extrapolation,
@@ -293,9 +293,7 @@ def derived_rows(rows: list[dict]) -> list[dict]:
     ``beats`` (per component of COMPONENTS and seed: loss(component) - loss(MoPE + EGA)), ``move`` (per
     model, head and pair: initial and final gap to the boundary, with the run's sigma0 start),
     ``gate_share`` (gate parameters / the same encoding's standard model's)."""
-    members = of_kind(frame(rows), "member")
-    loss = dict(zip(zip(column(members, "encoding"), column(members, "energy_gate").map(bool), column(members, "seed"),
-                        strict=True), pick(rows, members), strict=True))
+    loss = {(r["encoding"], bool(r["energy_gate"]), r["seed"]): r for r in select(rows, "member")}  # keyed per cell
     out = []
     for (enc, gate, seed), r in loss.items():
         for baseline in BASELINES:
