@@ -23,7 +23,7 @@ import torch
 
 from poslab.errors import ConfigError
 from poslab.experiments import Trained
-from poslab.experiments.config import StudyConfig, as_preset
+from poslab.experiments.config import StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, mean_std, save, select, write_outputs
 from poslab.experiments.rows import RowKind, frame, groups, of_kind, pick, values
 from poslab.experiments.spec import (
@@ -86,26 +86,19 @@ SNAPSHOTS = 10  # recorded points of the (omega, sigma) trajectories, evenly ove
 MOPE_PARAMETERS = ["log_omega_scale", "log_sigma_scale"]
 
 
-def _study(preset: str) -> StudyConfig:
-    """The LM study of ``preset`` over the 2 x 2 grid; MoPE's free width starts at the context T."""
-    T, steps = (16, 8) if preset == "quick" else (RECIPES[preset]["context"], RECIPES[preset]["steps"])
-    changes = dict(seeds=3, grid={"encoding": ENCODINGS, "model.energy_gate": (False, True)},
-                   eval=dict(lengths=(T, 2 * T, 4 * T), n_sequences=256, chunk=32 if preset == "gpu" else 64))
-    train: dict = {}
-    if preset == "quick":
-        changes.update(seeds=2, model=dict(d_model=16, n_layers=1, n_heads=2),
-                       eval=dict(lengths=(T, 2 * T), n_sequences=4, chunk=4))
-        train = dict(steps=steps, batch_size=8, warmup_steps=2, min_length=T, max_length=T)
-    elif preset == "gpu":
-        # ~5M parameters (the published scale), 3 seeds; dropout 0.2 as nanoGPT's shakespeare_char GPU recipe,
-        # so the longer run does not overfit the 1M-character corpus
-        changes.update(model=dict(d_model=256, n_layers=6, n_heads=8, dropout=0.2))
-    train.update(param_groups=(dict(match=MOPE_PARAMETERS, lr=GROUP_LR, weight_decay=0.0),),
-                 snapshot_steps=snapshot_steps(steps))
-    changes["encoding_options"] = {"mope": dict(admissibility="hard", admissibility_c=C, per_head=True,
-                                                init_sigma=float(T))}
-    return lm_study(preset, encodings=ENCODINGS, train=train, **changes)
+MOPE_OPTIONS = dict(admissibility="hard", admissibility_c=C, per_head=True)  # init_sigma: the context T
 
+
+def _study() -> StudyConfig:
+    """The LM study of the paper preset (the char LM's CPU recipe) over the 2 x 2 grid; MoPE's free width
+    starts at the context T."""
+    T, steps = RECIPES["paper"]["context"], RECIPES["paper"]["steps"]
+    train = dict(param_groups=(dict(match=MOPE_PARAMETERS, lr=GROUP_LR, weight_decay=0.0),),
+                 snapshot_steps=snapshot_steps(steps))
+    return lm_study("paper", encodings=ENCODINGS, train=train, seeds=3,
+                    grid={"encoding": ENCODINGS, "model.energy_gate": (False, True)},
+                    eval=dict(lengths=(T, 2 * T, 4 * T), n_sequences=256, chunk=64),
+                    encoding_options={"mope": dict(MOPE_OPTIONS, init_sigma=float(T))})
 
 
 def snapshot_steps(steps: int) -> tuple[int, ...]:
@@ -389,9 +382,22 @@ def pairs_figure(rows: list[dict], out: Path, near: float = 0.05) -> list[Path]:
     return [save(fig, out / "pairs.png")]
 
 
-# every preset is the char LM's recipe at its scale with MoPE's changes (_study), the whole config
-BASE = _study("paper")
-PRESETS = {name: {} if name == "paper" else as_preset(_study(name)) for name in ("quick", "paper", "gpu")}
+# the char LM's CPU recipe with MoPE's changes (_study); each other preset the settings it changes
+BASE = _study()
+GPU = RECIPES["gpu"]  # nanoGPT's GPU recipe: ~5M parameters at the published scale (d_model 256 here), dropout 0.2
+PRESETS = {
+    "paper": {},
+    "quick": {"model": dict(d_model=16, n_layers=1, n_heads=2, bias=False, dropout=0.0), "seeds": 2,
+              "encoding_options": {"mope": dict(MOPE_OPTIONS, init_sigma=16.0)},
+              "train.steps": 8, "train.batch_size": 8, "train.warmup_steps": 2, "train.min_length": 16,
+              "train.max_length": 16, "train.snapshot_steps": snapshot_steps(8),
+              "eval.lengths": (16, 32), "eval.n_sequences": 4, "eval.chunk": 4},
+    "gpu": {"model": dict(d_model=256, n_layers=6, n_heads=8, bias=False, dropout=0.2),
+            "encoding_options": {"mope": dict(MOPE_OPTIONS, init_sigma=float(GPU["context"]))},
+            "train.steps": GPU["steps"], "train.batch_size": GPU["batch_size"], "train.min_length": GPU["context"],
+            "train.max_length": GPU["context"], "train.snapshot_steps": snapshot_steps(GPU["steps"]),
+            "eval.lengths": tuple(k * GPU["context"] for k in (1, 2, 4)), "eval.chunk": 32},
+}
 
 
 EXPERIMENT = Trained(name=name, title=title, base=BASE, evaluate=evaluate, report=report, presets=PRESETS,
