@@ -444,3 +444,16 @@ def test_set_reaches_one_key_of_a_setting_bundle(toy_tasks):
     with pytest.raises(ConfigError, match=f"settings.{name}.train.no_such_field"):
         apply_point(apply_overrides(study, [f"settings.{name}.train.no_such_field=3"]),
                     next(p for p in grid_points(study) if p["setting"] == name))
+
+
+def test_a_scale_per_task_changes_that_task_only():
+    """Scale.per_task: a task's own model and training over its benchmark's (the cpu preset's per-task scale)."""
+    from poslab.studies.kit.benchmarks import task_setting
+
+    cpu = lengthgen.PRESETS["cpu"]
+    deeper = dataclasses.replace(cpu, per_task={"copy": {"model.n_layers": 4, "train.steps": 8000}})
+    copy, reverse = task_setting("copy", deeper), task_setting("reverse", deeper)
+    assert (copy["model.n_layers"], copy["train.steps"]) == (4, 8000)
+    assert task_setting("reverse", cpu) == reverse and reverse["model.n_layers"] == cpu.model["kazemnejad"]["n_layers"]
+    assert {k: v for k, v in copy.items() if k not in ("model.n_layers", "train.steps")} == \
+        {k: v for k, v in task_setting("copy", cpu).items() if k not in ("model.n_layers", "train.steps")}

@@ -36,6 +36,9 @@ class Scale:
     seeds: int
     tasks: str  # "all" | "cpu" | "quick"
     encodings: str = "all"  # "all": every registered; "sources": SOURCE_ENCODINGS; "quick": quick_encodings()
+    # {task: {dotted path in the task's setting: value}}: a task's own scale over its benchmark's (the cpu
+    # preset scales each task down to where its source's encodings learn it in range)
+    per_task: dict = dataclasses.field(default_factory=dict)
 
 
 RUOSS_MODEL = dict(n_layers=5, d_model=64, n_heads=8, dropout=0.1)  # experiments/example.py; 4x MLP
@@ -120,7 +123,7 @@ def task_setting(task: str, scale: Scale) -> dict:
             **{f"model.{k}": v for k, v in scale.model[cls.benchmark].items()},
             **{f"train.{k}": v for k, v in scale.train[cls.benchmark].items()},
             "train.min_length": lo, "train.max_length": hi,
-            "eval.lengths": list(eval_lengths(cls, scale.eval_lengths))}
+            "eval.lengths": list(eval_lengths(cls, scale.eval_lengths)), **scale.per_task.get(task, {})}
 
 
 def table_length(cfg: StudyConfig) -> int:
