@@ -58,6 +58,7 @@ from poslab.experiments.registry import (  # noqa: E402
     template_pattern,
 )
 from poslab.experiments.spec import COMPARE  # noqa: E402
+from poslab.experiments.rows import frame  # noqa: E402
 
 SINCE = "fb03655"  # "Studies move to poslab/studies ... Claims as data (experiments/spec.py: ClaimSpec ...)"
 # the commit that registered every claim: from it on, a claim whose spec vanishes is withdrawn only by
@@ -340,6 +341,9 @@ def _judge(ledger: dict, stored: list[dict], rows: list[dict], commit: str, date
                 *record["revisions"], dict(**j, revision=commit[:7], date=date, reason=(
                     f"renamed from {old!r} ({how}); {record.get('withdrawn') or ''}"))]}
             record["withdrawn"] = f"renamed to {c['name']!r} in commit {commit[:7]}"
+            spec = _spec_for(c["name"], rows)  # the claim now follows its new spec (a later commit compares to it)
+            if spec is not None:
+                claim.update(spec=spec["name"], fingerprint=spec["fingerprint"], revised=spec.get("revised"))
             continue
         if claim is None or claim.get("withdrawn"):
             spec = _spec_for(c["name"], rows) or {}
@@ -379,7 +383,9 @@ RERUN = {"phenomenon": "2026-12-07, paper preset rerun, 4 min 21 s",
          "controls": "2026-12-07, paper preset rerun, 75 s",
          "linear-control": "2026-12-07, paper preset rerun, 39 s; again with one claim per width, 40 s",
          "k1": "2026-12-07, paper preset rerun, 25 s", "validation": "2026-12-07, paper preset rerun, 39 s",
-         "lengthgen": "2026-12-07, cpu preset's report re-rendered from its stored rows.csv (nothing retrained)"}
+         "lengthgen": "2026-12-07, cpu preset's report re-rendered from its stored rows.csv (nothing retrained)",
+         "hybrid": "2026-12-07, cpu preset, its first run (864.9 s)",
+         "arithmetic": "2026-12-07, cpu preset, its first run (1816.8 s)"}
 UNDECIDED: list[str] = []  # stored claims whose spec their name cannot pick among several: restated by a rerun
 
 
@@ -399,8 +405,8 @@ def recompute(study: str, claims: list, folder: Path) -> list:
     if (folder / "rows.csv").exists():
         with open(folder / "rows.csv", newline="") as f:
             rows = [{k: _typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
-    elif gate is not None:
-        rows = gate_rows(claims, specs, gate)
+    if gate is not None and gate.where.select(frame(rows)).empty:  # rows.csv without the gate's rows (a study
+        rows = gate_rows(claims, specs, gate)  # whose CSV keeps other kinds): the scores its stored claims hold
     out = []
     for c in claims:
         mine = [s for s in specs if _fits(dict(name=s.name, terms=[[t.column, t.op, t.value] for t in s.where.terms

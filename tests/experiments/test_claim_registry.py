@@ -246,6 +246,47 @@ def test_a_stored_verdict_becomes_na_where_the_spec_now_declares_it():
     assert (got.holds, got.na_kind, got.criterion) == (None, "undecidable", "") and "was judged no" in got.note
 
 
+def test_a_stored_rows_csv_without_the_gates_rows_leaves_the_verdict_as_stored(tmp_path):
+    """The hybrid study keeps only some kinds in rows.csv (not its gate's ``learned`` rows): restating must not
+    read that as 'in-range score not measured' and take the verdict away; with the gate's rows it applies."""
+    import csv
+
+    script = _script()
+    stored = [Claim(name="swan: lowest mean accuracy over the unseen lengths (retrieval at depth 4)",
+                    paper="p", measured=1.0, holds=True, criterion="≥ 0.97", note="2 seeds", role="control")]
+
+    def restated(rows: list[dict]):
+        with open(tmp_path / "rows.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
+            w.writeheader()
+            w.writerows(rows)
+        return script.recompute("hybrid", stored, tmp_path)[0]
+
+    kept = restated([dict(probe="lm", task="lm", layout="swan", seed=0, val_loss=1.8)])
+    assert (kept.holds, kept.na_kind) == (True, None)
+    gated = restated([dict(probe="learned", task="retrieval", layout="swan", seed=s, learned=0.5) for s in (0, 1)])
+    assert (gated.holds, gated.na_kind) == (None, "not-learned") and "0.500" in gated.note
+
+
+def test_a_renamed_claim_follows_its_new_spec_so_a_later_commit_adds_no_revision():
+    """A rename (renamed_from=) records a revision and the claim then carries the new spec's fingerprint: a later
+    commit that re-dumps the unchanged spec (it touched the module for another reason) adds nothing."""
+    script = _script()
+    old_name, new_name = "H=2: range [0.5, 0.7] overlaps", "H=2: range overlaps"
+    spec = dict(name="H={n_heads}: range overlaps", renamed_from="H={n_heads}: range {range} overlaps",
+                fingerprint="new-fp", revised="renamed", criterion="> 0", role="paper", na_kind=None, terms=[])
+    ledger = dict(study="heads", specs={}, claims={old_name: dict(
+        spec="H={n_heads}: range {range} overlaps", fingerprint="old-fp", revised=None,
+        first=dict(criterion="> 0", role="paper", verdict="no", na_kind=None, revision="a", date="d"),
+        revisions=[], withdrawn=None)})
+    stored = [dict(name=new_name, holds=True, criterion="> 0", role="paper", na_kind=None, note="")]
+    script._judge(ledger, stored, [spec], "b" * 40, "2026-12-07", "rename")
+    claim = ledger["claims"][new_name]
+    assert claim["fingerprint"] == "new-fp" and len(claim["revisions"]) == 1
+    script._revise(ledger, [spec], "c" * 40, "2026-12-07", "another change to the module")
+    assert len(claim["revisions"]) == 1
+
+
 def test_results_page_counts_are_the_stored_claims():
     text = (ROOT / "docs" / "results.md").read_text()
     assert _script().counts_block() in text, "docs/results.md is stale: run scripts/register_claims.py --restate"
