@@ -57,8 +57,8 @@ from poslab.experiments.registry import (  # noqa: E402
     template_fields,
     template_pattern,
 )
-from poslab.experiments.spec import COMPARE  # noqa: E402
 from poslab.experiments.rows import frame  # noqa: E402
+from poslab.experiments.spec import COMPARE  # noqa: E402
 
 SINCE = "fb03655"  # "Studies move to poslab/studies ... Claims as data (experiments/spec.py: ClaimSpec ...)"
 # the commit that registered every claim: from it on, a claim whose spec vanishes is withdrawn only by
