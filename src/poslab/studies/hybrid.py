@@ -269,13 +269,14 @@ def _excess(rows: list[dict], column: str) -> float:
 
 
 PAIR_KIND = RowKind("pair", {"task": str, "layout": str, "seed": int, "schedule": str, "length": int,
-                       "minus_rope_long": float | None, "long_over_context": float | None,
-                       "minus_rope_val": float}, optional=("minus_rope_val",))
-SCHEDULE_KIND = RowKind("schedule", {"task": str, "layout": str, "seed": int, "length": int, "yarn_minus_none": float})
+                            "minus_rope_long": float | None, "long_over_context": float | None,
+                            "minus_rope_val": float}, optional=("minus_rope_val",))
+SCHEDULE_KIND = RowKind("schedule", {"task": str, "layout": str, "seed": int, "length": int,
+                                     "yarn_minus_none": float})
 LABOUR_KIND = RowKind("labour", {"task": str, "layout": str, "seed": int, "rope_minus_nope_recent": float,
-                            "nope_minus_rope_key0": float})
+                                 "nope_minus_rope_key0": float})
 LEAK_KIND = RowKind("leak", {"task": str, "layout": str, "seed": int, "kind": str, "component_b": float,
-                        "component_b_key0": float})
+                             "component_b_key0": float})
 
 
 def pair_rows(rows: list[dict]) -> list[dict]:
@@ -316,8 +317,8 @@ def labour_rows(rows: list[dict]) -> list[dict]:
         rope, nope = pick(rows, mine[rotary]), pick(rows, mine[~rotary])
         if rope and nope:
             out.append(LABOUR_KIND(task=task, layout=layout, seed=seed,
-                              rope_minus_nope_recent=_excess(rope, "recent") - _excess(nope, "recent"),
-                              nope_minus_rope_key0=_excess(nope, "key0") - _excess(rope, "key0")))
+                                   rope_minus_nope_recent=_excess(rope, "recent") - _excess(nope, "recent"),
+                                   nope_minus_rope_key0=_excess(nope, "key0") - _excess(rope, "key0")))
     return out
 
 
@@ -327,8 +328,8 @@ def leak_rows(rows: list[dict]) -> list[dict]:
     out = []
     for (task, layout, seed, rotary), mine in _by_member(leaks[has(leaks, "component_b_key0")], "rotary"):
         out.append(LEAK_KIND(task=task, layout=layout, seed=seed, kind="rope" if rotary else "nope",
-                        component_b=float(np.mean(values(mine, "component_b"))),
-                        component_b_key0=float(np.mean(values(mine, "component_b_key0")))))
+                             component_b=float(np.mean(values(mine, "component_b"))),
+                             component_b_key0=float(np.mean(values(mine, "component_b_key0")))))
     return out
 
 
