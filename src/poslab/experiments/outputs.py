@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from poslab.experiments.claims import Claim, claims_markdown, markdown_table, write_claims
-from poslab.experiments.rows import sort_key
+from poslab.experiments.rows import TAG, sort_key
 from poslab.experiments.spec import EVERY, Measure, Where
 
 if TYPE_CHECKING:
@@ -323,7 +323,7 @@ def _tick_labels(values: list) -> list[str]:
 def select(rows: list[dict], probe: str | tuple[str, ...], **where) -> list[dict]:
     """The rows of kind ``probe`` (or of any of several kinds) whose ``where`` columns hold these values, in order."""
     kinds = (probe,) if isinstance(probe, str) else probe
-    return [r for r in rows if r.get("probe") in kinds and all(r.get(k) == v for k, v in where.items())]
+    return [r for r in rows if r.get(TAG) in kinds and all(r.get(k) == v for k, v in where.items())]
 
 
 def group_stats(rows: list[dict], by: tuple[str, ...], value: str) -> dict[tuple, tuple[float, float, int]]:
