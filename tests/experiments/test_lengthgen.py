@@ -457,3 +457,21 @@ def test_a_scale_per_task_changes_that_task_only():
     assert task_setting("reverse", cpu) == reverse and reverse["model.n_layers"] == cpu.model["kazemnejad"]["n_layers"]
     assert {k: v for k, v in copy.items() if k not in ("model.n_layers", "train.steps")} == \
         {k: v for k, v in task_setting("copy", cpu).items() if k not in ("model.n_layers", "train.steps")}
+
+
+def test_randomized_positions_without_room_for_a_tasks_tokens_fail_before_any_work(tmp_path):
+    """N below the most tokens of a task's longest sequence cannot draw a position per token: one ConfigError
+    naming model.random_positions before training (a cpu-preset override of the tasks once crashed 48 minutes in)."""
+    from click.testing import CliRunner
+
+    from poslab.cli import main
+
+    store = tmp_path / "s.sqlite"
+    result = CliRunner().invoke(main, ["run", "lengthgen", "--preset", "cpu", "--store", str(store), "--out",
+                                       str(tmp_path / "out"), "--set", 'grid.setting=["duplicate_string"]',
+                                       "--set", 'grid.encoding=["rope"]'])
+    assert result.exit_code == 2 and "model.random_positions: got 256" in result.output, result.output
+    assert "duplicate_string has 300 tokens at length 100" in result.output and not store.exists()
+    ok = CliRunner().invoke(main, ["run", "lengthgen", "--preset", "cpu", "--print-config", "--set",
+                                   'grid.setting=["duplicate_string"]', "--set", "grid.model.random_positions=[null,300]"])
+    assert ok.exit_code == 0, ok.output

@@ -136,8 +136,23 @@ def table_length(cfg: StudyConfig) -> int:
 
 
 def check(cfg: StudyConfig) -> None:
-    """Every task of the grid is a benchmark task (one ConfigError naming the allowed ones otherwise)."""
+    """Every task of the grid is a benchmark task (one ConfigError naming the allowed ones otherwise), and
+    randomized positions have room for every token of its longest sequence (N at least its tokens)."""
     for setting in cfg.axis("setting"):
         task = cfg.settings[setting]["task_type"]
         if getattr(TASKS.get(task), "benchmark", None) is None:
             raise ConfigError("grid.setting", setting, list(benchmark_tasks()) or "a registered benchmark task")
+        _check_room(cfg, setting, task)
+
+
+def _check_room(cfg: StudyConfig, setting: str, task: str) -> None:
+    """N of randomized positions covers the most tokens of ``task`` at its longest length (training or
+    evaluation): a sequence of more tokens than N cannot draw a distinct position for each."""
+    changes = cfg.settings[setting]
+    longest = max(*changes.get("eval.lengths", cfg.eval.lengths), changes.get("train.max_length", cfg.train.max_length))
+    tokens = max_tokens(task, longest)
+    for value in cfg.axis("model.random_positions"):
+        sampled = RandomPositions.setting(value, "model.random_positions")
+        if sampled is not None and sampled.N < tokens:
+            raise ConfigError("model.random_positions", sampled.N,
+                              f"an N of at least {tokens}: {task} has {tokens} tokens at length {longest}")
