@@ -473,5 +473,6 @@ def test_randomized_positions_without_room_for_a_tasks_tokens_fail_before_any_wo
     assert result.exit_code == 2 and "model.random_positions: got 256" in result.output, result.output
     assert "duplicate_string has 300 tokens at length 100" in result.output and not store.exists()
     ok = CliRunner().invoke(main, ["run", "lengthgen", "--preset", "cpu", "--print-config", "--set",
-                                   'grid.setting=["duplicate_string"]', "--set", "grid.model.random_positions=[null,300]"])
+                                   'grid.setting=["duplicate_string"]',
+                                   "--set", "grid.model.random_positions=[null,300]"])
     assert ok.exit_code == 0, ok.output
