@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
+import tiny_model
 import torch
 
 from poslab.errors import ConfigError
 from poslab.models.energy_gate import EnergyGate, gate_parameter_count
-from poslab.models.transformer import Transformer, TransformerConfig
+from poslab.models.transformer import TransformerConfig
 
-M, S = 7, 8
-
-
-def make(seed=0, **overrides):
-    torch.manual_seed(seed)
-    options = dict(vocab_size=M, d_model=16, n_layers=2, n_heads=2, max_len=32, energy_gate=True) | overrides
-    return Transformer(TransformerConfig(**options)).double()
-
-
-def tokens(b=3, s=S, seed=1):
-    return torch.randint(0, M, (b, s), generator=torch.Generator().manual_seed(seed))
+S = 8
+M = tiny_model.M
+make = partial(tiny_model.make, energy_gate=True)
+tokens = partial(tiny_model.tokens, s=S)
 
 
 @pytest.mark.parametrize("energy", ["power", "amplitude"])

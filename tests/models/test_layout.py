@@ -1,7 +1,10 @@
 """Per-layer layouts (issue 57): each layer's encoding, mask, temperature and qk-norm, against the
 plain model and naive formulas; every bad pattern is one ConfigError naming ``layout``."""
 
+from functools import partial
+
 import pytest
+import tiny_model
 import torch
 
 from poslab.attention import build_mask
@@ -9,23 +12,16 @@ from poslab.errors import ConfigError
 from poslab.experiments import members
 from poslab.experiments.config import apply_overrides
 from poslab.models.intervention import Intervention, forward_with
-from poslab.models.transformer import Transformer, TransformerConfig
+from poslab.models.transformer import TransformerConfig
 from poslab.positional.nope import NoPE
 from poslab.positional.rope import RoPE
 from poslab.positional.t5 import T5Bias
 from poslab.tasks import build_task
 
-M, S = 7, 10
-
-
-def make(seed=0, **overrides):
-    torch.manual_seed(seed)
-    options = dict(vocab_size=M, d_model=16, n_layers=2, n_heads=2, max_len=32) | overrides
-    return Transformer(TransformerConfig(**options)).double()
-
-
-def tokens(b=3, s=S, seed=1):
-    return torch.randint(0, M, (b, s), generator=torch.Generator().manual_seed(seed))
+S = 10
+M = tiny_model.M
+make = partial(tiny_model.make)
+tokens = partial(tiny_model.tokens, s=S)
 
 
 def _batch(b=3, s=S):

@@ -5,24 +5,19 @@ a no-op where every position sits below floor_scale - 1."""
 import copy
 import math
 import warnings
+from functools import partial
 
 import pytest
+import tiny_model
 import torch
 
 from poslab.errors import ConfigError
-from poslab.models.transformer import Transformer, TransformerConfig
+from poslab.models.transformer import TransformerConfig
 
-M, S = 7, 12
-
-
-def make(seed=0, **overrides):
-    torch.manual_seed(seed)
-    options = dict(vocab_size=M, d_model=16, n_layers=2, n_heads=2, max_len=32) | overrides
-    return Transformer(TransformerConfig(**options)).double()
-
-
-def tokens(b=3, s=S, seed=1):
-    return torch.randint(0, M, (b, s), generator=torch.Generator().manual_seed(seed))
+S = 12
+M = tiny_model.M
+make = partial(tiny_model.make)
+tokens = partial(tiny_model.tokens, s=S)
 
 
 def naive_scale(p: int, attn_scale: float, floor_scale: int) -> float:

@@ -2,27 +2,22 @@
 
 import copy
 import warnings
+from functools import partial
 
 import pytest
+import tiny_model
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 
 from poslab.errors import ConfigError
 from poslab.models.energy_gate import EnergyGate
-from poslab.models.transformer import Transformer, TransformerConfig
+from poslab.models.transformer import TransformerConfig
 from poslab.positional import registered
 
-M, S = 7, 6  # vocab, sequence length: tiny so the whole file runs in seconds
-
-
-def make(seed=0, **overrides):
-    torch.manual_seed(seed)
-    options = dict(vocab_size=M, d_model=16, n_layers=2, n_heads=2, max_len=16) | overrides
-    return Transformer(TransformerConfig(**options)).double()
-
-
-def tokens(b=3, s=S, seed=1):
-    return torch.randint(0, M, (b, s), generator=torch.Generator().manual_seed(seed))
+S = 6  # sequence length: tiny so the whole file runs in seconds
+M = tiny_model.M
+make = partial(tiny_model.make, max_len=16)
+tokens = partial(tiny_model.tokens, s=S)
 
 
 # ----------------------------------------------------------------------------- every encoding
