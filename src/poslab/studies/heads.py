@@ -201,7 +201,7 @@ def sv_range_rows(rows: list[dict]) -> list[dict]:
     """Per (task, H >= 2) at d_model = 64 an ``sv_range`` row: the [lo, hi] of the heads' top
     singular-value energy over heads x seeds, its ``overlap`` with the seed's :data:`PAPER_SV` (0 when
     they do not meet) and the share of the seed's range it ``covered``."""
-    heads = where_is(of_kind(frame(rows), "head"), "d_model", WIDTH)
+    heads = where_is(frame(select(rows, "head")), "d_model", WIDTH)
     heads = heads[column(heads, "n_heads", 0).map(lambda h: h >= 2).astype(bool)]
     out = []
     for (task, H), mine in groups(heads, ("task", "n_heads"), sort=True):

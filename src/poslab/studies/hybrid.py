@@ -312,9 +312,10 @@ def labour_rows(rows: list[dict]) -> list[dict]:
     """``labour`` rows: per member with layers of both kinds, no-rope layers against rope layers, each
     layer's mass beyond a content-blind head's (:func:`_excess`)."""
     out = []
-    for (task, layout, seed), mine in _by_member(of_kind(frame(rows), "targets")):
+    targets = select(rows, "targets")
+    for (task, layout, seed), mine in _by_member(frame(targets)):
         rotary = mine["rotary"].map(bool).astype(bool)
-        rope, nope = pick(rows, mine[rotary]), pick(rows, mine[~rotary])
+        rope, nope = pick(targets, mine[rotary]), pick(targets, mine[~rotary])
         if rope and nope:
             out.append(LABOUR_KIND(task=task, layout=layout, seed=seed,
                                    rope_minus_nope_recent=_excess(rope, "recent") - _excess(nope, "recent"),
@@ -324,7 +325,7 @@ def labour_rows(rows: list[dict]) -> list[dict]:
 
 def leak_rows(rows: list[dict]) -> list[dict]:
     """``leak`` rows: a member's mean (b), and (b) at key 0, per layer type (layers with a key-0 value)."""
-    leaks = of_kind(frame(rows), "layer_leakage")
+    leaks = frame(select(rows, "layer_leakage"))
     out = []
     for (task, layout, seed, rotary), mine in _by_member(leaks[has(leaks, "component_b_key0")], "rotary"):
         out.append(LEAK_KIND(task=task, layout=layout, seed=seed, kind="rope" if rotary else "nope",

@@ -13,7 +13,8 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from poslab.experiments.rows import frame, groups, of_kind, pick
+from poslab.experiments.outputs import select
+from poslab.experiments.rows import frame, groups, pick
 from poslab.experiments.spec import Agreement, ClaimSpec, derivation, is_, mean, probe, seed_states
 from poslab.models.intervention import Intervention
 from poslab.probes.common import CHUNK
@@ -94,7 +95,8 @@ def leakage_rows(model, batch: Batch, *, early: int, chunk: int = CHUNK, interve
 
 def _by(rows: list[dict], probe: str, by: tuple[str, ...]) -> dict[tuple, list[dict]]:
     """The rows of kind ``probe`` grouped by the ``by`` columns, in order of each group's first row."""
-    return {key: pick(rows, part) for key, part in groups(of_kind(frame(rows), probe), by)}
+    mine = select(rows, probe)
+    return {key: pick(mine, part) for key, part in groups(frame(mine), by)}
 
 
 def _mean(rows: list[dict], column: str) -> float:
@@ -112,7 +114,7 @@ def model_rows(rows: list[dict]) -> list[dict]:
     """One row per model and seed (probe "model") from :func:`leakage_rows` labelled by ``model``:
     head-row means, the slope of the layer-mean (b) (and of its key-0 part) on the layer, the
     member's validation loss and sink-reading head count (from its ``member`` row)."""
-    members = {key: part.iloc[0] for key, part in groups(of_kind(frame(rows), "member"), ("model", "seed"))}
+    members = {key: part[0] for key, part in _by(rows, "member", ("model", "seed")).items()}
     out = []
     for (m, seed), heads in _by(rows, "head", ("model", "seed")).items():
         member = members.get((m, seed))
