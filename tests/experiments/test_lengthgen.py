@@ -476,3 +476,29 @@ def test_randomized_positions_without_room_for_a_tasks_tokens_fail_before_any_wo
                                    'grid.setting=["duplicate_string"]',
                                    "--set", "grid.model.random_positions=[null,300]"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_every_length_of_a_ruoss_task_in_one_batch_is_what_one_at_a_time_poses():
+    """The paper preset's "every" lengths of a task that draws mixed lengths come from one batched draw;
+    they are the lengths a one-length sample poses (checked on 1..60, where one at a time is cheap), and a
+    task that refuses a length loses it (a throwaway task that cannot pose odd lengths)."""
+    from poslab.studies.kit.benchmarks import _every_length, _poses, benchmark_tasks
+    from poslab.tasks.chomsky.context_free import StackManipulation
+
+    for name in benchmark_tasks():
+        cls = TASKS[name]
+        if cls.benchmark != "ruoss":
+            continue
+        every, poses = _every_length(name, cls), _poses(name, cls)
+        lo, test_hi = cls.train_range[0], cls.test_range[1]
+        assert [L for L in every if L <= 60] == [L for L in range(lo, 61) if poses(L)], name
+        assert every[-1] == test_hi, name
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class EvenOnly(StackManipulation):
+        def validate(self, min_length: int) -> None:
+            super().validate(min_length)
+            if min_length % 2:
+                raise ConfigError("length", min_length, "an even length")
+
+    assert _every_length("EvenOnly", EvenOnly) == tuple(range(2, 501, 2))
