@@ -52,15 +52,12 @@ def bench_train(*, steps: int = 4000, plain_steps: int = 200, workers: int | Non
     by_label = table1_groups(study)
     everyone = [m for group in by_label.values() for m in group]
     workers = min(workers or os.cpu_count() or 1, len(everyone))
-    before = _plain_side_by_side(by_label, study, plain_steps, workers)
-    start = time.perf_counter()  # the groups' calibration (step_costs) is part of the wall time
-    parts = share_out(list(by_label.values()), workers)  # as `poslab run` shares them out
-    pool, threads = worker_pool(workers)
-    with pool:
-        futures = [pool.submit(train_members, part, desc=f"ensemble x{len(part)}", position=i)
-                   for i, part in enumerate(parts)]
-        seconds = [f.result().seconds for f in futures]
-    wall = time.perf_counter() - start
+    plain_pool, _ = worker_pool(workers)  # the plain side's processes, started once for both timings
+    with plain_pool, multiprocessing.get_context("spawn").Manager() as manager:
+        barrier = manager.Barrier(workers)
+        before = _plain_side_by_side(by_label, study, plain_steps, plain_pool, barrier)
+        wall, seconds, parts, threads = _ensembles(by_label, workers)
+        after = _plain_side_by_side(by_label, study, plain_steps, plain_pool, barrier)
     full = paper.train.steps  # the Table 1 protocol, whatever --steps timed
     ens_total = wall * full / steps
     member_steps = len(everyone) * steps
@@ -68,7 +65,6 @@ def bench_train(*, steps: int = 4000, plain_steps: int = 200, workers: int | Non
          f"{'/'.join(str(len(p)) for p in parts)} in {workers} worker(s) x {threads} thread(s): training "
          f"{', '.join(f'{s:.1f} s' for s in seconds)}; {wall:.1f} s wall with worker start-up = "
          f"{wall / member_steps * 1e3:.3f} ms of wall per member-step")
-    after = _plain_side_by_side(by_label, study, plain_steps, workers)
     plain = {label: (before[label] + after[label]) / 2 for label in by_label}
 
     def projected(ms: dict) -> float:  # seconds for every member of every group at the preset's steps
@@ -126,18 +122,29 @@ def _cost(fit: dict, members: int) -> float:
     return fit["fixed_ms"] + fit["marginal_ms"] * members
 
 
-def _plain_side_by_side(by_label: dict, study, steps: int, workers: int) -> dict[str, float]:
-    """Each group's plain loop as a sweep runs it here: ``workers`` processes (one per core, its
-    share of the threads) side by side, each training one member of the group; ms per member-step
-    = the wall time of one step over the members training at once (1 / sum of their steps per ms)."""
-    pool, _ = worker_pool(workers)
-    with pool, multiprocessing.get_context("spawn").Manager() as manager:
-        barrier = manager.Barrier(workers)
-        out = {}
-        for label, group in by_label.items():
-            futures = [pool.submit(_plain_step_ms, group[i % len(group)], study, steps, barrier)
-                       for i in range(workers)]
-            out[label] = 1.0 / sum(1.0 / f.result() for f in futures)
+def _ensembles(by_label: dict, workers: int) -> tuple[float, list[float], list, int]:
+    """Table 1's groups trained as ``poslab run`` trains them: shared out among ``workers`` fresh
+    processes; the wall time counts their start-up and the groups' calibration (step_costs)."""
+    start = time.perf_counter()
+    parts = share_out(list(by_label.values()), workers)  # as `poslab run` shares them out
+    pool, threads = worker_pool(workers)
+    with pool:
+        futures = [pool.submit(train_members, part, desc=f"ensemble x{len(part)}", position=i)
+                   for i, part in enumerate(parts)]
+        seconds = [f.result().seconds for f in futures]
+    return time.perf_counter() - start, seconds, parts, threads
+
+
+def _plain_side_by_side(by_label: dict, study, steps: int, pool, barrier) -> dict[str, float]:
+    """Each group's plain loop as a sweep runs it here: the pool's processes (one per core, its share
+    of the threads) side by side, each training one member of the group, timed together after
+    ``barrier``; ms per member-step = the wall time of one step over the members training at once
+    (1 / sum of their steps per ms)."""
+    workers = barrier.parties
+    out = {}
+    for label, group in by_label.items():
+        futures = [pool.submit(_plain_step_ms, group[i % len(group)], study, steps, barrier) for i in range(workers)]
+        out[label] = 1.0 / sum(1.0 / f.result() for f in futures)
     return out
 
 
