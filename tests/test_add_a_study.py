@@ -22,7 +22,7 @@ def _scratch(tmp_path: Path) -> Path:
     """A copy of src/poslab, pyproject.toml and the README script, with the demo study added by its module
     and one entry; returns the copy's root."""
     root = tmp_path / "repo"
-    shutil.copytree(ROOT / "src" / "poslab", root / "src" / "poslab", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "src" / "poslab", root / "src" / "poslab")
     shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
     (root / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "readme_studies.py", root / "scripts" / "readme_studies.py")
