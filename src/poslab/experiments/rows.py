@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
+
+from poslab.lazy import pandas as pd
 
 TAG = "probe"  # the column naming a row's kind
 

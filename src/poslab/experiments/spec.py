@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any, SupportsFloat, TypeAlias
 
 import numpy as np
-import pandas as pd
 
 from poslab.experiments import registry
 from poslab.experiments.claims import NA_KINDS, ROLES, Claim
 from poslab.experiments.fingerprint import canonical, digest
 from poslab.experiments.rows import frame, groups, has, sort_key, values
+from poslab.lazy import pandas as pd
 
 Row = dict
 Rows: TypeAlias = "list[Row] | pd.DataFrame"  # a run's rows, as records or as a frame (poslab.experiments.rows)

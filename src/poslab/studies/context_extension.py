@@ -17,7 +17,6 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from poslab.errors import ConfigError
 from poslab.experiments import Trained
@@ -38,6 +37,7 @@ from poslab.experiments.spec import (
     seed_states,
     survey_names,
 )
+from poslab.lazy import pandas as pd
 from poslab.positional.scaling_laws import base_for_length, critical_dimension, extrapolation_bound, pair_with_periods
 from poslab.probes.passkey_eval import passkey, reasoning
 from poslab.probes.positionwise import bend_rows

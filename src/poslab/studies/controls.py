@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TypedDict
 
 import numpy as np
-import pandas as pd
 
 from poslab.experiments import Trained
 from poslab.experiments.config import QUICK, EvalConfig, StudyConfig
@@ -43,6 +42,7 @@ from poslab.experiments.spec import (
     share,
     undecidable,
 )
+from poslab.lazy import pandas as pd
 from poslab.probes.weights import rotary_kernel_rows
 from poslab.studies.kit.derive import dilution_rows, emergence_rows, range_over
 from poslab.studies.kit.fixed_offset import BEYOND

@@ -10,8 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from poslab import probes
 from poslab.experiments import Trained
 from poslab.experiments.config import QUICK, StudyConfig
@@ -29,6 +27,7 @@ from poslab.experiments.spec import (
     probe,
     seed_states,
 )
+from poslab.lazy import pandas as pd
 from poslab.probes.per_head import head_summaries, peak_heights
 from poslab.tasks import eval_batch
 

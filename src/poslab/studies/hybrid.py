@@ -27,7 +27,6 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from poslab.errors import ConfigError
 from poslab.experiments import Trained
@@ -51,6 +50,7 @@ from poslab.experiments.spec import (
     seed_states,
     share,
 )
+from poslab.lazy import pandas as pd
 from poslab.probes import layer_types as lt
 from poslab.studies.kit import charlm
 from poslab.studies.kit.charlm import positionwise_rows, recipe_train, validation_loss

@@ -42,7 +42,6 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 from poslab.errors import ConfigError, check_choice
@@ -63,6 +62,7 @@ from poslab.experiments.spec import (
     probe,
     survey_names,
 )
+from poslab.lazy import pandas as pd
 from poslab.probes import precision as pr
 
 CHAR, TINY = "char", "tiny-llama"

@@ -75,7 +75,6 @@ import time
 from functools import partial
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from poslab.errors import ConfigError, check_choice
@@ -97,6 +96,7 @@ from poslab.experiments.spec import (
     undecidable,
 )
 from poslab.experiments.stages import Stages
+from poslab.lazy import pandas as pd
 from poslab.pretrained.model import SCHEDULE_LAYERS
 from poslab.store import config_hash
 from poslab.studies.kit.checkpoints import (

@@ -91,7 +91,6 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 from poslab.errors import ConfigError, check_choice
@@ -114,6 +113,7 @@ from poslab.experiments.spec import (
     probe,
     undecidable,
 )
+from poslab.lazy import pandas as pd
 from poslab.probes import leakage as lk
 from poslab.studies.kit import leakage_rows as lr
 from poslab.studies.kit.checkpoints import TINY, checkpoint_source, loaded, preflight_checkpoint, source_path
