@@ -311,6 +311,9 @@ def test_random_positions_are_sorted_distinct_and_in_range():
     assert pos.shape == (64, 10) and int(pos.max()) < 40 and int(pos.min()) >= 0
     assert bool((pos[:, 1:] > pos[:, :-1]).all())  # sorted, without replacement
     assert len(set(pos[:, 0].tolist())) > 1  # a sample, not 0 .. s - 1
+    assert random_positions(2, 40, 40).tolist() == [list(range(40))] * 2  # s = N: every position
+    with pytest.raises(ConfigError, match=r"model.random_positions.*40.*at least the 41 tokens"):
+        random_positions(2, 41, 40)  # more tokens than positions: it used to return 40 columns for 41
 
 
 def test_transformer_samples_positions_in_training_and_as_configured_at_evaluation():

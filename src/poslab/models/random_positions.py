@@ -77,6 +77,10 @@ def from_recorded(fields: dict) -> RandomPositions | None:
 def random_positions(b: int, s: int, N: int, device=None) -> Tensor:
     """Ruoss et al. (2023): for each of b sequences, s positions drawn without replacement from
     [0, N) and sorted, [b, s] long. The s smallest of N uniform keys are a uniform s-subset; drawn
-    from torch's generator (under the ensemble's vmap, randomness="different": each member its own)."""
+    from torch's generator (under the ensemble's vmap, randomness="different": each member its own).
+    A sequence longer than N has no s-subset: one ConfigError naming the model field (studies check
+    their grids before any work; this catches a sequence that reaches the model some other way)."""
+    if s > N:
+        raise ConfigError("model.random_positions", N, f"an N of at least the {s} tokens of this sequence")
     keys = torch.rand(b, N, device=device)  # [b, N]
     return keys.argsort(dim=-1)[:, :s].sort(dim=-1).values
