@@ -502,3 +502,13 @@ def test_every_length_of_a_ruoss_task_in_one_batch_is_what_one_at_a_time_poses()
                 raise ConfigError("length", min_length, "an even length")
 
     assert _every_length("EvenOnly", EvenOnly) == tuple(range(2, 501, 2))
+
+
+def test_the_gpu_preset_is_kazemnejads_five_on_copy_and_reverse_with_three_seeds_and_no_randomized_cells():
+    study = prepare(EXPERIMENTS["lengthgen"], "gpu")
+    cells = {(m.ids["setting"], m.ids["encoding"], m.model_config.random_positions, m.seed)
+             for m in members(EXPERIMENTS["lengthgen"], study)}
+    five = set(lengthgen.KAZEMNEJAD_ENCODINGS.values())
+    assert cells == {(t, e, None, s) for t in ("copy", "reverse") for e in five for s in range(3)}
+    copy = next(m for m in members(EXPERIMENTS["lengthgen"], study) if m.ids["setting"] == "copy")
+    assert (copy.model_config.n_layers, copy.model_config.d_model, copy.study.train.steps) == (6, 256, 5000)

@@ -203,9 +203,41 @@ def test_temperature_and_no_layer_norm_run():
     (dict(window=0), "window"),
     (dict(temperature=0.0), "temperature"),
     (dict(vocab_size=0), "vocab_size"),
+    (dict(init="gpt2"), "init"),
 ])
 def test_bad_config(overrides, field):
     options = dict(vocab_size=M, d_model=16, n_heads=2) | overrides
     with pytest.raises(ConfigError) as err:
         TransformerConfig(**options)
     assert err.value.field == field
+
+
+# ----------------------------------------------------------------------------- init="normal"
+
+def test_normal_init_is_nanogpts_and_torch_init_is_unchanged():
+    """init="normal": every matrix N(0, 0.02^2), W_O and the MLP's output 0.02 / sqrt(2 L), MLP biases 0,
+    LayerNorms and the encoding's own table untouched; the "torch" draws are the default's, bit for bit."""
+    from poslab.models.transformer import Transformer
+
+    options = dict(vocab_size=97, d_model=128, n_heads=4, n_layers=3, encoding="learned", bos=True, max_len=256,
+                   energy_gate=True)
+    torch.manual_seed(0)
+    plain = Transformer(TransformerConfig(**options))
+    torch.manual_seed(0)
+    same = Transformer(TransformerConfig(**options, init="torch"))
+    assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), same.parameters(), strict=True))
+    torch.manual_seed(0)
+    normal = Transformer(TransformerConfig(**options, init="normal"))
+    params = dict(normal.named_parameters())
+    residual = 0.02 / (2 * 3) ** 0.5
+    for name, p in params.items():
+        if name.endswith(("W_O", "MLP.2.weight")):
+            want = residual
+        elif name.endswith(("W_E", "U", "W_bos", "W_Q", "W_K", "W_V", "W_gate", "MLP.0.weight")):
+            want = 0.02
+        else:
+            continue
+        assert abs(float(p.std()) - want) < 0.1 * want and abs(float(p.mean())) < 0.1 * want, name
+    assert all(float(params[n].abs().max()) == 0 for n in params if n.endswith(("MLP.0.bias", "MLP.2.bias")))
+    assert all(torch.equal(params[n], dict(plain.named_parameters())[n]) for n in params
+               if "ln_" in n or n.startswith("encoding.") or n.endswith("gate_tau"))

@@ -118,7 +118,8 @@ class Member:
 
 # Model fields added after runs were stored: left out of a run's config while at these defaults, so
 # every key from before the field existed still names its run (as ``train_fields`` does for compile).
-LATER_MODEL_DEFAULTS = {"random_positions": None, "random_positions_eval": True, "layout": None, "qk_norm": False}
+LATER_MODEL_DEFAULTS = {"random_positions": None, "random_positions_eval": True, "layout": None, "qk_norm": False,
+                        "init": "torch"}
 
 
 def model_fields(model) -> dict:

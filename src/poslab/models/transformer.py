@@ -93,6 +93,10 @@ RENAMED = dict(gate_projection="energy_gate.projection", gate_energy="energy_gat
                gate_renormalize="energy_gate.renormalize", random_positions_eval="random_positions.at_eval")
 
 
+INITS = ("torch", "normal")  # TransformerConfig.init
+NORMAL_STD = 0.02  # init="normal": nanoGPT's and GPT-2's standard deviation
+
+
 @dataclass(frozen=True, kw_only=True)
 class TransformerConfig:
     vocab_size: int  # m
@@ -118,6 +122,9 @@ class TransformerConfig:
     qk_norm: bool = False  # L2-normalize each head's q and k on the layers that rotate (Llama 4)
     energy_gate: EnergyGate | None = None  # energy-gated attention (models/energy_gate.py); True: the defaults
     random_positions: RandomPositions | None = None  # randomized positions (models/random_positions.py); N: N
+    # "torch": W_E and BOS ~ N(0, 1), every matrix U(+-1/sqrt(fan_in)) as nn.Linear; "normal": nanoGPT's
+    # (GPT-2's) N(0, 0.02^2) for every matrix, the residual projections 0.02 / sqrt(2 n_layers), biases 0
+    init: str = "torch"
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
@@ -140,6 +147,7 @@ class TransformerConfig:
         object.__setattr__(self, "layout", pattern(self.layout))  # a named layout (layout.NAMED) -> its pattern
         object.__setattr__(self, "energy_gate", EnergyGate.setting(self.energy_gate))  # shorthands resolved
         object.__setattr__(self, "random_positions", RandomPositions.setting(self.random_positions))
+        check_choice("init", self.init, INITS)
         if not isinstance(self.qk_norm, bool):
             raise ConfigError("qk_norm", self.qk_norm, "True, False")
         if self.layout is not None:
@@ -314,6 +322,30 @@ class Transformer(nn.Module):
             Block(cfg, spec, qk_norm=cfg.qk_norm and self.layer_encoding(i).is_rotary) for i, spec in enumerate(specs))
         self.ln_final = nn.LayerNorm(D, bias=cfg.bias) if cfg.layer_norm else nn.Identity()
         self.U = nn.Parameter(_uniform(m, D))  # readout, [m, D]
+        if cfg.init == "normal":  # drawn over the "torch" values, so that init's stream is unchanged
+            self._normal_init()
+
+    @torch.no_grad()
+    def _normal_init(self, std: float = NORMAL_STD) -> None:
+        """nanoGPT's initialisation (``GPT._init_weights``; GPT-2's): every weight matrix of the model's
+        own N(0, std^2), the two projections into the residual stream (W_O, the MLP's second layer)
+        N(0, (std / sqrt(2 n_layers))^2), the MLP's biases 0. The LayerNorms keep (1, 0), and each
+        encoding keeps its own initialisation (its options say it: learned APE's ``init_std``). The
+        readout stays untied from W_E (nanoGPT ties them)."""
+        residual = std / math.sqrt(2 * self.cfg.n_layers)
+        matrices: list[Tensor] = [self.W_E, self.U, *([self.W_bos] if self.cfg.bos else [])]
+        for layer in range(self.cfg.n_layers):
+            block = self.block(layer)
+            first, second = cast(nn.Linear, block.MLP[0]), cast(nn.Linear, block.MLP[2])
+            matrices += [block.W_Q, block.W_K, block.W_V, first.weight]
+            matrices += [block.W_gate] if block.cfg.energy_gate is not None else []
+            block.W_O.normal_(0.0, residual)
+            second.weight.normal_(0.0, residual)
+            for linear in (first, second):
+                if linear.bias is not None:
+                    linear.bias.zero_()
+        for w in matrices:
+            w.normal_(0.0, std)
 
     def block(self, layer: int) -> Block:
         return cast(Block, self.layers[layer])

@@ -34,8 +34,10 @@ class Scale:
     eval_lengths: str  # "every": each length train lo .. test hi; "few": a handful (see eval_lengths)
     n_sequences: int
     seeds: int
-    tasks: str  # "all" | "cpu" | "quick"
-    encodings: str = "all"  # "all": every registered; "sources": SOURCE_ENCODINGS; "quick": quick_encodings()
+    tasks: str  # "all" | "cpu" | "gpu" | "quick"
+    # "all": every registered; "sources": SOURCE_ENCODINGS; "kazemnejad": their five; "quick": quick_encodings()
+    encodings: str = "all"
+    randomized: bool = True  # cells with Ruoss et al.'s randomized positions beside the plain ones
     # {task: {dotted path in the task's setting: value}}: a task's own scale over its benchmark's (the cpu
     # preset scales each task down to where its source's encodings learn it in range)
     per_task: dict = dataclasses.field(default_factory=dict)
