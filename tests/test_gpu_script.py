@@ -17,8 +17,8 @@ def test_the_prepared_gpu_script_runs_every_step_on_cpu(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     summary = (tmp_path / "out" / "summary.txt").read_text().splitlines()
-    assert [line.split(":")[0] for line in summary] == ["environment", "parity", "lm", "lm_eval", "lengthgen", "lm_init",
-                                                         "pretrained"]
+    steps = ["environment", "parity", "lm", "lm_eval", "lengthgen", "lm_init", "pretrained"]
+    assert [line.split(":")[0] for line in summary] == steps
     assert all(": exit 0," in line for line in summary[:6]), summary
     assert "bit for bit" in (tmp_path / "out" / "parity.log").read_text()
     assert (tmp_path / "out" / "lm" / "claims.json").exists() and (tmp_path / "out" / "lm_eval.png").exists()
