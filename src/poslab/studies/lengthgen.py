@@ -658,8 +658,9 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                       f"{', '.join(map(str, s['eval.lengths']))}, {'decoder' if s['model.causal'] else 'encoder'} "
                       f"{s.get('model.n_layers')} layers x d {s.get('model.d_model')}, {s.get('train.steps')} steps"
                       for t, s in settings.items())
-    intro = (f"{len(study.axis('encoding'))} encodings x {len(tasks)} tasks x randomized positions off/on "
-             f"(N = {max(v or 0 for v in study.axis('model.random_positions'))}), {study.seeds} seed(s), "
+    N = max(v or 0 for v in study.axis("model.random_positions"))
+    randomized = f"randomized positions off/on (N = {N})" if N else "no randomized positions"
+    intro = (f"{len(study.axis('encoding'))} encodings x {len(tasks)} tasks x {randomized}, {study.seeds} seed(s), "
              f"{study.eval.n_sequences} sequences per length. {scale}. The paper preset is each source's protocol; "
              "the cpu and quick presets are scaled down (model, steps, tasks, lengths): docs/lengthgen.md.")
     na_text = "\n".join(f"- {r['cell']} on {r['task']}: {r['na']}" for r in nas) or "- none"
