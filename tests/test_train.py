@@ -159,7 +159,8 @@ TUNED = dict(n_layers=2, layout="rope:chunk=4,nope:attn_scale=0.5:floor_scale=4"
 @pytest.mark.parametrize("task, kw, encoding, model_kw", [
     ("shift", dict(K=2), "rope", {}), ("shift", dict(K=2), "learned", {}),
     ("content_conditioned", dict(K1=2, K2=3), "rope", {}), ("content_conditioned", dict(K1=2, K2=3), "learned", {}),
-    ("shift", dict(K=2), "rope", LAYOUT), ("shift", dict(K=2), "rope", TUNED)])
+    ("shift", dict(K=2), "rope", LAYOUT), ("shift", dict(K=2), "rope", TUNED),
+    ("shift", dict(K=2), "learned", dict(init="normal"))])
 def test_transformer_members_equal_the_seed_trained_alone(task, kw, encoding, model_kw):
     cfg = TrainConfig(steps=50, batch_size=16, min_length=8, max_length=16, optimizer="adamw", weight_decay=0.1,
                       decay_1d=False, lr_schedule="cosine", warmup_steps=5, min_lr=1e-4, grad_clip=1.0)
