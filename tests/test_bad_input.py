@@ -204,7 +204,14 @@ def _literal(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# fields whose valid values validate builds in full: a huge one (seeds = 10^12 enumerates 10^12 members)
+# would run for hours; one such draw hung a fresh clone's suite at 98% (2026-12-07)
+BUILT_WHOLE = ("model.d_model", "task.m", "train.max_length", "eval.lengths", "seeds", "eval.n_sequences",
+               "grid.task.K")
+
+
+# derandomize: the same 60 examples every run, so a failure (or a slow draw) reproduces
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(field=st.sampled_from(FIELDS), value=JSONISH)
 def test_fuzz_set_values(field, value):
     from poslab.errors import ConfigError
@@ -218,8 +225,8 @@ def test_fuzz_set_values(field, value):
     study = apply_overrides(study, ['grid.encoding=["rope"]', "eval.lengths=[12]"])
     try:
         changed = apply_overrides(study, [f"{field}={_literal(value)}"], fixed=getattr(exp, "FIXED", {}))
-        if field in ("model.d_model", "task.m", "train.max_length", "eval.lengths") and _too_big(value):
-            return  # a valid but huge model: accepted by design, not worth building here
+        if field in BUILT_WHOLE and _too_big(value):
+            return  # a valid but huge model or grid: accepted by design, not worth building here
         validate(changed, "cpu", exp)
     except ConfigError as e:
         assert e.field and e.allowed
