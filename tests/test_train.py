@@ -292,15 +292,17 @@ def chomsky_model(**kw):
 CROP_CFG = TrainConfig(steps=30, batch_size=8, min_length=1, max_length=40, length_sampling="batch", chunk=10)
 
 
-@pytest.mark.parametrize("task, causal", [("even_pairs", False), ("copy", True)])
-def test_a_cropped_batch_gives_the_padded_batchs_loss_and_gradients(task, causal):
+@pytest.mark.parametrize("task, causal, randomized", [
+    ("even_pairs", False, None), ("copy", True, None),
+    ("even_pairs", False, dict(N=128, draw="length")), ("copy", True, dict(N=128, draw="length"))])
+def test_a_cropped_batch_gives_the_padded_batchs_loss_and_gradients(task, causal, randomized):
     from poslab.train import cropped
 
     t = build_task(task)
     cfg = replace(CROP_CFG, length_sampling="batch" if task == "even_pairs" else "sequence", max_length=12)
     torch.manual_seed(0)
     model = Transformer(TransformerConfig(vocab_size=t.vocab_size, d_model=16, n_layers=2, n_heads=2, max_len=128,
-                                          causal=causal))
+                                          causal=causal, random_positions=randomized))
     assert model.padding_inert
     chunk = DataStream(t, 0, cfg).draw()
     cut = 0
@@ -313,6 +315,7 @@ def test_a_cropped_batch_gives_the_padded_batchs_loss_and_gradients(task, causal
         losses, grads = [], []
         for batch in (padded, short):
             model.zero_grad()
+            torch.manual_seed(i)  # randomized positions: the same keys for both
             loss = model.loss(batch)
             loss.backward()
             losses.append(loss.detach())
@@ -355,10 +358,11 @@ def test_crop_padding_cuts_each_step_to_its_longest_sequence_and_only_where_the_
     widths.clear()
     train_ensemble(chomsky_model(), [task] * 2, [0, 1], replace(cfg, crop_padding=False), progress=False)
     assert set(widths) == {41}
-    # randomized positions are drawn for the padded width, dropout follows the shape: those keep the padding
+    # randomized positions drawn for the padded width, dropout follows the shape: those keep the padding
     for kw in (dict(random_positions=256), dict(dropout=0.1)):
         assert not crops(chomsky_model(**kw)(), cfg)
     assert crops(chomsky_model()(), cfg) and not crops(chomsky_model()(), CROP_CFG)
+    assert crops(chomsky_model(random_positions=dict(N=256, draw="length"))(), cfg)  # drawn per length
 
 
 @pytest.mark.slow  # compiling takes a minute on a loaded 2-core machine

@@ -316,6 +316,46 @@ def test_random_positions_are_sorted_distinct_and_in_range():
         random_positions(2, 41, 40)  # more tokens than positions: it used to return 40 columns for 41
 
 
+def test_a_draw_per_length_gives_each_sequence_a_uniform_subset_whatever_the_padding():
+    lengths = torch.tensor([2, 7, 41, 1])
+    torch.manual_seed(3)
+    padded = random_positions(4, 41, 256, lengths=lengths)
+    torch.manual_seed(3)
+    cut = random_positions(4, 7, 256, lengths=lengths.clamp(max=7))
+    torch.manual_seed(3)
+    width = random_positions(4, 41, 256)  # the same keys, drawn for the padded width
+    assert padded.shape == (4, 41) and int(padded.min()) >= 0 and int(padded.max()) < 256
+    for i, l in enumerate(lengths.tolist()):
+        real = padded[i, :l]
+        assert bool((real[1:] > real[:-1]).all()) and len(set(padded[i].tolist())) == 41  # sorted, distinct
+        if l <= 7:  # the batch cut to its longest real sequence: the same positions
+            assert real.tolist() == cut[i, :l].tolist()
+        assert sorted(padded[i].tolist()) == sorted(width[i].tolist())  # the same 41 keys, reordered
+    assert padded[2].tolist() == width[2].tolist()  # a sequence as wide as the batch: the width draw
+    # a 2-token sequence padded to 41: its last position is the larger of 2 of [0, 256) (mean 2 x 257 / 3 - 1 =
+    # 170.3), not the 2nd smallest of 41 (mean 2 x 257 / 42 - 1 = 11.2)
+    torch.manual_seed(0)
+    two = torch.full((4096,), 2)
+    own = random_positions(4096, 41, 256, lengths=two)[:, 1].double().mean()
+    torch.manual_seed(0)
+    wide = random_positions(4096, 41, 256)[:, 1].double().mean()
+    assert abs(own - 170.3) < 3 and abs(wide - 11.2) < 1
+
+
+def test_the_draw_is_a_named_setting_recorded_only_off_its_default():
+    from poslab.experiments.experiment import model_fields
+    from poslab.models.random_positions import RandomPositions, from_recorded
+
+    with pytest.raises(ConfigError) as err:
+        RandomPositions(N=64, draw="padded")
+    assert err.value.field == "random_positions.draw" and "allowed: width, length" in str(err.value)
+    for draw in ("width", "length"):
+        ext = RandomPositions.setting({"N": 64, "draw": draw})
+        assert from_recorded(ext.record()) == ext
+        fields = model_fields(TransformerConfig(vocab_size=5, d_model=8, n_layers=1, n_heads=2, random_positions=ext))
+        assert ("random_positions_draw" in fields) == (draw == "length")  # every earlier run key stays its run's
+
+
 def test_transformer_samples_positions_in_training_and_as_configured_at_evaluation():
     cfg = dict(vocab_size=7, d_model=16, n_layers=1, n_heads=2, encoding="learned", max_len=64)
     tokens = torch.randint(7, (2, 8))

@@ -119,7 +119,7 @@ class Member:
 # Model fields added after runs were stored: left out of a run's config while at these defaults, so
 # every key from before the field existed still names its run (as ``train_fields`` does for compile).
 LATER_MODEL_DEFAULTS = {"random_positions": None, "random_positions_eval": True, "layout": None, "qk_norm": False,
-                        "init": "torch"}
+                        "init": "torch", "random_positions_draw": "width"}
 
 
 def model_fields(model) -> dict:

@@ -90,7 +90,8 @@ from poslab.tasks.base import Batch
 # the fields the extensions replaced, as a run's config records them -> where they went
 RENAMED = dict(gate_projection="energy_gate.projection", gate_energy="energy_gate.energy",
                gate_temperature="energy_gate.temperature", gate_tau_init="energy_gate.tau_init",
-               gate_renormalize="energy_gate.renormalize", random_positions_eval="random_positions.at_eval")
+               gate_renormalize="energy_gate.renormalize", random_positions_eval="random_positions.at_eval",
+               random_positions_draw="random_positions.draw")
 
 
 INITS = ("torch", "normal")  # TransformerConfig.init
@@ -377,11 +378,13 @@ class Transformer(nn.Module):
     def padding_inert(self) -> bool:
         """Whether the loss of a batch is unchanged (to float rounding) when the positions past every
         sequence's length are cut off: they are masked keys (or, causal, later than every real query)
-        and hold no target. Not so with randomized positions (drawn for the padded width), dropout
-        (its draws follow the tensor's shape) or an encoding that reads the longest position (one
-        that breaks a KV cache, ``kv_cache`` False). The trainer's ``crop_padding`` asks it."""
+        and hold no target. Not so with randomized positions drawn for the padded width (``draw="length"``
+        draws each sequence's for its own length), dropout (its draws follow the tensor's shape) or an
+        encoding that reads the longest position (one that breaks a KV cache, ``kv_cache`` False). The
+        trainer's ``crop_padding`` asks it."""
         cfg = self.cfg
-        return cfg.random_positions is None and cfg.dropout == 0 and self.encoding.kv_cache
+        sampled = cfg.random_positions
+        return (sampled is None or sampled.draw == "length") and cfg.dropout == 0 and self.encoding.kv_cache
 
     def loss(self, batch: Batch) -> Tensor:
         """Mean cross-entropy over the batch's loss mask (one target per position or per sequence).
@@ -389,7 +392,11 @@ class Transformer(nn.Module):
         A causal model needs no key padding: every key past a sequence's end is also after each
         of its real queries, so the mask is the plain causal one and the fused kernel applies.
         """
-        logits = self(batch.tokens, batch.positions, lengths=None if self.cfg.causal else batch.lengths)
+        positions, sampled = batch.positions, self.cfg.random_positions
+        if positions is None and sampled is not None and sampled.draw == "length" and batch.lengths is not None:
+            b, s = batch.tokens.shape  # each sequence's positions drawn for its own length (random_positions.py)
+            positions = sampled.sample(b, s, batch.tokens.device, batch.lengths) + int(self.cfg.bos)
+        logits = self(batch.tokens, positions, lengths=None if self.cfg.causal else batch.lengths)
         loss = masked_cross_entropy(logits, batch)
         for enc in self.encodings():
             penalty = enc.penalty()  # a training-only term (MoPE's admissibility penalty)
