@@ -325,11 +325,11 @@ def test_a_draw_per_length_gives_each_sequence_a_uniform_subset_whatever_the_pad
     torch.manual_seed(3)
     width = random_positions(4, 41, 256)  # the same keys, drawn for the padded width
     assert padded.shape == (4, 41) and int(padded.min()) >= 0 and int(padded.max()) < 256
-    for i, l in enumerate(lengths.tolist()):
-        real = padded[i, :l]
+    for i, n in enumerate(lengths.tolist()):
+        real = padded[i, :n]
         assert bool((real[1:] > real[:-1]).all()) and len(set(padded[i].tolist())) == 41  # sorted, distinct
-        if l <= 7:  # the batch cut to its longest real sequence: the same positions
-            assert real.tolist() == cut[i, :l].tolist()
+        if n <= 7:  # the batch cut to its longest real sequence: the same positions
+            assert real.tolist() == cut[i, :n].tolist()
         assert sorted(padded[i].tolist()) == sorted(width[i].tolist())  # the same 41 keys, reordered
     assert padded[2].tolist() == width[2].tolist()  # a sequence as wide as the batch: the width draw
     # a 2-token sequence padded to 41: its last position is the larger of 2 of [0, 256) (mean 2 x 257 / 3 - 1 =
