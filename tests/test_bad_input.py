@@ -67,6 +67,7 @@ CASES = [
     ("malformed ray address", QUICK + ["--executor", "ray", "--address", "nowhere"], "--address"),
     ("zero seeds", QUICK + ["--seeds", "0"], "seeds"),
     ("negative seeds", QUICK + ["--seeds", "-2"], "seeds"),
+    ("seeds past the cap", QUICK + ["--seeds", "1000000000000"], "seeds"),  # it enumerated members for hours
     ("seeds not a number", QUICK + ["--seeds", "two"], "--seeds"),
     ("zero workers", QUICK + ["--workers", "0"], "workers"),
     ("zero task cpus", QUICK + ["--task-cpus", "0"], "task-cpus"),

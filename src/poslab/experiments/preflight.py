@@ -41,11 +41,15 @@ def validate(study: StudyConfig, device: str, experiment: Experiment | None = No
     return trained
 
 
+# members are enumerated (and keyed) one by one before any work: a typo of 10^12 would enumerate for hours
+MAX_SEEDS = 10_000
+
+
 def check_seeds(study: StudyConfig) -> None:
-    """``--seeds`` / ``seeds``: a positive integer, in every study (an evaluate-only study has one
-    member per job whatever it says, but 0 or -1 is a typo to refuse, not to ignore)."""
-    if not isinstance(study.seeds, int) or isinstance(study.seeds, bool) or study.seeds < 1:
-        raise ConfigError("seeds", study.seeds, "a positive integer")
+    """``--seeds`` / ``seeds``: a positive integer up to MAX_SEEDS, in every study (an evaluate-only study
+    has one member per job whatever it says, but 0 or -1 is a typo to refuse, not to ignore)."""
+    if not isinstance(study.seeds, int) or isinstance(study.seeds, bool) or not 1 <= study.seeds <= MAX_SEEDS:
+        raise ConfigError("seeds", study.seeds, f"a positive integer up to {MAX_SEEDS}")
 
 
 def check_settings(study: StudyConfig) -> None:
