@@ -23,9 +23,15 @@ def test_hybrid_quick_end_to_end(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         summary = run_study(exp, study, store=store, out=tmp_path / "out", progress=False)
         rows = store.rows()
-    assert summary["trained"] == summary["members"] == 2 * len(hy.SCALES["quick"].layouts)
+    assert summary["trained"] == summary["members"] == 3 * len(hy.SCALES["quick"].layouts)
     assert {p.name for p in summary["files"]} >= {"rows.csv", "table.md", "claims.json", "layers.csv", "leakage.csv",
-                                                  "carriers.csv", "lm_positionwise.png", "retrieval_accuracy.png"}
+                                                  "carriers.csv", "lm_positionwise.png", "retrieval_accuracy.png",
+                                                  "reverse_exact.png"}
+    # reverse: exact match at lengthgen's few lengths (trained 2 .. 20), in range and past it
+    reverse = [r for r in rows if r["probe"] == "length" and r["task"] == "reverse"]
+    assert sorted({r["length"] for r in reverse}) == [10, 20, 21, 27, 34, 40]
+    assert all(0 <= r["exact"] <= r["accuracy"] + 1e-9 <= 1 + 1e-9 and r["in_range"] == (r["length"] <= 20)
+               for r in reverse)
     # YaRN variants on the LM members with rope layers, evaluated past the context
     long = [r for r in rows if r["probe"] == "long"]
     assert {(r["layout"], r["schedule"]) for r in long} == {(n, s) for n in ("rope", "swan", "irope")
@@ -58,6 +64,11 @@ def test_each_layout_sets_its_model_fields():
     assert ms["lm-irope"].layout == ",".join(["rope:chunk=16"] * 3 + ["nope"]) and ms["lm-irope"].qk_norm
     assert ms["retrieval-swan"].layout.startswith("rope:window=8") and ms["retrieval-irope"].n_layers == 4
     assert (ms["lm-rope"].d_model, ms["retrieval-rope"].d_model) == (128, 64)
+    # reverse: the decoder of issue 56's calibration (4 layers of d_model 64), windows of 16 on its 43 tokens
+    assert ms["reverse-swan"].layout.startswith("rope:window=16") and ms["reverse-swan"].causal
+    assert (ms["reverse-nope"].n_layers, ms["reverse-nope"].d_model, ms["reverse-nope"].n_heads) == (4, 64, 4)
+    steps = {m.ids["setting"]: m.study.train.steps for m in members(exp, exp.study("cpu"))}
+    assert steps["reverse-rope"] == 8000 and steps["retrieval-rope"] == 1200
 
 
 def test_a_setting_outside_task_x_layout_is_refused_before_any_work(tmp_path):
@@ -86,6 +97,29 @@ def test_derived_rows_compare_each_layout_with_rope_of_the_same_seed_and_schedul
     assert pairs[("rope", "none")]["minus_rope_long"] is None
     sched = {r["layout"]: r["yarn_minus_none"] for r in hy.derived_rows(rows) if r["probe"] == "schedule"}
     assert sched == pytest.approx({"rope": -0.2, "rnope": 0.2})
+
+
+def _reverse(layout, seed, L, exact):
+    return dict(probe="length", task="reverse", layout=layout, seed=seed, length=L, in_range=L <= 20, exact=exact,
+                accuracy=exact)
+
+
+def test_versus_rows_compare_each_layout_with_rope_past_training_on_reverse_and_the_gate_reads_both():
+    rows = [_reverse("rope", 0, 20, 1.0), _reverse("rope", 0, 21, 0.4), _reverse("rope", 0, 40, 0.0),
+            _reverse("rnope", 0, 20, 0.95), _reverse("rnope", 0, 21, 0.6), _reverse("rnope", 0, 40, 0.2),
+            _reverse("swan", 1, 21, 0.9),  # no rope member of seed 1: no pair
+            dict(probe="length", task="retrieval", layout="rnope", seed=0, length=40, in_range=False, accuracy=1.0)]
+    versus = [r for r in hy.derived_rows(rows) if r["probe"] == "versus"]
+    assert [(r["versus"], r["layout"], r.get("minus_rope_past")) for r in versus] == [
+        ("rnope", "rnope", pytest.approx(0.4 - 0.2)), ("rnope", "rope", None)]
+    claim = next(c for c in hy.CLAIMS if c.name.startswith("RNoPE: exact match"))
+    learned = [dict(probe="learned", task="reverse", layout=name, seed=0, learned=score)
+               for name, score in (("rnope", 1.05), ("rope", 1.1))]
+    [judged] = claim.evaluate(rows + versus + learned, hy.GATE)
+    assert judged.holds is True and judged.measured == pytest.approx(0.2)
+    learned[1]["learned"] = 0.8  # uniform RoPE did not learn in range: the pair is n.a., though RNoPE did
+    [gated] = claim.evaluate(rows + versus + learned, hy.GATE)
+    assert gated.holds is None and gated.na_kind == "not-learned" and "0.800" in gated.note
 
 
 def test_labour_and_leak_rows_average_each_layer_kind_of_a_member():

@@ -1,7 +1,7 @@
 """Hybrid position layouts (issue 57): rope and no-rope layers interleaved, local and global windows.
 
 Five layouts of poslab's four-layer ``Transformer`` (:mod:`poslab.models.layout`), each trained on
-two tasks, one member per task x layout x seed (the ``setting`` axis, ``TASK-LAYOUT``):
+three tasks, one member per task x layout x seed (the ``setting`` axis, ``TASK-LAYOUT``):
 
     rope    uniform RoPE                                    every layer rotates, full causal attention
     nope    uniform NoPE                                    no layer sees position but through the mask
@@ -14,6 +14,9 @@ two tasks, one member per task x layout x seed (the ``setting`` axis, ``TASK-LAY
                 layers at evaluation (variants ``yarn-LAYOUT``)
     retrieval   the seed's fixed-offset retrieval (K = 2, m = 20, lengths U[8, 16]) at depth 4,
                 one head a layer, evaluated at 12 .. 48 (kit/depth_probes)
+    reverse     Kazemnejad et al.'s reverse (issue 56's benchmarks), trained on 2 .. 20 and scored by
+                exact match to 40, at the scale where their five encodings learned it in range (4 layers
+                of d_model 64, 8000 steps: docs/lengthgen.md's calibration)
 
 Probes per layer type (:mod:`poslab.probes.layer_types`): each layer's mass on key 0, on the last
 four keys and its mean distance; the seed's carrier per rope layer; seed 001's leakage (b) per
@@ -27,6 +30,7 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from poslab.errors import ConfigError
 from poslab.experiments import Trained
@@ -52,18 +56,20 @@ from poslab.experiments.spec import (
 )
 from poslab.lazy import pandas as pd
 from poslab.probes import layer_types as lt
-from poslab.studies.kit import charlm
+from poslab.studies.kit import benchmarks, charlm
 from poslab.studies.kit.charlm import positionwise_rows, recipe_train, validation_loss
 from poslab.studies.kit.depth_probes import last_query, last_query_rows
 from poslab.studies.kit.fixed_offset import dilution_fit_rows
 from poslab.tasks import eval_batch
+from poslab.tasks.scoring import sequence_scores
 from poslab.train import TrainConfig
 
 LAYOUT_NAMES = ("rope", "nope", "rnope", "swan", "irope")
 HYBRIDS = ("rnope", "swan", "irope")
-TASKS = ("lm", "retrieval")
+TASKS = ("lm", "retrieval", "reverse")
 LM_BAR = 2.5  # nats / char: an LM below it at its context has learned in range (uniform over 65 chars: 4.17)
 RETRIEVAL_BAR = 0.9  # in-range accuracy of the retrieval gate (nope-depth's)
+REVERSE_BAR = 0.9  # in-range exact match of reverse (lengthgen's gate, LEARNED_IN_RANGE)
 
 
 def layout_fields(layout: str, span: int) -> dict:
@@ -90,9 +96,22 @@ class Scale:
     retrieval_train: TrainConfig
     retrieval_lengths: tuple[int, ...]
     retrieval_sequences: int
+    reverse_model: dict
+    reverse_train: dict  # train fields (kit/benchmarks' form: one benchmark's)
+    reverse_sequences: int
     lm_span: int = 16
     retrieval_span: int = 8
+    reverse_span: int = 16  # of 43 tokens at the longest trained length
     layouts: tuple[str, ...] = LAYOUT_NAMES
+
+    def span(self, task: str) -> int:
+        return {"lm": self.lm_span, "retrieval": self.retrieval_span, "reverse": self.reverse_span}[task]
+
+
+# reverse: the scale of issue 56's calibration where Kazemnejad et al.'s five encodings learned it in range
+# (in-range exact match 0.885-0.977 over 3 seeds, docs/lengthgen.md): 4 layers, d_model 64, 8000 steps
+REVERSE_MODEL = dict(d_model=64, n_layers=4, n_heads=4)
+REVERSE_TRAIN = dict(steps=8000, batch_size=32, lr=1e-3, optimizer="adam", length_sampling="sequence")
 
 
 SCALES = {
@@ -101,20 +120,25 @@ SCALES = {
     "paper": Scale(seeds=3, lm_model=dict(charlm.CPU_MODEL, bias=False), lm_train=recipe_train("paper"),
                    lm_lengths=(64, 128, 256, 512), lm_windows=256,
                    retrieval_model=dict(d_model=64, n_layers=4, n_heads=1), retrieval_train=TrainConfig(),
-                   retrieval_lengths=(12, 16, 20, 24, 32, 40, 48), retrieval_sequences=4096),
+                   retrieval_lengths=(12, 16, 20, 24, 32, 40, 48), retrieval_sequences=4096,
+                   reverse_model=REVERSE_MODEL, reverse_train=REVERSE_TRAIN, reverse_sequences=512),
     # sized for about 45 minutes with 2 workers on the 2-core machine (docs/hybrid.md: the measurement)
     "cpu": Scale(seeds=2, lm_model=dict(charlm.CPU_MODEL, bias=False),
                  lm_train=dataclasses.replace(recipe_train("paper"), steps=1000),
                  lm_lengths=(64, 128, 256, 512), lm_windows=128,
                  retrieval_model=dict(d_model=64, n_layers=4, n_heads=1),
                  retrieval_train=TrainConfig(steps=1200, batch_size=64),  # nope-depth's cpu training
-                 retrieval_lengths=(12, 16, 20, 24, 32, 40, 48), retrieval_sequences=512),
+                 retrieval_lengths=(12, 16, 20, 24, 32, 40, 48), retrieval_sequences=512,
+                 reverse_model=REVERSE_MODEL, reverse_train=REVERSE_TRAIN, reverse_sequences=128),
     "quick": Scale(seeds=1, lm_model=dict(d_model=32, n_layers=4, n_heads=2, bias=False),
                    lm_train=dataclasses.replace(recipe_train("quick"), steps=12),
                    lm_lengths=(32, 64), lm_windows=8,
                    retrieval_model=dict(d_model=16, n_layers=4, n_heads=1),
                    retrieval_train=TrainConfig(steps=12, batch_size=16),
-                   retrieval_lengths=(12, 16, 20), retrieval_sequences=16, lm_span=8, retrieval_span=6,
+                   retrieval_lengths=(12, 16, 20), retrieval_sequences=16,
+                   reverse_model=dict(d_model=16, n_layers=4, n_heads=2),
+                   reverse_train=dict(REVERSE_TRAIN, steps=12, batch_size=8), reverse_sequences=8,
+                   lm_span=8, retrieval_span=6, reverse_span=6,
                    layouts=("rope", "swan", "irope")),  # a window, a chunk, a no-rope layer, qk-norm
 }
 
@@ -130,6 +154,12 @@ def task_bundle(task: str, scale: Scale) -> dict:
     if task == "lm":
         return {"task_type": "text", **{f"model.{k}": v for k, v in scale.lm_model.items()}, **_train(scale.lm_train),
                 "eval.lengths": list(scale.lm_lengths), "eval.n_sequences": scale.lm_windows, "eval.chunk": 64}
+    if task == "reverse":  # lengthgen's bundle: its lengths (train 2 .. 20, a few to 40), decoder form
+        kz = benchmarks.KAZEMNEJAD
+        one = benchmarks.Scale(model={kz: scale.reverse_model}, train={kz: scale.reverse_train}, eval_lengths="few",
+                               n_sequences=scale.reverse_sequences, seeds=scale.seeds, tasks="cpu")
+        return {**benchmarks.task_setting("reverse", one), "eval.n_sequences": scale.reverse_sequences,
+                "eval.chunk": 64}
     return {"task_type": "fixed_offset", "task.m": 20, "task.K": 2,
             **{f"model.{k}": v for k, v in scale.retrieval_model.items()}, **_train(scale.retrieval_train),
             "eval.lengths": list(scale.retrieval_lengths), "eval.n_sequences": scale.retrieval_sequences,
@@ -143,8 +173,7 @@ def yarn(context: int, longest: int) -> dict:
 
 def settings(scale: Scale) -> dict[str, dict]:
     """Every task x layout at ``scale`` (the ``setting`` axis, ``TASK-LAYOUT``): the task's bundle and the layout."""
-    return {f"{task}-{layout}": {**task_bundle(task, scale),
-                                 **layout_fields(layout, scale.lm_span if task == "lm" else scale.retrieval_span)}
+    return {f"{task}-{layout}": {**task_bundle(task, scale), **layout_fields(layout, scale.span(task))}
             for task in TASKS for layout in scale.layouts}
 
 
@@ -195,8 +224,13 @@ def check(cfg: StudyConfig) -> None:
 
 
 def table_length(cfg: StudyConfig) -> int:
-    """The LM's tables hold its context (longer windows are extrapolation); retrieval's every length."""
-    return cfg.train.max_length if cfg.task_type == "text" else max((*cfg.eval.lengths, cfg.train.max_length))
+    """The LM's tables hold its context (longer windows are extrapolation); retrieval's every length; reverse's
+    every token of its longest length (kit/benchmarks)."""
+    if cfg.task_type == "text":
+        return cfg.train.max_length
+    if cfg.task_type == "reverse":
+        return benchmarks.table_length(cfg)
+    return max((*cfg.eval.lengths, cfg.train.max_length))
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -204,7 +238,7 @@ def table_length(cfg: StudyConfig) -> int:
 def evaluate(ctx) -> list[dict]:
     task, _, layout = str(ctx.member.ids["setting"]).partition("-")
     ids = dict(task=task, layout=layout, schedule="yarn" if ctx.member.variant else "none")
-    rows = lm_rows(ctx) if task == "lm" else retrieval_rows(ctx)
+    rows = {"lm": lm_rows, "retrieval": retrieval_rows, "reverse": reverse_rows}[task](ctx)
     return [{**r, **ids} for r in rows]
 
 
@@ -260,6 +294,31 @@ def retrieval_rows(ctx) -> list[dict]:
     return rows
 
 
+def reverse_rows(ctx) -> list[dict]:
+    """Per length: per-token accuracy and exact match over the output positions (lengthgen's scores, the
+    decoder form); the learned row (in-range exact match over REVERSE_BAR); the per-layer probes on
+    sequences of the longest trained length."""
+    study, task, model, ev = ctx.study, ctx.task, ctx.model, ctx.study.eval
+    Lmax = study.train.max_length
+    rows = []
+    for L in sorted(ev.lengths):
+        batch = eval_batch(task, L, ev.n_sequences, ev.seed, device=ctx.device)
+        accuracy, exact = [], []
+        for start in range(0, batch.size, ev.chunk):
+            part = batch[start:start + ev.chunk]
+            a, e = sequence_scores(model(part.tokens).argmax(-1), part)
+            accuracy.append(a)
+            exact.append(e)
+        rows.append(dict(probe="length", length=L, in_range=L <= Lmax, accuracy=float(torch.cat(accuracy).nanmean()),
+                         exact=float(torch.cat(exact).nanmean()), chance=task.chance))
+    in_range = float(np.mean([r["exact"] for r in rows if r["in_range"]]))
+    rows.append(dict(probe="learned", learned=in_range / REVERSE_BAR))
+    batch = eval_batch(task, Lmax, ev.n_sequences, ev.seed, device=ctx.device)
+    rows += lt.target_rows(model, batch, chunk=ev.chunk, length=Lmax)
+    rows += lt.leakage_rows(model, batch, chunk=ev.chunk, length=Lmax)
+    return rows
+
+
 # ----------------------------------------------------------------------------- derived rows
 
 def _excess(rows: list[dict], column: str) -> float:
@@ -275,6 +334,10 @@ SCHEDULE_KIND = RowKind("schedule", {"task": str, "layout": str, "seed": int, "l
                                      "yarn_minus_none": float})
 LABOUR_KIND = RowKind("labour", {"task": str, "layout": str, "seed": int, "rope_minus_nope_recent": float,
                                  "nope_minus_rope_key0": float})
+# one hybrid layout against uniform RoPE, past the training length (reverse): the layout's row holds the difference,
+# the base's row (no value) names the second model the pair reads, so the gate checks both learned in range
+VERSUS_KIND = RowKind("versus", {"task": str, "versus": str, "layout": str, "seed": int,
+                                 "minus_rope_past": float | None, "past": float}, optional=("minus_rope_past",))
 LEAK_KIND = RowKind("leak", {"task": str, "layout": str, "seed": int, "kind": str, "component_b": float,
                              "component_b_key0": float})
 
@@ -300,6 +363,24 @@ def pair_rows(rows: list[dict]) -> list[dict]:
         out.append(PAIR_KIND(task=task, layout=layout, seed=seed, schedule=schedule, length=L,
                         minus_rope_long=None if base is None or layout == "rope" else loss - base,
                         long_over_context=None if context is None else loss / context, **versus))
+    return out
+
+
+def versus_rows(rows: list[dict]) -> list[dict]:
+    """Per seed and hybrid (every layout but uniform RoPE) on reverse: ``versus`` rows, the layout's exact match
+    averaged over the lengths past training less uniform RoPE's (same seed), and RoPE's own row beside it."""
+    df = frame(rows)
+    lengths = of_kind(df, "length")
+    lengths = lengths[(column(lengths, "task") == "reverse") & ~column(lengths, "in_range").map(bool).astype(bool)]
+    past = {key: float(np.mean(values(g, "exact"))) for key, g in groups(lengths, ("layout", "seed"))}
+    out = []
+    for (layout, seed), score in sorted(past.items()):
+        base = past.get(("rope", seed))
+        if layout == "rope" or base is None:
+            continue
+        out.append(VERSUS_KIND(task="reverse", versus=layout, layout=layout, seed=seed, past=score,
+                               minus_rope_past=score - base))
+        out.append(VERSUS_KIND(task="reverse", versus=layout, layout="rope", seed=seed, past=base))
     return out
 
 
@@ -336,13 +417,14 @@ def leak_rows(rows: list[dict]) -> list[dict]:
 
 def derived_rows(rows: list[dict]) -> list[dict]:
     """``pair`` and ``schedule`` rows (:func:`pair_rows`), ``labour`` rows (:func:`labour_rows`), ``leak``
-    rows (:func:`leak_rows`) and ``fit`` rows (the dilution fit per member)."""
+    rows (:func:`leak_rows`), ``fit`` rows (the dilution fit per member) and ``versus`` rows (:func:`versus_rows`)."""
     df = frame(rows)
     lengths = of_kind(df, "length")
+    lengths = lengths[column(lengths, "task") == "retrieval"]
     lmax = max(column(lengths[column(lengths, "in_range").map(bool).astype(bool)], "length"), default=0)
     dilution = [dict(r, probe="length") for r in pick(rows, of_kind(df, "dilution"))]
     fits = [dict(r, task="retrieval") for r in dilution_fit_rows(dilution, lmax, ("layout", "seed"))]
-    return pair_rows(rows) + labour_rows(rows) + leak_rows(rows) + fits
+    return pair_rows(rows) + labour_rows(rows) + leak_rows(rows) + fits + versus_rows(rows)
 
 
 # ----------------------------------------------------------------------------- claims
@@ -359,6 +441,9 @@ SCALE_LM = ("scaled down: a 4-layer d_model 128 character LM with context 64, ju
             "({seeds} seeds), where the paper trains billion-parameter LMs on 8k-32k tokens and tests to 256k")
 SCALE_RETRIEVAL = ("scaled down: 4 layers of one head, d_model 64, fixed-offset retrieval K = 2 trained on L in "
                    "[8, 16], judged at 20 .. 48 ({seeds} seeds)")
+SCALE_REVERSE = ("scaled down: 4 layers, d_model 64, 4 heads, 8000 steps of batch 32 on Kazemnejad et al.'s reverse "
+                 "(lengths 2 .. 20), exact match at 21 .. 40 ({seeds} seeds), where the papers train billion-parameter "
+                 "LMs; both members of each pair gated on in-range exact match >= 0.9")
 LABOUR = ("Yang et al.'s analysis of attention patterns: rope layers carry a recency bias, no-rope layers retrieve "
           "(the paper's summary: RNoPE 'balance[s] retrieval and recency bias'); here, per member, the mean over its "
           "layers of each kind of the mass on the last 4 keys beyond a content-blind head's under the same mask")
@@ -371,8 +456,8 @@ CARRIER = seed_states("Lemma 2: a target-aligned carrier, pre-rotated to the tar
 LEAKAGE = seed_states("third abstract: both components appear in all three architectures we study", which="001")
 GATE = InRange(where=probe("learned"), column="learned", threshold=1.0, match=("task", "layout"),
                text=f"in-range score over its bar (LM: {LM_BAR} nats / validation loss at the context; retrieval: "
-                    f"in-range accuracy / {RETRIEVAL_BAR})")
-LM, RET = is_("task", "lm"), is_("task", "retrieval")
+                    f"in-range accuracy / {RETRIEVAL_BAR}; reverse: in-range exact match / {REVERSE_BAR})")
+LM, RET, REV = is_("task", "lm"), is_("task", "retrieval"), is_("task", "reverse")
 AS_TRAINED, WITH_YARN = is_("schedule", "none"), is_("schedule", "yarn")
 
 CLAIMS = [
@@ -384,6 +469,18 @@ CLAIMS = [
                                            ("SWAN", "swan", SWAN_ABSTRACT, SWAN),
                                            ("iRoPE", "irope", "(no paper: Llama 4's layout, as a hypothesis)",
                                             hypothesis("the study's own: Llama 4's iRoPE extrapolates like RNoPE")))],
+    *[ClaimSpec(name=f"{label}: exact match past the training length above uniform RoPE's (reverse)",
+                paper=paper, where=probe("versus") & is_("versus", layout),
+                measure=mean("minus_rope_past", "mean over seeds of (layout - RoPE) exact match over lengths 21 .. 40"),
+                op=">", threshold=0.0, source=source, setting="other", trained=True, note=SCALE_REVERSE)
+      for label, layout, paper, source in (("RNoPE", "rnope", YANG_ABSTRACT, YANG),
+                                           ("SWAN", "swan", SWAN_ABSTRACT, SWAN),
+                                           ("iRoPE", "irope", "(no paper: Llama 4's layout, as a hypothesis)",
+                                            hypothesis("the study's own: Llama 4's iRoPE extrapolates like RNoPE")),
+                                           ("NoPE", "nope", "Kazemnejad et al. 2023: NoPE generalizes past the "
+                                            "training length better than Rotary (their Figure 1 ordering)",
+                                            cited("Kazemnejad et al. 2023, 'The Impact of Positional Encoding on "
+                                                  "Length Generalization in Transformers', arXiv 2305.19466")))],
     ClaimSpec(name="RNoPE: char-LM loss at the context no worse than uniform RoPE's", paper=YANG_ABSTRACT,
               where=probe("pair") & LM & is_("layout", "rnope") & AS_TRAINED,
               measure=mean("minus_rope_val", "mean over seeds of (RNoPE - RoPE) validation loss at the context"),
@@ -445,6 +542,9 @@ TABLES = [
                 "windows; past it one window, streamed. schedule yarn: YaRN on the rope layers at evaluation."),
     Table("Retrieval at depth 4: accuracy by length", by=("layout",), where=probe("length") & RET,
           pivot=Pivot("length", "accuracy", "L={}")),
+    Table("Reverse (Kazemnejad et al.): exact match by length", by=("layout",), where=probe("length") & REV,
+          pivot=Pivot("length", "exact", "L={}"),
+          intro="Trained on lengths 2 .. 20; exact match of the whole reversed output, per sequence."),
     Table("What each layer type attends to", by=("task", "layout", "layer_type"), where=probe("targets"),
           columns=(Column("key-0 mass", "key0"), Column("content-blind", "uniform_key0"),
                    Column("last-4 mass", "recent"), Column("content-blind ", "uniform_recent"),
@@ -464,6 +564,8 @@ FIGURES = [
           xlabel="position t (log-spaced buckets)", ylabel="loss (nats / char)", title="char LM: loss vs position"),
     Lines("retrieval_accuracy.png", x="length", y="accuracy", series=("layout",), where=probe("length") & RET,
           ylim=(-0.02, 1.02), xlabel="evaluation length L", ylabel="accuracy"),
+    Lines("reverse_exact.png", x="length", y="exact", series=("layout",), where=probe("length") & REV,
+          ylim=(-0.02, 1.02), xlabel="evaluation length L (trained 2 .. 20)", ylabel="exact match"),
 ]
 
 
