@@ -257,6 +257,20 @@ def test_process_pool_gives_a_lone_job_every_core():
         assert sorted(ProcessPool(2).map_unordered(torch.get_num_threads, [(), ()])) == [cores // 2] * 2
 
 
+def test_an_error_while_the_pool_runs_surfaces_at_once_not_after_every_job():
+    """A job's results that cannot be kept (or a job that fails) stops the pool: the waiting jobs are
+    cancelled and the running ones killed, where a plain shutdown would wait for all of them first."""
+    import time
+
+    from poslab.experiments.executors import ProcessPool
+
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="cannot keep"):
+        for _ in ProcessPool(2).map_unordered(time.sleep, [(0.0,), (120.0,), (120.0,)]):
+            raise RuntimeError("cannot keep this result")
+    assert time.perf_counter() - start < 60  # spawning two workers takes seconds; the jobs 120 s each
+
+
 def test_split_groups_halves_the_largest_until_every_slot_has_one():
     from poslab.experiments.schedule import split_groups
 

@@ -459,6 +459,24 @@ def test_a_scale_per_task_changes_that_task_only():
         {k: v for k, v in task_setting("copy", cpu).items() if k not in ("model.n_layers", "train.steps")}
 
 
+def test_randomized_positions_drawn_per_length_run_cropped_end_to_end_and_their_rows_name_the_setting(tmp_path):
+    """A grid value that is an object (randomized positions drawn per length) reaches the rows as its JSON text:
+    a row holds scalars, and the store once refused the object after the first group had trained (while the
+    pool went on training every other group before the error surfaced)."""
+    from poslab.experiments.config import apply_overrides
+
+    study = apply_overrides(prepare(lengthgen.EXPERIMENT, "quick"), [
+        'grid.setting=["even_pairs"]', 'grid.encoding=["rope"]', "train.crop_padding=true",
+        'grid.model.random_positions=[null,{"N":512,"draw":"length"}]'])
+    with Store(tmp_path / "s.sqlite") as store, one_thread():
+        summary = run_study(lengthgen.EXPERIMENT, study, store=store, out=tmp_path / "out", progress=False)
+        rows = [r for r in store.rows() if r["probe"] == "length"]
+    assert summary["trained"] == 2
+    assert {(r["randomized"], r["random_positions"]) for r in rows} == {(False, None),
+                                                                        (True, '{"N":512,"draw":"length"}')}
+    assert "randomized positions off/on (N = 512)" in (tmp_path / "out" / "table.md").read_text()
+
+
 def test_randomized_positions_without_room_for_a_tasks_tokens_fail_before_any_work(tmp_path):
     """N below the most tokens of a task's longest sequence cannot draw a position per token: one ConfigError
     naming model.random_positions before training (a cpu-preset override of the tasks once crashed 48 minutes in)."""

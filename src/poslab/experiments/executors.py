@@ -75,10 +75,14 @@ class ProcessPool:
         threads = max(1, (os.cpu_count() or 1) // workers)
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=worker_init, initargs=(threads, os.getpid()))
-        with pool:
+        try:
             futures = [pool.submit(fn, *job) for job in jobs]
             for future in as_completed(futures):
                 yield future.result()
+        except BaseException:  # a job failed, or its results could not be kept: stop now, not after every job
+            _stop(pool)
+            raise
+        pool.shutdown()
 
 
 class Auto:
@@ -100,6 +104,18 @@ class Auto:
 
     def map_unordered(self, fn: Callable, jobs: Iterable[tuple]) -> Iterator:
         return self.pool.map_unordered(fn, jobs)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel ``pool``'s waiting jobs and kill its workers, so an error surfaces at once (a plain shutdown
+    waits for every running job, hours on a long study, and the error with it)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
 
 
 def worker_pool(workers: int) -> tuple[ProcessPoolExecutor, int]:

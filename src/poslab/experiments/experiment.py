@@ -67,8 +67,9 @@ class Member:
 
     @property
     def ids(self) -> dict:
-        """The columns every row of this member carries: axis values (short names) and seed."""
-        ids = {short_name(path): value for path, value in self.point}
+        """The columns every row of this member carries: axis values (short names; an object or list value,
+        such as ``{"N": 1024, "draw": "length"}``, as its compact JSON text, since a row holds scalars) and seed."""
+        ids = {short_name(path): _scalar(value) for path, value in self.point}
         ids["seed"] = self.seed
         if self.variant is not None:
             ids["variant"] = self.variant
@@ -140,6 +141,12 @@ def train_fields(train) -> dict:
         if not fields[name]:
             del fields[name]
     return fields
+
+
+def _scalar(value):
+    """A grid value as a row column holds it: scalars as they are, objects and lists as compact JSON text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")) if isinstance(value, (dict, list, tuple)) \
+        else value
 
 
 @dataclass

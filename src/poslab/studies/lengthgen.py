@@ -60,6 +60,7 @@ from poslab.experiments import Trained, inapplicable
 from poslab.experiments.config import EvalConfig, StudyConfig
 from poslab.experiments.outputs import Column, Lines, Pivot, Table, select, write_outputs
 from poslab.experiments.spec import NA, ClaimSpec, abs_mean, cited, is_, judge_all, mean, probe
+from poslab.models.random_positions import RandomPositions
 from poslab.positional import encoding_class, registered, small_encoding
 from poslab.studies.kit import published
 from poslab.studies.kit.benchmarks import (
@@ -658,7 +659,7 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                       f"{', '.join(map(str, s['eval.lengths']))}, {'decoder' if s['model.causal'] else 'encoder'} "
                       f"{s.get('model.n_layers')} layers x d {s.get('model.d_model')}, {s.get('train.steps')} steps"
                       for t, s in settings.items())
-    N = max(v or 0 for v in study.axis("model.random_positions"))
+    N = max((RandomPositions.setting(v).N for v in study.axis("model.random_positions") if v is not None), default=0)
     randomized = f"randomized positions off/on (N = {N})" if N else "no randomized positions"
     intro = (f"{len(study.axis('encoding'))} encodings x {len(tasks)} tasks x {randomized}, {study.seeds} seed(s), "
              f"{study.eval.n_sequences} sequences per length. {scale}. The paper preset is each source's protocol; "
