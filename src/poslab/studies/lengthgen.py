@@ -659,7 +659,8 @@ def report(rows: list[dict], study: StudyConfig, out: Path) -> list[Path]:
                       f"{', '.join(map(str, s['eval.lengths']))}, {'decoder' if s['model.causal'] else 'encoder'} "
                       f"{s.get('model.n_layers')} layers x d {s.get('model.d_model')}, {s.get('train.steps')} steps"
                       for t, s in settings.items())
-    N = max((RandomPositions.setting(v).N for v in study.axis("model.random_positions") if v is not None), default=0)
+    sampled = [RandomPositions.setting(v) for v in study.axis("model.random_positions")]
+    N = max((r.N for r in sampled if r is not None), default=0)
     randomized = f"randomized positions off/on (N = {N})" if N else "no randomized positions"
     intro = (f"{len(study.axis('encoding'))} encodings x {len(tasks)} tasks x {randomized}, {study.seeds} seed(s), "
              f"{study.eval.n_sequences} sequences per length. {scale}. The paper preset is each source's protocol; "

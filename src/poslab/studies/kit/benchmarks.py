@@ -105,9 +105,9 @@ def eval_lengths(cls, how: str) -> tuple[int, ...]:
 @functools.cache
 def _every_length(_: str, cls) -> tuple[int, ...]:
     """Every length from the shortest trained to the longest tested that the task can pose. A task
-    that draws a batch of mixed lengths (an ``EncoderTask``'s ``draw``, Ruoss et al.'s) is asked once, every length in one
-    batch after ``validate`` passes each; sampling them one at a time took 3.9 s for
-    stack_manipulation's 500 (its stack is run slot by slot, so one call costs its width)."""
+    that draws a batch of mixed lengths (an ``EncoderTask``'s ``draw``, Ruoss et al.'s) is asked once,
+    every length in one batch after ``validate`` passes each; sampling them one at a time took 3.9 s
+    for stack_manipulation's 500 (its stack is run slot by slot, so one call costs its width)."""
     (lo, _hi), (_, test_hi) = cls.train_range, cls.test_range
     task = cls()
     if not isinstance(task, EncoderTask):
