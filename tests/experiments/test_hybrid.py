@@ -68,7 +68,7 @@ def test_each_layout_sets_its_model_fields():
     assert ms["reverse-swan"].layout.startswith("rope:window=16") and ms["reverse-swan"].causal
     assert (ms["reverse-nope"].n_layers, ms["reverse-nope"].d_model, ms["reverse-nope"].n_heads) == (4, 64, 4)
     steps = {m.ids["setting"]: m.study.train.steps for m in members(exp, exp.study("cpu"))}
-    assert steps["reverse-rope"] == 8000 and steps["retrieval-rope"] == 1200
+    assert steps["reverse-rope"] == 4000 and steps["retrieval-rope"] == 1200
 
 
 def test_a_setting_outside_task_x_layout_is_refused_before_any_work(tmp_path):
