@@ -71,6 +71,22 @@ def test_each_layout_sets_its_model_fields():
     assert steps["reverse-rope"] == 4000 and steps["retrieval-rope"] == 1200
 
 
+def test_reverse_trains_as_lengthgen_calibrated_it_with_nothing_from_the_lms_recipe():
+    """reverse-rope's training equals lengthgen's reverse x rope at the calibrated scale (4 layers, cosine after
+    240 warm-up steps): no field falls through from the LM's AdamW recipe (weight decay 0.1 once did, as Adam's
+    coupled L2, and held the loss at uniform)."""
+    from poslab.experiments.config import apply_overrides
+
+    hybrid, lengthgen = get_experiment("hybrid"), get_experiment("lengthgen")
+    mine = next(m for m in members(hybrid, hybrid.study("cpu")) if m.ids["setting"] == "reverse-rope")
+    theirs = members(lengthgen, apply_overrides(lengthgen.study("cpu"), [
+        'grid.setting=["reverse"]', 'grid.encoding=["rope"]', "grid.model.random_positions=[null]",
+        "settings.reverse.model.n_layers=4", "settings.reverse.train.lr_schedule=cosine",
+        "settings.reverse.train.warmup_steps=240"]))[0]
+    assert mine.study.train == theirs.study.train and mine.config()["model"] == theirs.config()["model"]
+    assert mine.study.train.weight_decay == 0.0 and mine.study.train.grad_clip is None
+
+
 def test_a_setting_outside_task_x_layout_is_refused_before_any_work(tmp_path):
     exp = get_experiment("hybrid")
     study = apply_overrides(exp.study("quick"), ['grid.setting=["lm-rope"]'])

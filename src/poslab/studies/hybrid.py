@@ -160,8 +160,10 @@ def task_bundle(task: str, scale: Scale) -> dict:
         kz = benchmarks.KAZEMNEJAD
         one = benchmarks.Scale(model={kz: scale.reverse_model}, train={kz: scale.reverse_train}, eval_lengths="few",
                                n_sequences=scale.reverse_sequences, seeds=scale.seeds, tasks="cpu")
-        return {**benchmarks.task_setting("reverse", one), "eval.n_sequences": scale.reverse_sequences,
-                "eval.chunk": 64}
+        # every train field, so none falls through from the LM's recipe (its AdamW weight decay 0.1 would be
+        # Adam's coupled L2 here, which kept reverse at the uniform loss)
+        return {**_train(TrainConfig(**scale.reverse_train)), **benchmarks.task_setting("reverse", one),
+                "eval.n_sequences": scale.reverse_sequences, "eval.chunk": 64}
     return {"task_type": "fixed_offset", "task.m": 20, "task.K": 2,
             **{f"model.{k}": v for k, v in scale.retrieval_model.items()}, **_train(scale.retrieval_train),
             "eval.lengths": list(scale.retrieval_lengths), "eval.n_sequences": scale.retrieval_sequences,
