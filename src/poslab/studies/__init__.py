@@ -63,7 +63,8 @@ STUDIES: tuple[Entry, ...] = (
           "[lengthgen](docs/lengthgen.md#the-cpu-preset-2026-12-05)", table="next"),
     Entry("lengthgen_probes", "next step: the seed's probes on copy and addition (RoPE, APE, NoPE)",
           "[next steps](docs/next-steps.md#lengthgen-probes-the-seeds-probes-on-copy-and-addition)", table="next"),
-    Entry("hybrid", "issue 57: rope / no-rope layouts (RNoPE, SWAN, iRoPE) on the char LM and fixed-offset retrieval, "
+    Entry("hybrid", "issue 57: rope / no-rope layouts (RNoPE, SWAN, iRoPE) on the char LM, fixed-offset retrieval and "
+          "Kazemnejad et al.'s reverse, "
           "probes per layer type", "[hybrid](docs/hybrid.md)", table="next",
           unrun="no stored run yet (its cpu preset)"),
     Entry("arithmetic", "next step: arithmetic, position coupling (Cho et al. 2024), Abacus, index hints vs NoPE / "
