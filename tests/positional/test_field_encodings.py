@@ -7,6 +7,7 @@ rotary in both conventions, and randomized positions on the Transformer."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -354,6 +355,32 @@ def test_the_draw_is_a_named_setting_recorded_only_off_its_default():
         assert from_recorded(ext.record()) == ext
         fields = model_fields(TransformerConfig(vocab_size=5, d_model=8, n_layers=1, n_heads=2, random_positions=ext))
         assert ("random_positions_draw" in fields) == (draw == "length")  # every earlier run key stays its run's
+
+
+def test_a_per_length_draw_follows_at_eval_in_the_loss_too():
+    """The loss draws per-length positions where the forward would draw any (training, or evaluation with
+    at_eval): with at_eval False an evaluated loss reads 0 .. s - 1, whatever the generator holds."""
+    from poslab.tasks import build_task
+    from poslab.train import DataStream, TrainConfig
+
+    task = build_task("even_pairs")
+    batch = DataStream(task, 0, TrainConfig(batch_size=4, min_length=3, max_length=9, chunk=1)).draw().map(
+        lambda x: x[0])
+    model = Transformer(TransformerConfig(vocab_size=task.vocab_size, d_model=16, n_layers=1, n_heads=2,
+                                          max_len=64, causal=False,
+                                          random_positions=dict(N=64, draw="length", at_eval=False))).eval()
+    losses = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        losses.append(float(model.loss(batch)))
+    plain = dataclasses.replace(batch, positions=torch.arange(batch.tokens.shape[1]))
+    assert losses[0] == losses[1] == float(model.loss(plain))
+    model.train()
+    drawn = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        drawn.append(float(model.loss(batch)))
+    assert drawn[0] != drawn[1]  # training draws
 
 
 def test_transformer_samples_positions_in_training_and_as_configured_at_evaluation():

@@ -392,10 +392,9 @@ class Transformer(nn.Module):
         A causal model needs no key padding: every key past a sequence's end is also after each
         of its real queries, so the mask is the plain causal one and the fused kernel applies.
         """
-        positions, sampled = batch.positions, self.cfg.random_positions
-        if positions is None and sampled is not None and sampled.draw == "length" and batch.lengths is not None:
-            b, s = batch.tokens.shape  # each sequence's positions drawn for its own length (random_positions.py)
-            positions = sampled.sample(b, s, batch.tokens.device, batch.lengths) + int(self.cfg.bos)
+        positions = batch.positions
+        if positions is None:  # randomized positions, drawn here where each sequence's length is known
+            positions = self.drawn_positions(batch.tokens, batch.lengths)
         logits = self(batch.tokens, positions, lengths=None if self.cfg.causal else batch.lengths)
         loss = masked_cross_entropy(logits, batch)
         for enc in self.encodings():
@@ -425,6 +424,17 @@ class Transformer(nn.Module):
 
     # The forward's parts, in order.
 
+    def drawn_positions(self, tokens: Tensor, lengths: Tensor | None = None) -> Tensor | None:
+        """Randomized positions [b, s] of ``tokens`` [b, s] (1 .. with BOS), where the model draws them now
+        (``random_positions`` on; training, or evaluation with ``at_eval``); else None. ``lengths`` [b]: each
+        sequence's own tokens, which a per-length draw reads (``draw="length"``; the width draw ignores them).
+        None too for an encoding whose positions come from the task (``embed`` asks the task for them)."""
+        sampled = self.cfg.random_positions
+        if sampled is None or self.encoding.task_positions or not (self.training or sampled.at_eval):
+            return None
+        b, s = tokens.shape
+        return sampled.sample(b, s, tokens.device, lengths) + int(self.cfg.bos)
+
     def embed(self, tokens: Tensor, positions: Tensor | None = None,
               bos: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """tokens [b, s] -> the residual stream entering layer 0, x [b, n, D] (n = s, + 1 with BOS
@@ -434,9 +444,8 @@ class Transformer(nn.Module):
         if positions is None and self.encoding.task_positions:  # position coupling, Abacus: ids from the task
             raise ConfigError("positions", None, f"per-token positions [b, s] from the task for encoding "
                                                  f"{cfg.encoding!r} (a task that hands Batch.positions)")
-        sampled = cfg.random_positions
-        if positions is None and sampled is not None and (self.training or sampled.at_eval):
-            positions = sampled.sample(b, s, tokens.device) + int(cfg.bos)  # [b, s]
+        if positions is None:
+            positions = self.drawn_positions(tokens)
         if positions is None:
             positions = torch.arange(int(cfg.bos), s + int(cfg.bos), device=tokens.device)
         x = F.embedding(tokens, self.W_E)  # [b, s, D]
