@@ -30,7 +30,6 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from poslab.errors import ConfigError
 from poslab.experiments import Trained
@@ -61,7 +60,6 @@ from poslab.studies.kit.charlm import positionwise_rows, recipe_train, validatio
 from poslab.studies.kit.depth_probes import last_query, last_query_rows
 from poslab.studies.kit.fixed_offset import dilution_fit_rows
 from poslab.tasks import eval_batch
-from poslab.tasks.scoring import sequence_scores
 from poslab.train import TrainConfig
 
 LAYOUT_NAMES = ("rope", "nope", "rnope", "swan", "irope")
@@ -306,15 +304,9 @@ def reverse_rows(ctx) -> list[dict]:
     Lmax = study.train.max_length
     rows = []
     for L in sorted(ev.lengths):
-        batch = eval_batch(task, L, ev.n_sequences, ev.seed, device=ctx.device)
-        accuracy, exact = [], []
-        for start in range(0, batch.size, ev.chunk):
-            part = batch[start:start + ev.chunk]
-            a, e = sequence_scores(model(part.tokens).argmax(-1), part)
-            accuracy.append(a)
-            exact.append(e)
-        rows.append(dict(probe="length", length=L, in_range=L <= Lmax, accuracy=float(torch.cat(accuracy).nanmean()),
-                         exact=float(torch.cat(exact).nanmean()), chance=task.chance))
+        accuracy, exact, _ = benchmarks.length_scores(model, task, L, ev, ctx.device)
+        rows.append(dict(probe="length", length=L, in_range=L <= Lmax, accuracy=accuracy, exact=exact,
+                         chance=task.chance))
     in_range = float(np.mean([r["exact"] for r in rows if r["in_range"]]))
     rows.append(dict(probe="learned", learned=in_range / REVERSE_BAR))
     batch = eval_batch(task, Lmax, ev.n_sequences, ev.seed, device=ctx.device)

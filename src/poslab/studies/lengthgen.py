@@ -74,12 +74,12 @@ from poslab.studies.kit.benchmarks import (
     benchmark_tasks,
     check,
     eval_lengths,
+    length_scores,
     max_tokens,
     table_length,
     task_setting,
 )
-from poslab.tasks import TASKS, eval_batch
-from poslab.tasks.scoring import sequence_scores
+from poslab.tasks import TASKS
 
 name = "lengthgen"
 title = "Length-generalization benchmarks: Ruoss et al. 2023 (Chomsky tasks) and Kazemnejad et al. 2023"
@@ -267,17 +267,9 @@ def evaluate(ctx) -> list[dict]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(study.eval.seed)  # randomized positions are drawn at evaluation too (as the source)
         for L in study.eval.lengths:
-            batch = eval_batch(task, L, study.eval.n_sequences, study.eval.seed, device=ctx.device)
-            accuracy, exact = [], []
-            for start in range(0, batch.size, study.eval.chunk):
-                part = batch[start:start + study.eval.chunk]
-                logits = model(part.tokens, lengths=None if model.cfg.causal else part.lengths)  # [b, s, m]
-                a, e = sequence_scores(logits.argmax(-1), part)
-                accuracy.append(a)
-                exact.append(e)
-            rows.append(dict(ids, length=L, in_range=L <= study.train.max_length,
-                             accuracy=float(torch.cat(accuracy).nanmean()), exact=float(torch.cat(exact).nanmean()),
-                             tokens=int(batch.tokens.shape[1])))
+            accuracy, exact, tokens = length_scores(model, task, L, study.eval, ctx.device)
+            rows.append(dict(ids, length=L, in_range=L <= study.train.max_length, accuracy=accuracy, exact=exact,
+                             tokens=tokens))
     return rows
 
 

@@ -20,8 +20,9 @@ from poslab.errors import ConfigError
 from poslab.experiments.config import StudyConfig
 from poslab.experiments.experiment import resolve_task
 from poslab.models.random_positions import RandomPositions
-from poslab.tasks import TASKS, build_task
+from poslab.tasks import TASKS, build_task, eval_batch
 from poslab.tasks.chomsky.format import EncoderTask
+from poslab.tasks.scoring import sequence_scores
 
 RUOSS, KAZEMNEJAD = "ruoss", "kazemnejad"
 
@@ -150,6 +151,21 @@ def task_setting(task: str, scale: Scale) -> dict:
             **{f"train.{k}": v for k, v in scale.train[cls.benchmark].items()},
             "train.min_length": lo, "train.max_length": hi,
             "eval.lengths": list(eval_lengths(cls, scale.eval_lengths)), **scale.per_task.get(task, {})}
+
+
+def length_scores(model, task, L: int, ev, device) -> tuple[float, float, int]:
+    """Per-token accuracy and exact match over the output positions of ``ev.n_sequences`` evaluation
+    sequences of length ``L`` (``eval_batch``, in chunks of ``ev.chunk``), in the model's own form (key
+    padding for the encoder), and the batch's width in tokens."""
+    batch = eval_batch(task, L, ev.n_sequences, ev.seed, device=device)
+    accuracy, exact = [], []
+    for start in range(0, batch.size, ev.chunk):
+        part = batch[start:start + ev.chunk]
+        logits = model(part.tokens, lengths=None if model.cfg.causal else part.lengths)  # [b, s, m]
+        a, e = sequence_scores(logits.argmax(-1), part)
+        accuracy.append(a)
+        exact.append(e)
+    return float(torch.cat(accuracy).nanmean()), float(torch.cat(exact).nanmean()), int(batch.tokens.shape[1])
 
 
 def table_length(cfg: StudyConfig) -> int:
