@@ -242,6 +242,34 @@ def test_grid_points_that_resolve_to_one_config_are_one_run():
     assert len(learned) == 2 * 3 * study.seeds and len({m.key for m in everyone}) == len(everyone)
 
 
+def test_a_settings_only_keeps_the_cells_it_lists_and_the_rest_are_not_in_the_study():
+    """A plan that is not a product: a setting's ``only`` keeps, on the other axes, the values it lists."""
+    from poslab.experiments.config import apply_point
+    from poslab.experiments.outputs import Pivot
+
+    base = StudyConfig(model_type="retrieval_head", task_type="fixed_offset", seeds=1,
+                       grid={"setting": ("a", "b"), "encoding": ("rope", "learned"), "train.lr": (1e-3, 1e-2)},
+                       settings={"a": {"task.K": 1, "only": {"encoding": ["rope"]}}, "b": {"task.K": 2}})
+    points = grid_points(base)
+    assert [(p["setting"], p["encoding"]) for p in points] == [
+        ("a", "rope"), ("a", "rope"), ("b", "rope"), ("b", "rope"), ("b", "learned"), ("b", "learned")]
+    assert len(members("phenomenon", base)) == 6
+    resolved = apply_point(base, points[0])
+    assert resolved.task == {"K": 1} and resolved.settings == {}  # "only" plans; it sets no field
+    both = apply_overrides(base, ['settings.a.only={"encoding":["rope"],"train.lr":[0.01]}'])
+    assert [(p["setting"], p["encoding"], p["train.lr"]) for p in grid_points(both)][:1] == [("a", "rope", 0.01)]
+    assert len(grid_points(both)) == 5
+    for bad in ('settings.a.only={"task.K":[1]}', 'settings.a.only={"encoding":"rope"}', "settings.a.only=[1]"):
+        with pytest.raises(ConfigError, match="settings.a.only") as e:
+            grid_points(apply_overrides(base, [bad]))
+        assert "encoding" in str(e.value) and "train.lr" in str(e.value)  # the allowed axes, named
+    # a table cell with no row (a point not in the study) is not n.a. where the table says so
+    pivot = Pivot("task", "score", empty="n.a.", missing="not run")
+    cells = (pivot.cell([]), pivot.cell([{"score": None}]), pivot.cell([{"score": 0.5}]))
+    assert cells == ("not run", "n.a.", "0.500 ± 0.000")
+    assert Pivot("task", "score", empty="n.a.").cell([]) == "n.a."
+
+
 def test_process_pool_gives_a_lone_job_every_core():
     """With fewer groups than workers the cores are shared among the jobs that exist: one job alone
     computes with all of them, two with half each."""

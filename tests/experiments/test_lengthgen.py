@@ -132,14 +132,28 @@ def test_each_task_gets_its_sources_model_form(toy_tasks):
     assert paper.seeds == 3 and paper.axis("model.random_positions") == (None, 2048)
 
 
-def test_every_registered_encoding_is_in_the_paper_grid_and_the_sources_in_the_cpu_grid(toy_tasks):
-    from poslab.positional import ENCODINGS, registered
+def test_every_registered_encoding_is_in_the_paper_grid_and_the_cpu_preset_runs_its_plan():
+    """paper: the whole product. cpu (issue 56's calibrated scale): Kazemnejad et al.'s five, plain, at 4 layers on
+    copy and reverse; RoPE plain and randomized (drawn per length) at 2 layers on the Ruoss tasks; 3 seeds."""
+    from poslab.positional import registered
 
     # every entry that runs on the model's own positions (position coupling and Abacus need the task's)
     assert set(lengthgen.EXPERIMENT.study("paper").axis("encoding")) == set(registered())
-    cpu = set(lengthgen.EXPERIMENT.study("cpu").axis("encoding"))
-    assert cpu == {*lengthgen.RUOSS_ENCODINGS.values(), *lengthgen.KAZEMNEJAD_ENCODINGS.values()}
-    assert len(cpu) == 8 and cpu < set(ENCODINGS)
+    study = lengthgen.EXPERIMENT.study("cpu")
+    trained = members(lengthgen.EXPERIMENT, study)
+    cells: dict[str, set] = {}
+    for m in trained:
+        randomized = m.study.model.get("random_positions")
+        cells.setdefault(m.study.task_type, set()).add((m.study.encoding, json.dumps(randomized)))
+        assert m.study.train.lr_schedule == "cosine" and m.study.train.warmup_steps == 240
+        assert m.study.model["n_layers"] == (4 if TASKS[m.study.task_type].benchmark == lengthgen.KAZEMNEJAD else 2)
+    five = set(lengthgen.KAZEMNEJAD_ENCODINGS.values())
+    assert cells["copy"] == cells["reverse"] == {(e, "null") for e in five}
+    ruoss = [t for t in cells if TASKS[t].benchmark == lengthgen.RUOSS]
+    assert len(ruoss) >= 3 and all(cells[t] == {("rope", "null"), ("rope", '{"N": 1024, "draw": "length"}')}
+                                   for t in ruoss)
+    assert len(trained) == 3 * (2 * 5 + 2 * len(ruoss)) and study.seeds == 3
+    assert inapplicable(lengthgen.EXPERIMENT, study) == []  # no cell of the plan is n.a.: the rest is not run
 
 
 def test_causal_only_encoding_is_na_on_encoder_tasks(toy_tasks):

@@ -7,7 +7,10 @@ A member is one point of the grid (one value per axis) and one seed of ``range(s
 fully resolved config is the study with those values applied (:func:`apply_point`).
 One-at-a-time sweeps are not a product: the axis ``setting`` takes names of bundles declared in
 ``settings`` ({name: {dotted path: value}}), each applied whole (``grid={"setting": ("base",
-"d=32")}``, ``settings={"base": {}, "d=32": {"model.d_model": 32}}``).
+"d=32")}``, ``settings={"base": {}, "d=32": {"model.d_model": 32}}``). A bundle's ``"only"``
+({axis path: [values]}) keeps, among its grid points, those whose other axes take one of the values
+listed: a plan that is not a product (lengthgen's cpu preset runs every encoding on one source's tasks
+and RoPE alone on the other's). A point it leaves out is not in the study: no member, no row, not n.a.
 
 ``--set`` addresses any field by the same dotted path (``train.steps=100``,
 ``model.d_model=32``, ``eval.lengths=[12,16]``) and changes an axis's values with
@@ -131,10 +134,29 @@ def short_name(path: str) -> str:
 
 
 def grid_points(study: StudyConfig) -> list[dict]:
-    """Every point of the grid, {axis path: value}, in the order the axes are declared."""
+    """Every point of the grid, {axis path: value}, in the order the axes are declared, less those a setting's
+    ``only`` leaves out."""
     axes = list(study.grid)
     values = itertools.product(*(tuple(study.grid[a]) for a in axes))
-    return [dict(zip(axes, point, strict=True)) for point in values]
+    points = [dict(zip(axes, point, strict=True)) for point in values]
+    return [p for p in points if _planned(study, p)]
+
+
+ONLY = "only"  # a setting bundle's {axis path: [values]}: the values its points keep on the other axes
+
+
+def _planned(study: StudyConfig, point: dict) -> bool:
+    """Whether ``point`` is in its setting's plan (the bundle's ``only``; every point where there is none)."""
+    if SETTING not in point:
+        return True
+    only = setting_bundle(study, point[SETTING]).get(ONLY)
+    if only is None:
+        return True
+    where = f"settings.{point[SETTING]}.{ONLY}"
+    allowed = [a for a in study.grid if a != SETTING]
+    if not isinstance(only, dict) or any(a not in allowed or not isinstance(v, list | tuple) for a, v in only.items()):
+        raise ConfigError(where, only, f"a JSON object of {{grid axis: [values]}}, the axes: {allowed}")
+    return all(point[axis] in values for axis, values in only.items())
 
 
 def apply_point(study: StudyConfig, point: dict) -> StudyConfig:
@@ -143,7 +165,8 @@ def apply_point(study: StudyConfig, point: dict) -> StudyConfig:
     for path, value in point.items():
         if path == SETTING:  # a named bundle of {path: value}, applied in its order
             for sub, v in setting_bundle(study, value).items():
-                cfg = _set(cfg, sub.split("."), v, f"settings.{value}.{sub}")
+                if sub != ONLY:
+                    cfg = _set(cfg, sub.split("."), v, f"settings.{value}.{sub}")
             continue
         cfg = _set(cfg, path.split("."), value, path)
     return cfg

@@ -110,6 +110,13 @@ class Pivot:
     label: str = "{}"
     digits: int = 3
     empty: str = ""  # a cell with no value (e.g. "n.a." where rows carry None)
+    missing: str | None = None  # a cell with no row at all (a point the study does not run); None: as ``empty``
+
+    def cell(self, rows: list[Row]) -> str:
+        """The cell of ``rows`` (those of one group at one column value)."""
+        if not rows and self.missing is not None:
+            return self.missing
+        return mean_std([r.get(self.value) for r in rows], self.digits, empty=self.empty)
 
 
 @dataclass(frozen=True)
@@ -137,8 +144,7 @@ class Table:
             line = [*key]
             if self.pivot is not None:
                 p = self.pivot
-                line += [mean_std([r.get(p.value) for r in group if r.get(p.column) == k], p.digits, empty=p.empty)
-                         for k in keys]
+                line += [p.cell([r for r in group if r.get(p.column) == k]) for k in keys]
             line += [c.cell(group) for c in self.columns]
             body.append(line)
         parts = [f"## {self.title}", ""]

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from poslab.errors import ConfigError
-from poslab.experiments.config import StudyConfig
+from poslab.experiments.config import ONLY, StudyConfig
 from poslab.experiments.experiment import resolve_task
 from poslab.models.random_positions import RandomPositions
 from poslab.tasks import TASKS, build_task, eval_batch
@@ -38,11 +38,16 @@ class Scale:
     seeds: int
     tasks: str  # "all" | "cpu" | "gpu" | "quick"
     # "all": every registered; "sources": SOURCE_ENCODINGS; "kazemnejad": their five; "quick": quick_encodings()
-    encodings: str = "all"
+    encodings: str | tuple[str, ...] = "all"  # or the names themselves
     randomized: bool = True  # cells with Ruoss et al.'s randomized positions beside the plain ones
     # {task: {dotted path in the task's setting: value}}: a task's own scale over its benchmark's (the cpu
     # preset scales each task down to where its source's encodings learn it in range)
     per_task: dict = dataclasses.field(default_factory=dict)
+    # {benchmark: {grid axis: values}}: the cells a benchmark's tasks run (each task's setting's ``only``), where
+    # a preset does not run the whole product (the cpu preset: RoPE alone on Ruoss et al.'s tasks)
+    only: dict = dataclasses.field(default_factory=dict)
+    # the randomized cell's ``model.random_positions`` (None: N from the evaluated lengths, drawn for the width)
+    random_positions: dict | None = None
 
 
 RUOSS_MODEL = dict(n_layers=5, d_model=64, n_heads=8, dropout=0.1)  # experiments/example.py; 4x MLP
@@ -150,7 +155,8 @@ def task_setting(task: str, scale: Scale) -> dict:
             **{f"model.{k}": v for k, v in scale.model[cls.benchmark].items()},
             **{f"train.{k}": v for k, v in scale.train[cls.benchmark].items()},
             "train.min_length": lo, "train.max_length": hi,
-            "eval.lengths": list(eval_lengths(cls, scale.eval_lengths)), **scale.per_task.get(task, {})}
+            "eval.lengths": list(eval_lengths(cls, scale.eval_lengths)), **scale.per_task.get(task, {}),
+            **({ONLY: scale.only[cls.benchmark]} if cls.benchmark in scale.only else {})}
 
 
 def length_scores(model, task, L: int, ev, device) -> tuple[float, float, int]:
