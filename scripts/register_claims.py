@@ -383,7 +383,8 @@ RERUN = {"phenomenon": "2026-12-07, paper preset rerun, 4 min 21 s",
          "controls": "2026-12-07, paper preset rerun, 75 s",
          "linear-control": "2026-12-07, paper preset rerun, 39 s; again with one claim per width, 40 s",
          "k1": "2026-12-07, paper preset rerun, 25 s", "validation": "2026-12-07, paper preset rerun, 39 s",
-         "lengthgen": "2026-12-07, cpu preset's report re-rendered from its stored rows.csv (nothing retrained)",
+         "lengthgen": "2026-12-07, cpu preset at issue 56's calibrated scale, 3 seeds, its first run (987.4 s, 38 of "
+                      "54 members reused from the calibration's store)",
          "hybrid": "2026-12-07, cpu preset, its first run (864.9 s)",
          "arithmetic": "2026-12-07, cpu preset, its first run (1816.8 s)"}
 UNDECIDED: list[str] = []  # stored claims whose spec their name cannot pick among several: restated by a rerun
