@@ -263,6 +263,9 @@ def test_a_settings_only_keeps_the_cells_it_lists_and_the_rest_are_not_in_the_st
         with pytest.raises(ConfigError, match="settings.a.only") as e:
             grid_points(apply_overrides(base, [bad]))
         assert "encoding" in str(e.value) and "train.lr" in str(e.value)  # the allowed axes, named
+    with pytest.raises(ConfigError, match="settings.a.only") as e:  # a plan that keeps none of the grid's cells
+        grid_points(apply_overrides(base, ['grid.encoding=["learned"]']))
+    assert "'encoding': ['learned']" in str(e.value)
     # a table cell with no row (a point not in the study) is not n.a. where the table says so
     pivot = Pivot("task", "score", empty="n.a.", missing="not run")
     cells = (pivot.cell([]), pivot.cell([{"score": None}]), pivot.cell([{"score": 0.5}]))

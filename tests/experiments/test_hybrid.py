@@ -81,8 +81,7 @@ def test_reverse_trains_as_lengthgen_calibrated_it_with_nothing_from_the_lms_rec
     mine = next(m for m in members(hybrid, hybrid.study("cpu")) if m.ids["setting"] == "reverse-rope")
     theirs = members(lengthgen, apply_overrides(lengthgen.study("cpu"), [
         'grid.setting=["reverse"]', 'grid.encoding=["rope"]', "grid.model.random_positions=[null]",
-        "settings.reverse.model.n_layers=4", "settings.reverse.train.lr_schedule=cosine",
-        "settings.reverse.train.warmup_steps=240"]))[0]
+        'settings.reverse.only={"encoding":["rope"]}']))[0]  # the cpu preset's scale; its plan runs their five
     assert mine.study.train == theirs.study.train and mine.config()["model"] == theirs.config()["model"]
     assert mine.study.train.weight_decay == 0.0 and mine.study.train.grad_clip is None
 

@@ -503,7 +503,9 @@ def test_randomized_positions_without_room_for_a_tasks_tokens_fail_before_any_wo
     store = tmp_path / "s.sqlite"
     result = CliRunner().invoke(main, ["run", "lengthgen", "--preset", "cpu", "--store", str(store), "--out",
                                        str(tmp_path / "out"), "--set", 'grid.setting=["duplicate_string"]',
-                                       "--set", 'grid.encoding=["rope"]'])
+                                       "--set", 'grid.encoding=["rope"]', "--set",
+                                       "grid.model.random_positions=[null,256]",  # N too small: refused
+                                       "--set", "settings.duplicate_string.train.steps=1"])  # were it not, brief
     assert result.exit_code == 2 and "model.random_positions: got 256" in result.output, result.output
     assert "duplicate_string has 300 tokens at length 100" in result.output and not store.exists()
     ok = CliRunner().invoke(main, ["run", "lengthgen", "--preset", "cpu", "--print-config", "--set",

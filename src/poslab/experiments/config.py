@@ -139,7 +139,14 @@ def grid_points(study: StudyConfig) -> list[dict]:
     axes = list(study.grid)
     values = itertools.product(*(tuple(study.grid[a]) for a in axes))
     points = [dict(zip(axes, point, strict=True)) for point in values]
-    return [p for p in points if _planned(study, p)]
+    kept = [p for p in points if _planned(study, p)]
+    if SETTING not in study.grid:
+        return kept
+    for name in {p[SETTING] for p in points} - {p[SETTING] for p in kept}:  # a setting whose plan keeps nothing
+        only = study.settings[name][ONLY]
+        raise ConfigError(f"settings.{name}.{ONLY}", only,
+                          f"values the grid gives those axes: { {a: list(study.grid[a]) for a in only} }")
+    return kept
 
 
 ONLY = "only"  # a setting bundle's {axis path: [values]}: the values its points keep on the other axes
