@@ -137,8 +137,9 @@ CPU_TRAIN = dict(steps=4000, batch_size=32, lr=1e-3, optimizer="adam")
 # a cosine after 6% warm-up (Kazemnejad et al.'s share): with a constant rate APE on copy and ALiBi on reverse
 # stayed under the gate even at 8000 steps (issue 56's calibration, docs/lengthgen.md)
 CPU_DECAY = dict(lr_schedule="cosine", warmup_steps=240)
-# the gpu preset: 6 layers of d = 256 (the cpu preset's 4 x 64 learned copy and reverse in range only at 8000
-# steps; the paper's 12 x 768 is ~35-42 H200-hours for the protocol), AdamW with Kazemnejad et al.'s weight decay
+# the gpu preset: 6 layers of d = 256 (4 x 64 learned copy and reverse in range at a constant rate only at 8000
+# steps, at 4000 with the cpu preset's cosine; the paper's 12 x 768 is ~35-42 H200-hours for the protocol), AdamW
+# with Kazemnejad et al.'s weight decay
 # and warm-up share, a learning rate for the width
 GPU_MODEL = dict(n_layers=6, d_model=256, n_heads=8)
 GPU_TRAIN = dict(steps=5000, batch_size=64, lr=3e-4, optimizer="adamw", weight_decay=0.05, lr_schedule="cosine",
@@ -205,9 +206,9 @@ def noise_positions(tasks: tuple[str, ...], scale: Scale, paper: bool) -> int:
 
 
 def _changes(preset: str) -> dict:
-    """Every registered encoding (cpu: the two sources' eight, SOURCE_ENCODINGS; quick: one per kind and one
-    causal-only) x each preset's benchmark tasks x randomized positions off / on; see PRESETS and
-    docs/lengthgen.md for each preset's scale."""
+    """The preset's encodings (paper: every registered; cpu: Kazemnejad et al.'s five and RoPE, each task keeping
+    its source's plan, Scale.only; quick: one per kind and one causal-only) x its benchmark tasks x randomized
+    positions off / on; see PRESETS and docs/lengthgen.md for each preset's scale."""
     scale = PRESETS[preset]
     tasks = preset_tasks(scale.tasks)
     encodings = scale.encodings if isinstance(scale.encodings, tuple) else {
