@@ -139,31 +139,29 @@ def grid_points(study: StudyConfig) -> list[dict]:
     axes = list(study.grid)
     values = itertools.product(*(tuple(study.grid[a]) for a in axes))
     points = [dict(zip(axes, point, strict=True)) for point in values]
-    kept = [p for p in points if _planned(study, p)]
     if SETTING not in study.grid:
-        return kept
-    for name in {p[SETTING] for p in points} - {p[SETTING] for p in kept}:  # a setting whose plan keeps nothing
-        only = study.settings[name][ONLY]
-        raise ConfigError(f"settings.{name}.{ONLY}", only,
-                          f"values the grid gives those axes: { {a: list(study.grid[a]) for a in only} }")
+        return points
+    plans = {name: _plan(study, name) for name in study.grid[SETTING]}
+    kept = [p for p in points if all(p[axis] in allowed for axis, allowed in plans[p[SETTING]].items())]
+    for name in set(plans) - {p[SETTING] for p in kept}:  # a setting whose plan keeps nothing
+        raise ConfigError(f"settings.{name}.{ONLY}", plans[name],
+                          f"values the grid gives those axes: { {a: list(study.grid[a]) for a in plans[name]} }")
     return kept
 
 
 ONLY = "only"  # a setting bundle's {axis path: [values]}: the values its points keep on the other axes
 
 
-def _planned(study: StudyConfig, point: dict) -> bool:
-    """Whether ``point`` is in its setting's plan (the bundle's ``only``; every point where there is none)."""
-    if SETTING not in point:
-        return True
-    only = setting_bundle(study, point[SETTING]).get(ONLY)
+def _plan(study: StudyConfig, name) -> dict:
+    """The setting ``name``'s ``only`` ({axis: values}; {} keeps every point), checked against the grid's axes."""
+    only = setting_bundle(study, name).get(ONLY)
     if only is None:
-        return True
-    where = f"settings.{point[SETTING]}.{ONLY}"
+        return {}
     allowed = [a for a in study.grid if a != SETTING]
     if not isinstance(only, dict) or any(a not in allowed or not isinstance(v, list | tuple) for a, v in only.items()):
-        raise ConfigError(where, only, f"a JSON object of {{grid axis: [values]}}, the axes: {allowed}")
-    return all(point[axis] in values for axis, values in only.items())
+        raise ConfigError(f"settings.{name}.{ONLY}", only, f"a JSON object of {{grid axis: [values]}}, the axes: "
+                                                           f"{allowed}")
+    return only
 
 
 def apply_point(study: StudyConfig, point: dict) -> StudyConfig:

@@ -139,8 +139,7 @@ CPU_TRAIN = dict(steps=4000, batch_size=32, lr=1e-3, optimizer="adam")
 CPU_DECAY = dict(lr_schedule="cosine", warmup_steps=240)
 # the gpu preset: 6 layers of d = 256 (4 x 64 learned copy and reverse in range at a constant rate only at 8000
 # steps, at 4000 with the cpu preset's cosine; the paper's 12 x 768 is ~35-42 H200-hours for the protocol), AdamW
-# with Kazemnejad et al.'s weight decay
-# and warm-up share, a learning rate for the width
+# with Kazemnejad et al.'s weight decay and warm-up share, a learning rate for the width
 GPU_MODEL = dict(n_layers=6, d_model=256, n_heads=8)
 GPU_TRAIN = dict(steps=5000, batch_size=64, lr=3e-4, optimizer="adamw", weight_decay=0.05, lr_schedule="cosine",
                  warmup_steps=300)
