@@ -39,3 +39,34 @@ def test_bad_input_is_one_error_naming_the_field():
     assert got.exit_code == 2 and "--preset" in got.output and "quick" in got.output
     got = runner.invoke(main, ["bench", "ensemble", "k1", "--preset", "quick", "--steps", "0"])
     assert got.exit_code == 2 and "--steps" in got.output
+
+
+def test_compile_times_the_ensemble_and_each_member_alone_on_the_compiled_path(monkeypatch):
+    import poslab.train as train_module
+
+    calls = []
+
+    def eager(fn):  # torch.compile's cost has no place in a unit test: record the call, run eagerly
+        calls.append(fn)
+        return fn
+
+    monkeypatch.setattr(train_module, "compiled", eager)
+    lines = []
+    got = bench_ensemble(get_experiment("k1"), "quick", steps=4, per_task=1, compile=True, echo=lines.append)
+    # warm-up (1 member), the ensemble, and each of its 6 members alone all took the compiled path
+    assert len(calls) == 1 + 1 + 6
+    assert got["ensemble_over_alone"] == got["ensemble_seconds"] / got["alone_compiled_seconds"] > 0
+    assert lines[-1].startswith("compiled (steady state") and "each member alone" in lines[-1]
+
+
+def test_steady_seconds_leaves_out_the_first_quarter_of_steps():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from poslab.bench.ensemble import steady_seconds
+
+    # 8 steps: the first (a compile) takes 10 s, the rest 1 s each; steps 3-8 time 1 s a step -> 8 s
+    ends = np.cumsum([10.0] + [1.0] * 7)
+    assert steady_seconds(SimpleNamespace(step_ends=ends)) == 8.0
+    assert steady_seconds(SimpleNamespace(step_ends=np.array([3.0]))) == 3.0

@@ -361,7 +361,9 @@ def bench_train(steps, plain_steps, workers, scaling, scaling_steps):
 @click.option("--steps", type=int, default=20, show_default=True, help="steps timed per group")
 @click.option("--per-task", type=int, default=2, show_default=True, help="groups timed per task")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="as in poslab run")
-def bench_ensemble(experiment, preset, steps, per_task, overrides):
+@click.option("--compile", "compile_", is_flag=True,
+              help="ensembles under train.compile, against each member alone compiled too (steady-state steps)")
+def bench_ensemble(experiment, preset, steps, per_task, overrides, compile_):
     """A study preset's training (default: the length-generalization benchmark's cpu preset): each
     group's members as one ensemble vs each alone in the plain loop, one thread, as a ratio."""
     from poslab.bench import bench_ensemble as run_bench
@@ -372,7 +374,7 @@ def bench_ensemble(experiment, preset, steps, per_task, overrides):
     for field, value in (("--steps", steps), ("--per-task", per_task)):
         if value < 1:
             raise ConfigError(field, value, "a positive integer")
-    run_bench(exp, preset, steps=steps, per_task=per_task, overrides=overrides, echo=click.echo)
+    run_bench(exp, preset, steps=steps, per_task=per_task, overrides=overrides, compile=compile_, echo=click.echo)
 
 
 def _int_list(field: str, text: str, low: int, high: int | None = None, *, none: bool = False) -> tuple[int, ...]:
