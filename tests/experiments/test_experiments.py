@@ -346,6 +346,57 @@ def test_split_groups_weighs_each_group_by_its_cost_per_member():
         split_groups(groups, 2, costs[:2])
 
 
+def test_a_cropped_group_trains_member_by_member_and_the_rest_as_ensembles():
+    """A cropped ensemble's step is as wide as its widest member's: each member alone gets its own
+    width whatever the schedule. Where nothing is cropped (off, or randomized positions drawn for
+    the padded width) the group stays one ensemble. Building a model to ask leaves torch's generator
+    as it was."""
+    import torch
+
+    from poslab.experiments.config import apply_overrides
+    from poslab.experiments.schedule import alone_where_cropped
+    from poslab.studies import get_experiment
+
+    exp = get_experiment("lengthgen")
+
+    def groups(*sets: str) -> list[list]:
+        study = apply_overrides(exp.study("quick"), ['grid.setting=["even_pairs"]', 'grid.encoding=["rope"]',
+                                                     "seeds=3", *sets])
+        out: dict[str, list] = {}
+        for m in members("lengthgen", study):
+            out.setdefault(m.group_key(), []).append(m)
+        return list(out.values())
+
+    plain = groups("grid.model.random_positions=[null]")
+    assert [len(g) for g in plain] == [3] and alone_where_cropped(plain) == plain
+    cropped = groups("grid.model.random_positions=[null]", "train.crop_padding=true")
+    state = torch.random.get_rng_state()
+    assert alone_where_cropped(cropped) == [[m] for m in cropped[0]]
+    assert torch.equal(torch.random.get_rng_state(), state)
+    width = groups('grid.model.random_positions=[{"N": 256, "draw": "width"}]', "train.crop_padding=true")
+    assert alone_where_cropped(width) == width  # positions drawn for the padded width: not padding-inert
+
+
+def test_a_run_trains_cropped_seeds_one_by_one(tmp_path):
+    import json
+    import sqlite3
+
+    from poslab.experiments.config import apply_overrides
+    from poslab.experiments.executors import Inline
+    from poslab.store import Store
+    from poslab.studies import get_experiment
+
+    exp = get_experiment("lengthgen")
+    study = apply_overrides(exp.study("quick"), ['grid.setting=["even_pairs"]', 'grid.encoding=["rope"]',
+                                                 "grid.model.random_positions=[null]", "seeds=2",
+                                                 "train.crop_padding=true", "train.steps=2"])
+    with Store(tmp_path / "s.sqlite") as store:
+        run_study(exp, study, store=store, out=tmp_path / "out", progress=False, executor=Inline())
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        sizes = [json.loads(t)["group_size"] for (t,) in db.execute("SELECT timings_json FROM runs")]
+    assert sizes == [1, 1]
+
+
 def test_step_costs_measure_each_group_on_one_thread_and_restore_the_threads():
     import math
 

@@ -5,8 +5,8 @@ plain loop (default: ``studies.DEFAULTS["bench-ensemble"]``, the length-generali
 
 A few of the preset's groups (``per_task`` per task, by default the first encodings of the registry, with
 and without randomized positions) train as ``poslab run`` trains a group, one vectorized ensemble
-of the cell's seeds on one thread as a worker does (:func:`~poslab.experiments.training.train_members`),
-and each of their members alone through the plain loop (:func:`~poslab.train.train_plain`), the
+of the cell's seeds on one thread as a worker does (:func:`~poslab.experiments.training.train_members`;
+a cropped group member by member, :func:`~poslab.experiments.schedule.alone_where_cropped`), and each of their members alone through the plain loop (:func:`~poslab.train.train_plain`), the
 same steps on the same thread, ensemble and plain interleaved group by group so that a noisy
 machine weighs both alike. A short run: the ratio, not the preset's wall time, is the number.
 
@@ -24,7 +24,7 @@ import time
 from poslab.experiments import Experiment
 from poslab.experiments import members as study_members
 from poslab.experiments.runner import prepare
-from poslab.experiments.schedule import one_thread
+from poslab.experiments.schedule import alone_where_cropped, one_thread
 from poslab.experiments.training import train_members
 from poslab.train import train_plain
 
@@ -51,9 +51,12 @@ def bench_ensemble(experiment: Experiment, preset: str, *, steps: int = 20, per_
                 short = [dataclasses.replace(m, study=dataclasses.replace(
                     m.study, train=dataclasses.replace(m.study.train, steps=steps, warmup_steps=0))) for m in group]
                 train_members(short[:1], progress=False)  # warm-up (first draws, kernels), not timed
-                t0 = time.perf_counter()
-                result = train_members(short, progress=False)
-                ens = steady_seconds(result) if compile else time.perf_counter() - t0
+                parts = alone_where_cropped([short])  # as `poslab run` trains the group
+                ens = 0.0
+                for part in parts:
+                    t0 = time.perf_counter()
+                    result = train_members(part, progress=False)
+                    ens += steady_seconds(result) if compile else time.perf_counter() - t0
                 t0 = time.perf_counter()
                 for m in short:
                     train_plain(m.make_model(), m.task, m.seed, dataclasses.replace(m.study.train, compile=False),
@@ -62,7 +65,8 @@ def bench_ensemble(experiment: Experiment, preset: str, *, steps: int = 20, per_
                 one = sum(steady_seconds(train_members([m], progress=False)) for m in short) if compile else 0.0
                 ensemble, plain, alone = ensemble + ens, plain + solo, alone + one
                 member_steps += len(group) * steps
-                echo(f"{group[0].group_label} x{len(group)}: ensemble {ens:.2f} s, plain loop {solo:.2f} s"
+                how = "" if len(parts) == 1 else f" (cropped: {len(parts)} parts of 1, as poslab run trains them)"
+                echo(f"{group[0].group_label} x{len(group)}{how}: ensemble {ens:.2f} s, plain loop {solo:.2f} s"
                      + (f", each alone compiled {one:.2f} s" if compile else "") + f" ({steps} steps, one thread)")
     ratio = plain / ensemble
     echo(f"{experiment.name} {preset} preset, {sum(map(len, chosen.values()))} groups, {member_steps} member-steps: "

@@ -36,7 +36,7 @@ from poslab.experiments.config import StudyConfig, apply_overrides
 from poslab.experiments.executors import Auto, Executor, Inline, make_executor
 from poslab.experiments.experiment import EvaluateOnly, Experiment, Job, Member, Trained, variant_members
 from poslab.experiments.preflight import check_output_folder, check_reevaluate, validate
-from poslab.experiments.schedule import share_out, step_costs, training_seconds
+from poslab.experiments.schedule import alone_where_cropped, share_out, step_costs, training_seconds
 from poslab.experiments.stages import Stages
 from poslab.experiments.training import (
     MemberResult,
@@ -151,6 +151,7 @@ def _train_missing(experiment: Trained, todo: list[Member], record: Record, span
         raise ValueError("a PhaseTimer sees this process only: time a study with the inline executor")
     batches = list(groups.values())
     if device == "cpu":  # a core per job beats every core on one job (poslab bench lm measures it)
+        batches = alone_where_cropped(batches)  # a cropped member's batches its own, whatever the schedule
         with span("setup"):  # the groups' measured costs decide the shares (and, for auto, where they train)
             costs = None
             if batches and isinstance(executor, Auto):

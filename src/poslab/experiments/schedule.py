@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from poslab.experiments.experiment import Member
-from poslab.train import train_ensemble
+from poslab.train import crops, train_ensemble
 
 SPLIT_OVERHEAD = 5  # an ensemble's fixed cost per step, in members: 12 members cost 0.58 of 24 (measured, CPU)
 MIN_SPLIT = 8  # balancing halves only parts at least this large, so both halves stay vmapped ensembles
@@ -65,6 +65,28 @@ def split_groups(groups: list[list[Member]], slots: int, costs: list[float] | No
         if wall_estimate(candidate, slots, cost) < wall_estimate(best, slots, cost):
             best = candidate
     return [part for _, part in sorted(best, key=cost, reverse=True)]
+
+
+def alone_where_cropped(groups: list[list[Member]]) -> list[list[Member]]:
+    """Each group whose training cuts batches to their longest sequence (``train.crop_padding`` on a
+    padding-inert model) as one part per member; the other groups as they are.
+
+    A cropped ensemble's step is as wide as its widest member's sequence, so a member's batches, and
+    with them its float rounding, would depend on which members share its part, and so on the
+    schedule (the workers, the measured costs). Alone, each is cut to its own length whatever the
+    schedule, and costs less: even_pairs, one thread, 10.7 ms a member-step alone against 14.7 in an
+    ensemble of 3 (docs/speed.md)."""
+    out = []
+    for group in groups:
+        cfg = group[0].study.train
+        if len(group) > 1 and cfg.crop_padding:
+            with torch.random.fork_rng():  # building the model to ask it draws from torch's generator
+                alone = crops(group[0].make_model()(), cfg)
+            if alone:
+                out.extend([m] for m in group)
+                continue
+        out.append(group)
+    return out
 
 
 def wall_estimate(parts: list, slots: int, cost: Callable | None = None) -> float:
