@@ -6,9 +6,10 @@ plain loop (default: ``studies.DEFAULTS["bench-ensemble"]``, the length-generali
 A few of the preset's groups (``per_task`` per task, by default the first encodings of the registry, with
 and without randomized positions) train as ``poslab run`` trains a group, one vectorized ensemble
 of the cell's seeds on one thread as a worker does (:func:`~poslab.experiments.training.train_members`;
-a cropped group member by member, :func:`~poslab.experiments.schedule.alone_where_cropped`), and each of their members alone through the plain loop (:func:`~poslab.train.train_plain`), the
-same steps on the same thread, ensemble and plain interleaved group by group so that a noisy
-machine weighs both alike. A short run: the ratio, not the preset's wall time, is the number.
+a cropped group member by member, :func:`~poslab.experiments.schedule.alone_where_cropped`), and each
+of their members alone through the plain loop (:func:`~poslab.train.train_plain`), the same steps on
+the same thread, ensemble and plain interleaved group by group so that a noisy machine weighs both
+alike. A short run: the ratio, not the preset's wall time, is the number.
 
 ``compile=True`` (``--compile``) trains the ensembles under ``train.compile`` and times a third arm, each
 member alone through the same compiled path (``train_members`` with one member): the two compiled
