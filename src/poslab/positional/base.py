@@ -45,7 +45,6 @@ Only what no code can know is written by hand, per class: ``kind``, ``extra_para
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import ClassVar
 
 import torch
@@ -162,10 +161,16 @@ class PositionalEncoding(nn.Module):
 
 # ----------------------------------------------------------------------------- helpers
 
-@cache
+_HOOKS_OF: dict[type, tuple[str, ...]] = {}  # a plain dict, not functools.cache: torch.compile traces it silently
+
+
 def overridden_hooks(cls: type[PositionalEncoding]) -> tuple[str, ...]:
     """The hooks (of SITES) that ``cls`` defines differently from :class:`PositionalEncoding`."""
-    return tuple(hook for hook in SITES if getattr(cls, hook) is not getattr(PositionalEncoding, hook))
+    hooks = _HOOKS_OF.get(cls)
+    if hooks is None:
+        base = PositionalEncoding
+        hooks = _HOOKS_OF[cls] = tuple(hook for hook in SITES if getattr(cls, hook) is not getattr(base, hook))
+    return hooks
 
 
 def relative_positions(q_pos: Tensor, k_pos: Tensor) -> Tensor:
