@@ -134,7 +134,7 @@ def test_each_task_gets_its_sources_model_form(toy_tasks):
 
 def test_every_registered_encoding_is_in_the_paper_grid_and_the_cpu_preset_runs_its_plan():
     """paper: the whole product. cpu (issue 56's calibrated scale): Kazemnejad et al.'s five, plain, at 4 layers on
-    copy and reverse; RoPE plain and randomized (drawn per length) at 2 layers on the Ruoss tasks; 3 seeds."""
+    copy and reverse; RoPE plain and randomized (drawn per length) at 2 or 4 layers on the Ruoss tasks; 3 seeds."""
     from poslab.positional import registered
 
     # every entry that runs on the model's own positions (position coupling and Abacus need the task's)
@@ -145,14 +145,16 @@ def test_every_registered_encoding_is_in_the_paper_grid_and_the_cpu_preset_runs_
     for m in trained:
         randomized = m.study.model.get("random_positions")
         cells.setdefault(m.study.task_type, set()).add((m.study.encoding, json.dumps(randomized)))
-        train = m.study.train  # a cosine after 6% warm-up; missing_duplicate_string learns at 12000 steps, not 4000
+        train = m.study.train  # a cosine after 6% warm-up; four Ruoss tasks learn at 12000 steps, not 4000
         assert train.lr_schedule == "cosine" and train.warmup_steps == round(0.06 * train.steps)
-        assert train.steps == (12_000 if m.study.task_type == "missing_duplicate_string" else 4000)
-        assert m.study.model["n_layers"] == (4 if TASKS[m.study.task_type].benchmark == lengthgen.KAZEMNEJAD else 2)
+        deep = m.study.task_type in ("stack_manipulation", "reverse_string", "duplicate_string")
+        assert train.steps == (12_000 if deep or m.study.task_type == "missing_duplicate_string" else 4000)
+        kazemnejad = TASKS[m.study.task_type].benchmark == lengthgen.KAZEMNEJAD
+        assert m.study.model["n_layers"] == (4 if kazemnejad or deep else 2)
     five = set(lengthgen.KAZEMNEJAD_ENCODINGS.values())
     assert cells["copy"] == cells["reverse"] == {(e, "null") for e in five}
     ruoss = [t for t in cells if TASKS[t].benchmark == lengthgen.RUOSS]
-    assert len(ruoss) >= 3 and all(cells[t] == {("rope", "null"), ("rope", '{"N": 1024, "draw": "length"}')}
+    assert len(ruoss) >= 6 and all(cells[t] == {("rope", "null"), ("rope", '{"N": 1024, "draw": "length"}')}
                                    for t in ruoss)
     assert len(trained) == 3 * (2 * 5 + 2 * len(ruoss)) and study.seeds == 3
     assert inapplicable(lengthgen.EXPERIMENT, study) == []  # no cell of the plan is n.a.: the rest is not run
