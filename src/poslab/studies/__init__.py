@@ -60,7 +60,8 @@ STUDIES: tuple[Entry, ...] = (
     Entry("induction", "next step: a two-layer induction circuit per encoding", "[next steps](docs/next-steps.md)",
           table="next"),
     Entry("lengthgen", "the field's benchmarks: Ruoss et al. 2023 (Chomsky tasks), Kazemnejad et al. 2023",
-          "[lengthgen](docs/lengthgen.md#the-cpu-preset-2026-12-08-ruoss-et-als-gain-over-six-tasks-and-three-levels-3-seeds)", table="next"),
+          "[lengthgen](docs/lengthgen.md"
+          "#the-cpu-preset-2026-12-08-ruoss-et-als-gain-over-six-tasks-and-three-levels-3-seeds)", table="next"),
     Entry("lengthgen_probes", "next step: the seed's probes on copy and addition (RoPE, APE, NoPE)",
           "[next steps](docs/next-steps.md#lengthgen-probes-the-seeds-probes-on-copy-and-addition)", table="next"),
     Entry("hybrid", "issue 57: rope / no-rope layouts (RNoPE, SWAN, iRoPE) on the char LM, fixed-offset retrieval and "
