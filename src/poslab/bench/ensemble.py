@@ -60,10 +60,12 @@ def bench_ensemble(experiment: Experiment, preset: str, *, steps: int = 20, per_
                     ens += steady_seconds(result) if compile else time.perf_counter() - t0
                 t0 = time.perf_counter()
                 for m in short:
-                    train_plain(m.make_model(), m.task, m.seed, dataclasses.replace(m.study.train, compile=False),
-                                steps=steps)
+                    train_plain(m.make_model(), m.task, m.seed, m.study.train, steps=steps)  # eager: it never compiles
                 solo = time.perf_counter() - t0
-                one = sum(steady_seconds(train_members([m], progress=False)) for m in short) if compile else 0.0
+                one = 0.0
+                if compile:  # each member alone, compiled; a cropped group's parts already are
+                    one = ens if len(parts) == len(short) else sum(
+                        steady_seconds(train_members([m], progress=False)) for m in short)
                 ensemble, plain, alone = ensemble + ens, plain + solo, alone + one
                 member_steps += len(group) * steps
                 how = "" if len(parts) == 1 else f" (cropped: {len(parts)} parts of 1, as poslab run trains them)"
