@@ -70,3 +70,17 @@ def test_steady_seconds_leaves_out_the_first_quarter_of_steps():
     ends = np.cumsum([10.0] + [1.0] * 7)
     assert steady_seconds(SimpleNamespace(step_ends=ends)) == 8.0
     assert steady_seconds(SimpleNamespace(step_ends=np.array([3.0]))) == 3.0
+
+
+def test_compile_times_a_cropped_groups_members_once(monkeypatch):
+    """A cropped group trains member by member (as poslab run trains it), so its parts are the
+    'each alone' arm too: no member trains a second time."""
+    import poslab.train as train_module
+
+    calls = []
+    monkeypatch.setattr(train_module, "compiled", lambda fn: calls.append(fn) or fn)
+    got = bench_ensemble(get_experiment("lengthgen"), "quick", steps=2, per_task=1, compile=True, echo=lambda _: None,
+                         overrides=('grid.setting=["even_pairs"]', 'grid.encoding=["rope"]',
+                                    "grid.model.random_positions=[null]", "seeds=2", "train.crop_padding=true"))
+    assert len(calls) == 1 + 2  # the warm-up, then each of the 2 members once
+    assert got["alone_compiled_seconds"] == got["ensemble_seconds"]
